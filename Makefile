@@ -1,0 +1,36 @@
+# Developer loop. Every target sets up .venv first (idempotent, fast when nothing changed).
+SHELL := /bin/bash
+VENV  := .venv
+BIN   := $(VENV)/bin
+export PYSPARK_PYTHON := $(abspath $(BIN)/python)
+
+.DEFAULT_GOAL := help
+.PHONY: help setup demo test lint bench lock clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
+
+setup: ## install Java (if missing) and the locked Python environment into .venv
+	@bash infra/setup.sh
+
+demo: setup ## the main job on the embedded default: write the demo topics and print them
+	@$(BIN)/lake demo
+
+test: setup ## the test suite, exactly as CI runs it
+	@$(BIN)/python -m pytest -m "not bench" -q
+
+lint: setup ## ruff + mypy on spark_jobs/
+	@$(BIN)/ruff check spark_jobs tests && $(BIN)/ruff format --check spark_jobs tests && $(BIN)/mypy
+
+bench: setup ## benchmarks (minutes); figures go to bench-results/ and belong in the README
+	@mkdir -p bench-results
+	@$(BIN)/python tests/bench/bench_produce.py | tee bench-results/produce.txt
+
+lock: ## re-resolve requirements.lock from pyproject.toml (needs network)
+	@bash infra/setup.sh
+	@.tools/bin/uv pip compile pyproject.toml --extra platform --extra dev \
+	  --excludes infra/lock-excludes.txt --python-version 3.11 --python-platform x86_64-manylinux_2_28 \
+	  --generate-hashes -q -o requirements.lock --custom-compile-command "make lock"
+
+clean: ## remove the demo lake and caches (keeps .venv)
+	rm -rf lakehouse bench-results .pytest_cache .hypothesis

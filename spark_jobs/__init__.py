@@ -1,0 +1,10 @@
+"""Kafka-style keyed joins kept in a lakehouse: Spark computes, Delta Lake (delta-rs) stores.
+
+Seams to the outside world, one each:
+  - storage:        :mod:`spark_jobs.lake` (Delta tables under the lake root)
+  - Spark session:  :mod:`spark_jobs.session`
+  - configuration:  :mod:`spark_jobs.config`
+Everything else is plain functions over Arrow tables or Spark DataFrames.
+"""
+
+__version__ = "0.1.0"

@@ -1,0 +1,253 @@
+"""``lake``: the product's command line.
+
+User mistakes (unknown topic, bad config, bad input line) print one line ``lake: error: …`` and exit
+2; nothing is written in that case. Anything else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable, Sequence
+
+from spark_jobs import __version__
+from spark_jobs.errors import UserError
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, exit 2, like every other user error
+        raise UserError(f"{message} (see '{self.prog} --help')")
+
+
+def _global_options(parser: argparse.ArgumentParser, default) -> None:
+    parser.add_argument(
+        "--root", default=default, help="lake root directory (default: $LAKE_ROOT or ./lakehouse)"
+    )
+    parser.add_argument(
+        "--config",
+        default=default,
+        help="pipeline YAML (default: $LAKE_CONFIG or the bundled demo pipeline)",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    # --root/--config are accepted before or after the command; after it they must not reset a value
+    # given before it, hence SUPPRESS as the sub-commands' default.
+    common = _Parser(add_help=False)
+    _global_options(common, argparse.SUPPRESS)
+    parser = _Parser(
+        prog="lake", description="Kafka-style topics and keyed joins kept in a Delta lakehouse."
+    )
+    _global_options(parser, None)
+    parser.add_argument("--version", action="version", version=f"lake {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    p = sub.add_parser(
+        "produce",
+        parents=[common],
+        help="append lines as records to a topic (like kcat -P -l)",
+        description="One record per line of FILE (or stdin). One atomic commit per call.",
+    )
+    p.add_argument("topic")
+    p.add_argument("file", nargs="?", default="-", help="input file, or - for stdin (default)")
+    p.add_argument("-K", dest="key_sep", metavar="SEP", help="key separator: key SEP value")
+    p.add_argument("-Z", dest="null_empty", action="store_true", help="empty key/value -> null")
+    p.add_argument("--partitioner", choices=["murmur2", "consistent_random"])
+    p.add_argument("--timestamp", type=int, metavar="MS", help="record timestamp, epoch ms")
+    p.set_defaults(run=cmd_produce)
+
+    c = sub.add_parser(
+        "consume",
+        parents=[common],
+        help="print a topic's records (like kcat -C -f)",
+        description="Records in partition, offset order.",
+    )
+    c.add_argument("topic")
+    c.add_argument(
+        "-f", dest="fmt", default="%s\\n", help="format: %%k %%s %%K %%S %%p %%o %%T %%t %%h"
+    )
+    c.add_argument("-o", dest="start", default="beginning", help="beginning | end | N | -N")
+    c.add_argument("-c", dest="count", type=int, help="stop after COUNT records")
+    c.add_argument("-p", dest="partition", type=int, help="only this partition")
+    c.add_argument(
+        "-Z", dest="null_text", action="store_true", help="print null keys/values as NULL"
+    )
+    c.set_defaults(run=cmd_consume)
+
+    t = sub.add_parser("topics", parents=[common], help="list the pipeline's topics")
+    t.set_defaults(run=cmd_topics)
+
+    d = sub.add_parser(
+        "demo",
+        parents=[common],
+        help="write the demo topics (only into empty topics) and print them",
+    )
+    d.set_defaults(run=cmd_demo)
+
+    g = sub.add_parser(
+        "generate-dump",
+        parents=[common],
+        help="write a large synthetic key;value dump (for benchmarks)",
+    )
+    g.add_argument("out")
+    g.add_argument("--keys", type=int, required=True)
+    g.add_argument("--prefix", default="user_")
+    g.set_defaults(run=cmd_generate_dump)
+    return parser
+
+
+def _context(args):
+    from spark_jobs.config import load_config
+    from spark_jobs.lake import Lake
+
+    return load_config(args.config), Lake(args.root)
+
+
+class Progress:
+    """Records/s on stderr while a long call runs (only when stderr is a terminal)."""
+
+    def __init__(self, label: str, total_bytes: int | None = None):
+        self.label = label
+        self.count = 0
+        self.started = time.monotonic()
+        self.last = self.started
+        self.enabled = sys.stderr.isatty()
+
+    def __call__(self, n: int) -> None:
+        self.count += n
+        now = time.monotonic()
+        if self.enabled and now - self.last >= 1.0:
+            rate = self.count / max(now - self.started, 1e-9)
+            print(
+                f"\r{self.label}: {self.count:,} records ({rate:,.0f}/s)", end="", file=sys.stderr
+            )
+            self.last = now
+
+    def done(self) -> None:
+        if self.enabled and self.last != self.started:
+            print(file=sys.stderr)
+
+
+def cmd_produce(args) -> int:
+    from spark_jobs.topics import open_input, produce_lines
+
+    config, lake = _context(args)
+    spec = config.topic(args.topic)
+    stream, source = open_input(args.file)
+    progress = Progress(f"produce {spec.name}")
+    try:
+        result = produce_lines(
+            lake,
+            spec,
+            stream,
+            source,
+            key_sep=args.key_sep,
+            null_empty=args.null_empty,
+            partitioner=args.partitioner,
+            timestamp_ms=args.timestamp,
+            progress=progress,
+        )
+    finally:
+        progress.done()
+        if stream is not sys.stdin.buffer:
+            stream.close()
+    placed = ", ".join(f"p{i}={n}" for i, n in enumerate(result.per_partition))
+    partitioner = args.partitioner or spec.partitioner
+    print(
+        f"produced {result.records:,} records ({result.tombstones:,} tombstones) to "
+        f"{spec.name} with {partitioner} in {result.seconds:.2f}s [{placed}]"
+        + (f", version {result.version}" if result.version is not None else ", nothing to write"),
+        file=sys.stderr,
+    )
+    return 0
+
+
+def cmd_consume(args) -> int:
+    from spark_jobs.topics import consume
+
+    config, lake = _context(args)
+    spec = config.topic(args.topic)
+    if args.count is not None and args.count < 0:
+        raise UserError("-c COUNT must not be negative")
+    consume(
+        lake,
+        spec,
+        sys.stdout.buffer,
+        fmt=args.fmt,
+        start=args.start,
+        count=args.count,
+        partition=args.partition,
+        null_as=b"NULL" if args.null_text else b"",
+    )
+    return 0
+
+
+def cmd_topics(args) -> int:
+    from spark_jobs.topics import next_offsets
+
+    config, lake = _context(args)
+    print(f"pipeline {config.name} ({config.source}), lake {lake.root}")
+    for spec in config.topics.values():
+        ends = next_offsets(lake, spec)
+        print(
+            f"  {spec.name}: {spec.partitions} partitions, key {spec.key_format}, "
+            f"value {spec.value_format}, partitioner {spec.partitioner}, "
+            f"{int(ends.sum()):,} records (ends {ends.tolist()})"
+        )
+    return 0
+
+
+def cmd_demo(args) -> int:
+    from spark_jobs import demo
+    from spark_jobs.topics import consume
+
+    config, lake = _context(args)
+    print(f"lake root: {lake.root}")
+    for topic, result in demo.write_demo_topics(lake, config):
+        if result is None:
+            print(f"{topic}: already has records, left as it is")
+        else:
+            print(
+                f"{topic}: produced {result.records} records with murmur2 -> version {result.version}"
+            )
+    for topic in (demo.CONSENTS_TOPIC, demo.ACCOUNTS_TOPIC):
+        print(f"\n== {topic} (key, partition, offset: value)")
+        sys.stdout.flush()
+        consume(lake, config.topic(topic), sys.stdout.buffer, fmt="%k\\t%p\\t%o\\t%s\\n")
+    print(f"\nbackfill source for the accounts lookup: {demo.demo_dump_path()}")
+    print("(user_9 and user_10 give consents but have no account record yet)")
+    return 0
+
+
+def cmd_generate_dump(args) -> int:
+    from spark_jobs.demo import write_synthetic_dump
+
+    if args.keys < 1:
+        raise UserError("--keys must be at least 1")
+    size = write_synthetic_dump(args.out, args.keys, args.prefix)
+    print(f"wrote {args.keys:,} lines ({size / 1e6:.1f} MB) to {args.out}", file=sys.stderr)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+        run: Callable | None = getattr(args, "run", None)
+        if run is None:
+            parser.print_help()
+            return 2
+        return run(args)
+    except UserError as err:
+        print(f"lake: error: {err}", file=sys.stderr)
+        return err.exit_code
+    except KeyboardInterrupt:
+        print("lake: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

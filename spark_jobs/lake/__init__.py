@@ -1,0 +1,357 @@
+"""The storage seam: every Delta table of the product is read and written through :class:`Lake`.
+
+Tables live under a lake root (``--root`` / ``LAKE_ROOT``, default ``./lakehouse``) as
+``<root>/tables/<name>``; Spark checkpoints under ``<root>/_checkpoints``. Delta Lake is accessed with
+delta-rs (PyPI ``deltalake``); Spark reads and streams the same tables through the ``delta`` Python
+data source in :mod:`spark_jobs.lake.source`, which this module registers.
+
+Writes (append, overwrite, merge) are one atomic Delta commit each. A write may carry an application
+id and a batch id (``txn=(app_id, batch_id)``) recorded as a Delta ``txn`` action; a write whose batch
+id is not newer than the recorded one is skipped, so a replayed streaming batch changes nothing.
+Optimistic-concurrency conflicts are retried on a fresh snapshot.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+from deltalake.exceptions import CommitFailedError, TableNotFoundError
+
+from spark_jobs.errors import UserError
+
+if TYPE_CHECKING:
+    import pyarrow.dataset as pads
+    from pyspark.sql import DataFrame, SparkSession
+
+DEFAULT_ROOT = "lakehouse"
+CDF = {"delta.enableChangeDataFeed": "true"}
+CONFLICT_RETRIES = 8
+
+Txn = tuple[str, int]  # (application id, batch id)
+
+
+def resolve_root(root: str | os.PathLike[str] | None = None) -> Path:
+    """``--root`` wins, then ``LAKE_ROOT``, then ``./lakehouse``."""
+    return Path(root or os.environ.get("LAKE_ROOT") or DEFAULT_ROOT).absolute()
+
+
+def table_arrow_schema(dt: DeltaTable) -> pa.Schema:
+    return pa.schema(dt.schema().to_arrow())
+
+
+def to_arrow_table(data: Any) -> pa.Table:
+    """A Spark DataFrame (collected through Arrow batches), an Arrow table/batch/reader, or any object
+    exporting the Arrow C stream interface, as a ``pyarrow.Table``."""
+    if isinstance(data, pa.Table):
+        return data
+    if isinstance(data, pa.RecordBatch):
+        return pa.Table.from_batches([data])
+    if hasattr(data, "toArrow") and hasattr(data, "sparkSession"):
+        return data.toArrow()
+    if hasattr(data, "__arrow_c_stream__"):
+        return pa.RecordBatchReader.from_stream(data).read_all()
+    raise TypeError(f"cannot write {type(data).__name__} to a Delta table")
+
+
+def conform(table: pa.Table, schema: pa.Schema, where: str) -> pa.Table:
+    """Select and cast ``table``'s columns to a Delta table's schema (extra columns are an error)."""
+    missing = [f.name for f in schema if f.name not in table.column_names]
+    extra = [c for c in table.column_names if c not in schema.names]
+    if missing or extra:
+        raise ValueError(
+            f"{where}: columns do not match the table (missing: {missing or 'none'}, "
+            f"unexpected: {extra or 'none'})"
+        )
+    return table.select(schema.names).cast(schema)
+
+
+@dataclass(frozen=True)
+class CommitInfo:
+    """What one Delta commit did, read from its log entry."""
+
+    version: int
+    timestamp_ms: int
+    operation: str
+    added_files: int
+    removed_data_files: int  # remove actions with dataChange=true (updates/deletes)
+    cdc_files: int
+
+
+def read_commit(table_path: str | os.PathLike[str], version: int) -> CommitInfo:
+    """Summarize the actions of commit ``version`` of the table at ``table_path``."""
+    log = Path(table_path) / "_delta_log" / f"{version:020d}.json"
+    added = removed = cdc = 0
+    ts = 0
+    op = ""
+    with open(log, encoding="utf-8") as fh:
+        for line in fh:
+            if not line.strip():
+                continue
+            action = json.loads(line)
+            if "add" in action:
+                added += 1
+            elif "remove" in action and action["remove"].get("dataChange", True):
+                removed += 1
+            elif "cdc" in action:
+                cdc += 1
+            elif "commitInfo" in action:
+                ts = int(action["commitInfo"].get("timestamp", 0))
+                op = action["commitInfo"].get("operation", "")
+    return CommitInfo(version, ts, op, added, removed, cdc)
+
+
+class Lake:
+    """All Delta tables of one lake root."""
+
+    def __init__(self, root: str | os.PathLike[str] | None = None):
+        self.root = resolve_root(root)
+
+    # --- locations ------------------------------------------------------------------------------
+    @property
+    def tables_dir(self) -> Path:
+        return self.root / "tables"
+
+    def path(self, name: str) -> Path:
+        return self.tables_dir / name
+
+    def uri(self, name: str) -> str:
+        return str(self.path(name))
+
+    def checkpoint_dir(self, job: str) -> Path:
+        return self.root / "_checkpoints" / job
+
+    def exists(self, name: str) -> bool:
+        return DeltaTable.is_deltatable(self.uri(name))
+
+    def tables(self) -> list[str]:
+        if not self.tables_dir.is_dir():
+            return []
+        return sorted(p.name for p in self.tables_dir.iterdir() if DeltaTable.is_deltatable(str(p)))
+
+    def table(self, name: str, version: int | None = None) -> DeltaTable:
+        try:
+            return DeltaTable(self.uri(name), version=version)
+        except TableNotFoundError:
+            known = ", ".join(self.tables()) or "none yet"
+            raise UserError(
+                f"unknown table '{name}' in lake {self.root} (tables: {known})"
+            ) from None
+        except Exception as exc:  # delta-rs raises a generic error for a missing version
+            if version is not None and "version" in str(exc).lower():
+                raise UserError(f"table '{name}' has no version {version}: {exc}") from None
+            raise
+
+    # --- creation -------------------------------------------------------------------------------
+    def create(
+        self,
+        name: str,
+        schema: pa.Schema,
+        *,
+        partition_by: Sequence[str] | None = None,
+        change_feed: bool = True,
+        description: str | None = None,
+    ) -> DeltaTable:
+        """Create an empty table (version 0) unless it exists; returns it either way."""
+        if self.exists(name):
+            return self.table(name)
+        self.tables_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            return DeltaTable.create(
+                self.uri(name),
+                schema,
+                mode="error",
+                partition_by=list(partition_by) if partition_by else None,
+                name=name,
+                description=description,
+                configuration=CDF if change_feed else None,
+            )
+        except Exception:
+            if self.exists(name):  # created concurrently by another process
+                return self.table(name)
+            raise
+
+    def drop(self, name: str) -> None:
+        shutil.rmtree(self.path(name), ignore_errors=True)
+
+    # --- reads ----------------------------------------------------------------------------------
+    def version(self, name: str) -> int:
+        return self.table(name).version()
+
+    def read_arrow(
+        self,
+        name: str,
+        version: int | None = None,
+        columns: list[str] | None = None,
+        filter: pads.Expression | None = None,
+    ) -> pa.Table:
+        dataset = self.table(name, version).to_pyarrow_dataset()
+        return dataset.to_table(columns=columns, filter=filter)
+
+    def scan_batches(
+        self,
+        name: str,
+        version: int | None = None,
+        columns: list[str] | None = None,
+        filter: pads.Expression | None = None,
+    ) -> Iterator[pa.RecordBatch]:
+        dataset = self.table(name, version).to_pyarrow_dataset()
+        yield from dataset.to_batches(columns=columns, filter=filter)
+
+    def changes_arrow(
+        self, name: str, starting_version: int = 0, ending_version: int | None = None
+    ) -> pa.Table:
+        """The change data feed of versions [starting, ending] in commit order."""
+        dt = self.table(name)
+        reader = dt.load_cdf(starting_version=starting_version, ending_version=ending_version)
+        table = pa.RecordBatchReader.from_stream(reader).read_all()
+        return table.sort_by([("_commit_version", "ascending")])
+
+    def add_actions(self, name: str, version: int | None = None) -> pa.Table:
+        return pa.table(self.table(name, version).get_add_actions(flatten=True))
+
+    def history(self, name: str, limit: int | None = None) -> list[dict[str, Any]]:
+        return self.table(name).history(limit)
+
+    def commit(self, name: str, version: int) -> CommitInfo:
+        return read_commit(self.path(name), version)
+
+    def read(self, spark: SparkSession, name: str, version: int | None = None) -> DataFrame:
+        """The table (current, or as of ``version``) as a Spark DataFrame."""
+        self.table(name, version)  # clear error for unknown tables / versions
+        reader = spark.read.format("delta")
+        if version is not None:
+            reader = reader.option("versionAsOf", version)
+        return reader.load(self.uri(name))
+
+    def changes(
+        self,
+        spark: SparkSession,
+        name: str,
+        starting_version: int = 0,
+        ending_version: int | None = None,
+    ) -> DataFrame:
+        """The change data feed as a Spark DataFrame (``_change_type``, ``_commit_version``,
+        ``_commit_timestamp`` as in Delta's own Spark source)."""
+        self.table(name)
+        reader = (
+            spark.read.format("delta")
+            .option("readChangeFeed", "true")
+            .option("startingVersion", starting_version)
+        )
+        if ending_version is not None:
+            reader = reader.option("endingVersion", ending_version)
+        return reader.load(self.uri(name))
+
+    # --- writes ---------------------------------------------------------------------------------
+    def committed(self, name: str, txn: Txn | None) -> bool:
+        """True when ``txn``'s batch (or a later one) of that application is already in the table."""
+        if txn is None:
+            return False
+        app_id, batch_id = txn
+        last = self.table(name).transaction_version(app_id)
+        return last is not None and last >= batch_id
+
+    def append(self, name: str, data: Any, *, txn: Txn | None = None) -> int | None:
+        """Append rows; returns the new version, or None when ``txn`` was already committed."""
+        return self._write(name, data, "append", txn)
+
+    def overwrite(self, name: str, data: Any, *, txn: Txn | None = None) -> int | None:
+        """Replace all rows in one commit; returns the new version (None when skipped)."""
+        return self._write(name, data, "overwrite", txn)
+
+    def _write(self, name: str, data: Any, mode: str, txn: Txn | None) -> int | None:
+        dt = self.table(name)
+        table = conform(to_arrow_table(data), table_arrow_schema(dt), f"{mode} into {name}")
+
+        def attempt() -> None:
+            write_deltalake(
+                self.uri(name),
+                table,
+                mode=mode,  # type: ignore[arg-type]
+                commit_properties=_commit_properties(txn),
+            )
+
+        return self._commit_with_retries(name, txn, attempt)
+
+    def merge(
+        self,
+        name: str,
+        data: Any,
+        keys: Sequence[str],
+        *,
+        delete_column: str | None = None,
+        txn: Txn | None = None,
+    ) -> int | None:
+        """Upsert rows by primary key ``keys``; with ``delete_column`` (boolean), rows flagged true
+        delete the matching target row instead. One atomic commit; returns the new version, or None
+        when there was nothing to do or ``txn`` was already committed."""
+        dt = self.table(name)
+        schema = table_arrow_schema(dt)
+        source = to_arrow_table(data)
+        if delete_column is not None:
+            flags = source.column(delete_column).cast(pa.bool_()).fill_null(False)
+            source = conform(source.drop_columns([delete_column]), schema, f"merge into {name}")
+            source = source.append_column("__delete", flags)
+        else:
+            source = conform(source, schema, f"merge into {name}")
+        if source.num_rows == 0:
+            return None
+        _check_unique(source, keys, name)
+        predicate = " AND ".join(f"t.`{k}` = s.`{k}`" for k in keys)
+        columns = {f"`{c}`": f"s.`{c}`" for c in schema.names}
+
+        def attempt() -> None:
+            merger = self.table(name).merge(
+                source,
+                predicate,
+                source_alias="s",
+                target_alias="t",
+                commit_properties=_commit_properties(txn),
+            )
+            if delete_column is not None:
+                merger = merger.when_matched_delete(predicate="s.`__delete` = true")
+                merger = merger.when_matched_update(columns, predicate="s.`__delete` = false")
+                merger = merger.when_not_matched_insert(columns, predicate="s.`__delete` = false")
+            else:
+                merger = merger.when_matched_update(columns).when_not_matched_insert(columns)
+            merger.execute()
+
+        return self._commit_with_retries(name, txn, attempt)
+
+    def _commit_with_retries(self, name: str, txn: Txn | None, attempt) -> int | None:
+        for n in range(CONFLICT_RETRIES + 1):
+            if self.committed(name, txn):
+                return None
+            try:
+                attempt()
+                return self.version(name)
+            except CommitFailedError:
+                if n == CONFLICT_RETRIES:
+                    raise
+                time.sleep(min(0.05 * 2**n, 2.0))
+        return None
+
+
+def _commit_properties(txn: Txn | None) -> CommitProperties:
+    if txn is None:
+        return CommitProperties(max_commit_retries=CONFLICT_RETRIES)
+    app_id, batch_id = txn
+    return CommitProperties(
+        max_commit_retries=CONFLICT_RETRIES,
+        app_transactions=[Transaction(app_id, batch_id, int(time.time() * 1000))],
+    )
+
+
+def _check_unique(source: pa.Table, keys: Sequence[str], name: str) -> None:
+    counts = source.group_by(list(keys)).aggregate([([], "count_all")])
+    if counts.num_rows != source.num_rows:
+        raise ValueError(f"merge into {name}: the source has several rows for one key {list(keys)}")

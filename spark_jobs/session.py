@@ -1,0 +1,71 @@
+"""The Spark session seam: the only place a SparkSession is built.
+
+``local[2]`` by default; ``LAKE_SPARK_MASTER`` (or the ``master`` argument) for a real cluster, e.g.
+``spark://host:7077``. Few shuffle partitions (``LAKE_SHUFFLE_PARTITIONS``, default 4), UTC session
+time zone, quiet logs, UI off unless ``LAKE_SPARK_UI=1``, and the ``delta`` data source registered.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+DEFAULT_MASTER = "local[2]"
+
+
+def _log4j_config() -> str:
+    return str(Path(__file__).with_name("log4j2.properties"))
+
+
+def spark_conf(master: str | None = None, app_name: str = "lake") -> dict[str, str]:
+    """The settings :func:`get_spark` uses (exposed for spark-submit and tests)."""
+    ui = os.environ.get("LAKE_SPARK_UI", "0") == "1"
+    log4j = f"-Dlog4j.configurationFile=file:{_log4j_config()}"
+    jit = os.environ.get("LAKE_JVM_OPTS", "-XX:+UseParallelGC -XX:TieredStopAtLevel=1")
+    return {
+        "spark.master": master or os.environ.get("LAKE_SPARK_MASTER") or DEFAULT_MASTER,
+        "spark.app.name": app_name,
+        "spark.sql.shuffle.partitions": os.environ.get("LAKE_SHUFFLE_PARTITIONS", "4"),
+        "spark.default.parallelism": os.environ.get("LAKE_SHUFFLE_PARTITIONS", "4"),
+        "spark.sql.session.timeZone": "UTC",
+        "spark.ui.enabled": "true" if ui else "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.driver.extraJavaOptions": f"{log4j} {jit}",
+        "spark.executor.extraJavaOptions": log4j,
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        "spark.sql.streaming.stopGracefullyOnShutdown": "true",
+        "spark.driver.memory": os.environ.get("LAKE_DRIVER_MEMORY", "4g"),
+        "spark.pyspark.python": sys.executable,
+        "spark.executorEnv.PYSPARK_PYTHON": sys.executable,
+    }
+
+
+def get_spark(master: str | None = None, app_name: str = "lake"):
+    """Return the process's SparkSession, building it on first use.
+
+    The master is fixed when the session is built; asking again with another master is an error
+    rather than a silent no-op.
+    """
+    # Workers must run this interpreter, or delta-rs is missing inside them.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    from spark_jobs.lake.source import register
+
+    conf = spark_conf(master, app_name)
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        current = active.sparkContext.master
+        if master and current != master:
+            raise RuntimeError(f"a Spark session with master {current} already exists")
+        register(active)
+        return active
+    builder = SparkSession.builder
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    register(spark)
+    return spark

@@ -36,9 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     # given before it, hence SUPPRESS as the sub-commands' default.
     common = _Parser(add_help=False)
     _global_options(common, argparse.SUPPRESS)
-    parser = _Parser(
-        prog="lake", description="Kafka-style topics and keyed joins kept in a Delta lakehouse."
-    )
+    parser = _Parser(prog="lake", description="Kafka-style topics and keyed joins kept in a Delta lakehouse.")
     _global_options(parser, None)
     parser.add_argument("--version", action="version", version=f"lake {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
@@ -64,15 +62,11 @@ def build_parser() -> argparse.ArgumentParser:
         description="Records in partition, offset order.",
     )
     c.add_argument("topic")
-    c.add_argument(
-        "-f", dest="fmt", default="%s\\n", help="format: %%k %%s %%K %%S %%p %%o %%T %%t %%h"
-    )
+    c.add_argument("-f", dest="fmt", default="%s\\n", help="format: %%k %%s %%K %%S %%p %%o %%T %%t %%h")
     c.add_argument("-o", dest="start", default="beginning", help="beginning | end | N | -N")
     c.add_argument("-c", dest="count", type=int, help="stop after COUNT records")
     c.add_argument("-p", dest="partition", type=int, help="only this partition")
-    c.add_argument(
-        "-Z", dest="null_text", action="store_true", help="print null keys/values as NULL"
-    )
+    c.add_argument("-Z", dest="null_text", action="store_true", help="print null keys/values as NULL")
     c.set_defaults(run=cmd_consume)
 
     t = sub.add_parser("topics", parents=[common], help="list the pipeline's topics")
@@ -119,9 +113,7 @@ class Progress:
         now = time.monotonic()
         if self.enabled and now - self.last >= 1.0:
             rate = self.count / max(now - self.started, 1e-9)
-            print(
-                f"\r{self.label}: {self.count:,} records ({rate:,.0f}/s)", end="", file=sys.stderr
-            )
+            print(f"\r{self.label}: {self.count:,} records ({rate:,.0f}/s)", end="", file=sys.stderr)
             self.last = now
 
     def done(self) -> None:
@@ -208,9 +200,7 @@ def cmd_demo(args) -> int:
         if result is None:
             print(f"{topic}: already has records, left as it is")
         else:
-            print(
-                f"{topic}: produced {result.records} records with murmur2 -> version {result.version}"
-            )
+            print(f"{topic}: produced {result.records} records with murmur2 -> version {result.version}")
     for topic in (demo.CONSENTS_TOPIC, demo.ACCOUNTS_TOPIC):
         print(f"\n== {topic} (key, partition, offset: value)")
         sys.stdout.flush()

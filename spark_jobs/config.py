@@ -135,9 +135,7 @@ def load_config(path: str | os.PathLike[str] | None = None) -> PipelineConfig:
             raise doc.error((key,), f"unknown top-level key (allowed: {', '.join(TOP_LEVEL_KEYS)})")
     name = data.get("pipeline", cfg_path.stem)
     if not isinstance(name, str) or not NAME_RE.match(name):
-        raise doc.error(
-            ("pipeline",), f"must be a name of letters, digits, '_', '-' or '.', got {name!r}"
-        )
+        raise doc.error(("pipeline",), f"must be a name of letters, digits, '_', '-' or '.', got {name!r}")
     description = data.get("description", "")
     if not isinstance(description, str):
         raise doc.error(("description",), "must be a string")
@@ -171,14 +169,10 @@ def _topic(doc: _Located, name: str, spec: Any) -> TopicSpec:
         raise doc.error((*path, "partitions"), f"must be a positive integer, got {partitions!r}")
     key_format = spec.get("key", "string")
     if key_format not in KEY_FORMATS:
-        raise doc.error(
-            (*path, "key"), f"must be one of {', '.join(KEY_FORMATS)}, got {key_format!r}"
-        )
+        raise doc.error((*path, "key"), f"must be one of {', '.join(KEY_FORMATS)}, got {key_format!r}")
     value_format = spec.get("value", "json")
     if value_format not in VALUE_FORMATS:
-        raise doc.error(
-            (*path, "value"), f"must be one of {', '.join(VALUE_FORMATS)}, got {value_format!r}"
-        )
+        raise doc.error((*path, "value"), f"must be one of {', '.join(VALUE_FORMATS)}, got {value_format!r}")
     partitioner = spec.get("partitioner", "murmur2")
     if partitioner not in PARTITIONERS:
         raise doc.error(

@@ -44,9 +44,7 @@ def account_value(n: int) -> dict:
 
 def _records(items: list[tuple[str, dict]]) -> tuple[pa.Array, pa.Array]:
     keys = pa.array([k.encode() for k, _ in items], pa.binary())
-    values = pa.array(
-        [json.dumps(v, separators=(",", ":")).encode() for _, v in items], pa.binary()
-    )
+    values = pa.array([json.dumps(v, separators=(",", ":")).encode() for _, v in items], pa.binary())
     return keys, values
 
 
@@ -64,9 +62,7 @@ def write_demo_topics(lake: Lake, config: PipelineConfig) -> list[tuple[str, Pro
         if next_offsets(lake, spec).sum() > 0:
             results.append((topic, None))
             continue
-        result = produce_records(
-            lake, spec, [_records(items)], "murmur2", timestamp_ms=DEMO_TIMESTAMP_MS
-        )
+        result = produce_records(lake, spec, [_records(items)], "murmur2", timestamp_ms=DEMO_TIMESTAMP_MS)
         results.append((topic, result))
     return results
 

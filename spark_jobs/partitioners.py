@@ -119,11 +119,7 @@ def _binary_buffers(arr: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     offsets = np.frombuffer(bufs[1], dtype=off_type, count=n + 1 + arr.offset)[arr.offset :]
     offsets = offsets.astype(np.int64, copy=False)
     data = np.frombuffer(bufs[2], dtype=np.uint8) if bufs[2] is not None else np.zeros(0, np.uint8)
-    valid = (
-        np.ones(n, dtype=bool)
-        if arr.null_count == 0
-        else pc.is_valid(arr).to_numpy(zero_copy_only=False)
-    )
+    valid = np.ones(n, dtype=bool) if arr.null_count == 0 else pc.is_valid(arr).to_numpy(zero_copy_only=False)
     return offsets, data, valid
 
 
@@ -195,9 +191,7 @@ def partitions(
     check_partitioner(partitioner)
     offsets, _, valid = _binary_buffers(keys)
     if partitioner == MURMUR2:
-        part = (murmur2_array(keys).view(np.uint32) & np.uint32(0x7FFFFFFF)) % np.uint32(
-            num_partitions
-        )
+        part = (murmur2_array(keys).view(np.uint32) & np.uint32(0x7FFFFFFF)) % np.uint32(num_partitions)
         unhashable = ~valid
     else:
         part = crc32_array(keys) % np.uint32(num_partitions)

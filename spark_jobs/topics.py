@@ -28,7 +28,6 @@ from typing import BinaryIO
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import write_deltalake
 
 from spark_jobs import partitioners
 from spark_jobs.config import TopicSpec
@@ -150,9 +149,7 @@ def parse_lines(
         values = pc.list_element(parts, 1)
     if null_empty:
         keys = pc.if_else(pc.equal(pc.binary_length(keys), 0), pa.scalar(None, pa.binary()), keys)
-        values = pc.if_else(
-            pc.equal(pc.binary_length(values), 0), pa.scalar(None, pa.binary()), values
-        )
+        values = pc.if_else(pc.equal(pc.binary_length(values), 0), pa.scalar(None, pa.binary()), values)
     return ParsedLines(keys, values)
 
 
@@ -191,18 +188,18 @@ def check_formats(spec: TopicSpec, parsed: ParsedLines, source: str, first_line:
                 ) from None
 
 
-def assign_offsets(part: np.ndarray, next_offset: np.ndarray) -> np.ndarray:
-    """Offsets for records in input order, continuing each partition's sequence; updates
-    ``next_offset`` in place."""
-    n = len(part)
-    counts = np.bincount(part, minlength=len(next_offset)).astype(np.int64)
-    order = np.argsort(part, kind="stable")
-    starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
-    rank = np.arange(n, dtype=np.int64) - np.repeat(starts, counts)
-    offsets = np.empty(n, dtype=np.int64)
-    offsets[order] = rank + np.repeat(next_offset, counts)
-    next_offset += counts
-    return offsets
+def assign_offsets(part: np.ndarray, next_offset: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Offsets for records in input order, continuing each partition's sequence (``next_offset`` is
+    updated in place); also returns each partition's row mask, for splitting the batch."""
+    offsets = np.empty(len(part), dtype=np.int64)
+    masks = []
+    for p in range(len(next_offset)):
+        mask = part == p
+        count = int(np.count_nonzero(mask))
+        offsets[mask] = np.arange(next_offset[p], next_offset[p] + count, dtype=np.int64)
+        next_offset[p] += count
+        masks.append(mask)
+    return offsets, masks
 
 
 def record_batch(
@@ -265,38 +262,30 @@ def produce_records(
     ensure_topic(lake, spec)
     counts = np.zeros(spec.partitions, dtype=np.int64)
     totals = {"records": 0, "tombstones": 0}
-    failure: list[BaseException] = []
 
     with topic_lock(lake, spec.name):
         nxt = next_offsets(lake, spec)
         round_robin = [0]
 
-        def generate() -> Iterator[pa.RecordBatch]:
-            try:
-                for keys, values in batches:
-                    part = partitioners.partitions(
-                        keys, spec.partitions, partitioner, round_robin_start=round_robin[0]
-                    )
-                    round_robin[0] += int(keys.null_count)
-                    offsets = assign_offsets(part, nxt)
-                    counts[:] += np.bincount(part, minlength=spec.partitions)
-                    totals["records"] += len(keys)
-                    totals["tombstones"] += values.null_count
-                    if progress:
-                        progress(len(keys))
-                    yield record_batch(spec, keys, values, part, offsets, ts)
-            except BaseException as exc:  # keep the real error; delta-rs only sees a failed stream
-                failure.append(exc)
-                raise
+        def files() -> Iterator[tuple[dict[str, int], pa.Table]]:
+            """One data file per partition per input chunk, rows in offset order."""
+            for keys, values in batches:
+                part = partitioners.partitions(
+                    keys, spec.partitions, partitioner, round_robin_start=round_robin[0]
+                )
+                round_robin[0] += int(keys.null_count)
+                offsets, masks = assign_offsets(part, nxt)
+                counts[:] += np.bincount(part, minlength=spec.partitions)
+                totals["records"] += len(keys)
+                totals["tombstones"] += values.null_count
+                if progress:
+                    progress(len(keys))
+                table = pa.Table.from_batches([record_batch(spec, keys, values, part, offsets, ts)])
+                for p, mask in enumerate(masks):
+                    if mask.any():
+                        yield {"partition": p}, table.filter(mask)
 
-        reader = pa.RecordBatchReader.from_batches(TOPIC_SCHEMA, generate())
-        try:
-            write_deltalake(lake.uri(spec.name), reader, mode="append")
-        except BaseException:
-            if failure:
-                raise failure[0] from None
-            raise
-        version = lake.version(spec.name) if totals["records"] else None
+        version = lake.append_files(spec.name, files(), stats_columns=["offset"])
     return ProduceResult(
         spec.name,
         totals["records"],
@@ -359,9 +348,7 @@ def parse_format(fmt: str) -> list[str | tuple[str]]:
                     buf = []
                 out.append((token,))
             else:
-                raise UserError(
-                    f"unknown format token %{token} in {fmt!r} (use %k %s %K %S %p %o %T %t %h)"
-                )
+                raise UserError(f"unknown format token %{token} in {fmt!r} (use %k %s %K %S %p %o %T %t %h)")
             i += 2
         else:
             buf.append(ch)
@@ -427,9 +414,7 @@ def consume(
     pieces = parse_format(fmt)
     ensure_topic(lake, spec)
     if partition is not None and not 0 <= partition < spec.partitions:
-        raise UserError(
-            f"topic '{spec.name}' has partitions 0..{spec.partitions - 1}, not {partition}"
-        )
+        raise UserError(f"topic '{spec.name}' has partitions 0..{spec.partitions - 1}, not {partition}")
     nxt = next_offsets(lake, spec)
     written = 0
     wanted = [partition] if partition is not None else range(spec.partitions)
@@ -458,9 +443,7 @@ def _start_offset(start: str, end: int) -> int:
     try:
         value = int(start)
     except ValueError:
-        raise UserError(
-            f"bad start offset {start!r} (use beginning, end, N, or -N for the last N)"
-        ) from None
+        raise UserError(f"bad start offset {start!r} (use beginning, end, N, or -N for the last N)") from None
     return max(end + value, 0) if value < 0 else value
 
 

@@ -17,14 +17,18 @@ import json
 import os
 import shutil
 import time
-from collections.abc import Iterator, Sequence
+import uuid
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
+from deltalake.transaction import AddAction
 
 from spark_jobs.errors import UserError
 
@@ -72,6 +76,18 @@ def conform(table: pa.Table, schema: pa.Schema, where: str) -> pa.Table:
             f"unexpected: {extra or 'none'})"
         )
     return table.select(schema.names).cast(schema)
+
+
+def without_views(table: pa.Table) -> pa.Table:
+    """delta-rs returns string/binary *view* columns, which some Arrow kernels (take, sort) lack."""
+    fields = []
+    for f in table.schema:
+        if pa.types.is_string_view(f.type):
+            f = f.with_type(pa.large_string())
+        elif pa.types.is_binary_view(f.type):
+            f = f.with_type(pa.large_binary())
+        fields.append(f)
+    return table.cast(pa.schema(fields))
 
 
 @dataclass(frozen=True)
@@ -142,9 +158,7 @@ class Lake:
             return DeltaTable(self.uri(name), version=version)
         except TableNotFoundError:
             known = ", ".join(self.tables()) or "none yet"
-            raise UserError(
-                f"unknown table '{name}' in lake {self.root} (tables: {known})"
-            ) from None
+            raise UserError(f"unknown table '{name}' in lake {self.root} (tables: {known})") from None
         except Exception as exc:  # delta-rs raises a generic error for a missing version
             if version is not None and "version" in str(exc).lower():
                 raise UserError(f"table '{name}' has no version {version}: {exc}") from None
@@ -212,7 +226,7 @@ class Lake:
         """The change data feed of versions [starting, ending] in commit order."""
         dt = self.table(name)
         reader = dt.load_cdf(starting_version=starting_version, ending_version=ending_version)
-        table = pa.RecordBatchReader.from_stream(reader).read_all()
+        table = without_views(pa.RecordBatchReader.from_stream(reader).read_all())
         return table.sort_by([("_commit_version", "ascending")])
 
     def add_actions(self, name: str, version: int | None = None) -> pa.Table:
@@ -282,6 +296,65 @@ class Lake:
 
         return self._commit_with_retries(name, txn, attempt)
 
+    def append_files(
+        self,
+        name: str,
+        parts: Iterable[tuple[dict[str, Any], pa.Table]],
+        *,
+        stats_columns: Sequence[str] = (),
+        txn: Txn | None = None,
+    ) -> int | None:
+        """Append many rows fast: every ``(partition values, rows)`` item becomes one Parquet data file
+        written by pyarrow, and all files are committed together as one Delta append (the protocol's
+        write path: data files first, then one commit that adds them). Integer ``stats_columns`` get
+        min/max statistics. If anything fails, the files written so far are removed and nothing is
+        committed. Returns the new version, or None when there were no rows or ``txn`` was done."""
+        dt = self.table(name)
+        schema = table_arrow_schema(dt)
+        part_cols = list(dt.metadata().partition_columns)
+        data_schema = pa.schema([f for f in schema if f.name not in part_cols])
+        written: list[Path] = []
+        actions: list[AddAction] = []
+        try:
+            for values, rows in parts:
+                if rows.num_rows == 0:
+                    continue
+                prefix = "".join(f"{c}={values[c]}/" for c in part_cols)
+                rel = f"{prefix}part-{uuid.uuid4()}.snappy.parquet"
+                full = self.path(name) / rel
+                full.parent.mkdir(parents=True, exist_ok=True)
+                data = rows.select(data_schema.names).cast(data_schema)
+                pq.write_table(data, full, compression="snappy")
+                written.append(full)
+                actions.append(
+                    AddAction(
+                        rel,
+                        full.stat().st_size,
+                        {c: str(values[c]) for c in part_cols},
+                        int(time.time() * 1000),
+                        True,
+                        json.dumps(_file_stats(data, stats_columns)),
+                    )
+                )
+            if not actions or self.committed(name, txn):
+                raise _NothingToCommit
+            dt.create_write_transaction(
+                actions,
+                "append",
+                schema,
+                partition_by=part_cols or None,
+                commit_properties=_commit_properties(txn),
+            )
+        except _NothingToCommit:
+            for f in written:
+                f.unlink(missing_ok=True)
+            return None
+        except BaseException:
+            for f in written:
+                f.unlink(missing_ok=True)
+            raise
+        return self.version(name)
+
     def merge(
         self,
         name: str,
@@ -349,6 +422,21 @@ def _commit_properties(txn: Txn | None) -> CommitProperties:
         max_commit_retries=CONFLICT_RETRIES,
         app_transactions=[Transaction(app_id, batch_id, int(time.time() * 1000))],
     )
+
+
+class _NothingToCommit(Exception):
+    pass
+
+
+def _file_stats(data: pa.Table, columns: Sequence[str]) -> dict[str, Any]:
+    """Delta file statistics (numRecords; min/max/nullCount of the given integer columns)."""
+    stats: dict[str, Any] = {"numRecords": data.num_rows, "minValues": {}, "maxValues": {}, "nullCount": {}}
+    for col in columns:
+        mm = pc.min_max(data.column(col))
+        stats["minValues"][col] = mm["min"].as_py()
+        stats["maxValues"][col] = mm["max"].as_py()
+        stats["nullCount"][col] = data.column(col).null_count
+    return stats
 
 
 def _check_unique(source: pa.Table, keys: Sequence[str], name: str) -> None:

@@ -48,7 +48,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
 
-from spark_jobs.lake import read_commit
+from spark_jobs.lake import read_commit, without_views
 
 CDF_COLUMNS = [
     StructField("_change_type", StringType()),
@@ -106,34 +106,16 @@ def _read_split(split: _FileSplit | _CommitSplit, schema: StructType, change_fee
         if change_feed:
             ts = datetime.fromtimestamp((split.commit_ms or 0) / 1000, tz=UTC)
             table = table.append_column("_change_type", pa.array(["insert"] * n, pa.string()))
-            table = table.append_column(
-                "_commit_version", pa.array([split.version] * n, pa.int64())
-            )
-            table = table.append_column(
-                "_commit_timestamp", pa.array([ts] * n, pa.timestamp("us", tz="UTC"))
-            )
+            table = table.append_column("_commit_version", pa.array([split.version] * n, pa.int64()))
+            table = table.append_column("_commit_timestamp", pa.array([ts] * n, pa.timestamp("us", tz="UTC")))
     else:
-        reader = DeltaTable(split.table).load_cdf(
-            starting_version=split.first, ending_version=split.last
-        )
-        table = _without_views(pa.RecordBatchReader.from_stream(reader).read_all())
+        reader = DeltaTable(split.table).load_cdf(starting_version=split.first, ending_version=split.last)
+        table = without_views(pa.RecordBatchReader.from_stream(reader).read_all())
         if not change_feed:
             table = table.filter(pc.equal(table["_change_type"], "insert"))
         table = table.sort_by([("_commit_version", "ascending")])
     table = table.select(arrow_schema.names).cast(arrow_schema)
     yield from table.to_batches()
-
-
-def _without_views(table: pa.Table) -> pa.Table:
-    """delta-rs returns string/binary *view* columns, which some Arrow kernels (take) lack."""
-    fields = []
-    for f in table.schema:
-        if pa.types.is_string_view(f.type):
-            f = f.with_type(pa.large_string())
-        elif pa.types.is_binary_view(f.type):
-            f = f.with_type(pa.large_binary())
-        fields.append(f)
-    return table.cast(pa.schema(fields))
 
 
 def _snapshot_splits(path: str, version: int, change_feed: bool) -> list[_Part]:
@@ -142,9 +124,7 @@ def _snapshot_splits(path: str, version: int, change_feed: bool) -> list[_Part]:
     commit_ms = read_commit(path, version).timestamp_ms if change_feed else None
     parts = []
     for action in actions:
-        values = {
-            k[len("partition.") :]: v for k, v in action.items() if k.startswith("partition.")
-        }
+        values = {k[len("partition.") :]: v for k, v in action.items() if k.startswith("partition.")}
         parts.append(_Part(_FileSplit(path, action["path"], values, version, commit_ms)))
     return parts
 
@@ -272,9 +252,7 @@ class DeltaDataSource(DataSource):
         version = None
         if self.options.get("versionAsOf") is not None:
             version = int(self.options["versionAsOf"])
-        return _spark_schema(
-            DeltaTable(path, version=version), _truthy(self.options.get("readChangeFeed"))
-        )
+        return _spark_schema(DeltaTable(path, version=version), _truthy(self.options.get("readChangeFeed")))
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return _BatchReader(self._path(), self.options, schema)

@@ -1,0 +1,112 @@
+"""The ``lake`` command as a user runs it: demo placement, config errors, one-line failures."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zlib
+
+import pytest
+
+from spark_jobs.cli import main
+from spark_jobs.demo import demo_dump_path
+
+# Java-client (murmur2) placement of the demo keys over 4 partitions. Independent of this repo's code
+# only through the partitioner vectors in test_partitioners.py, which pin murmur2 to Kafka's.
+JAVA_PLACEMENT = {
+    "user_1": 3, "user_2": 2, "user_3": 2, "user_4": 2, "user_5": 1,
+    "user_6": 1, "user_7": 2, "user_8": 0, "user_9": 2, "user_10": 1,
+}  # fmt: skip
+
+
+def lake_cli(root, *args, stdin: bytes | None = None):
+    """Run ``lake`` in a subprocess (as a user would); returns (exit code, stdout, stderr)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "spark_jobs.cli", "--root", str(root), *args],
+        input=stdin,
+        capture_output=True,
+    )
+    return proc.returncode, proc.stdout.decode(), proc.stderr.decode()
+
+
+def test_demo_writes_once_and_consume_shows_java_placement(tmp_path):
+    root = tmp_path / "lake"
+    code, out, _ = lake_cli(root, "demo")
+    assert code == 0
+    assert "customer_consents: produced 10 records with murmur2" in out
+    assert "customer_accounts: produced 8 records with murmur2" in out
+    code, out, _ = lake_cli(root, "demo")  # a second run leaves the topics alone
+    assert "customer_consents: already has records, left as it is" in out
+    code, out, err = lake_cli(root, "consume", "customer_consents", "-f", "%k,%p\\n")
+    assert code == 0, err
+    assert dict(line.split(",") for line in out.splitlines()) == {
+        k: str(p) for k, p in JAVA_PLACEMENT.items()
+    }
+    code, out, _ = lake_cli(root, "consume", "customer_accounts", "-f", "%k\\n")
+    assert sorted(out.split()) == sorted(f"user_{i}" for i in range(1, 9))
+
+
+def test_same_keys_with_consistent_random_show_kcat_placement(tmp_path):
+    keys = "".join(f"user_{i};x\n" for i in range(1, 11)).encode()
+    cfg = tmp_path / "p.yaml"
+    cfg.write_text("topics:\n  kcat_copy:\n    partitions: 4\n    value: string\n")
+    code, _, err = lake_cli(
+        tmp_path / "lake", "--config", str(cfg), "produce", "kcat_copy", "-K", ";",
+        "--partitioner", "consistent_random", stdin=keys,
+    )  # fmt: skip
+    assert code == 0, err
+    assert "produced 10 records (0 tombstones) to kcat_copy with consistent_random" in err
+    _, out, _ = lake_cli(tmp_path / "lake", "--config", str(cfg), "consume", "kcat_copy", "-f", "%k,%p\\n")
+    got = dict(line.split(",") for line in out.splitlines())
+    assert got == {f"user_{i}": str(zlib.crc32(f"user_{i}".encode()) % 4) for i in range(1, 11)}
+    assert got != {k: str(p) for k, p in JAVA_PLACEMENT.items()}
+
+
+def test_demo_dump_holds_all_ten_accounts():
+    lines = demo_dump_path().read_text().splitlines()
+    assert lines == [f'user_{i};"user{i}@example.com"' for i in range(1, 11)]
+
+
+@pytest.mark.parametrize(
+    "config_text,message",
+    [
+        ("topics:\n  t1:\n    partitions: four\n", "p.yaml:3: topics.t1.partitions: must be a positive integer"),
+        ("topics:\n  t1: [\n", "p.yaml:3: not valid YAML"),
+        ("topcs:\n  t1: {}\n", "p.yaml:1: topcs: unknown top-level key"),
+        ("topics:\n  t1:\n    partitions: 2\n    key: utf16\n", "p.yaml:4: topics.t1.key: must be one of string, bytes"),
+        ("topics:\n  t1:\n    value: json\n", "p.yaml:2: topics.t1.partitions: is required"),
+        ("topics: {}\n", "p.yaml:1: topics: must be a non-empty mapping"),
+    ],
+)  # fmt: skip
+def test_malformed_config_is_one_line_naming_file_line_and_key(tmp_path, capsys, config_text, message):
+    cfg = tmp_path / "p.yaml"
+    cfg.write_text(config_text)
+    assert main(["--root", str(tmp_path / "lake"), "--config", str(cfg), "topics"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("lake: error: ") and message in err
+    assert not (tmp_path / "lake").exists()
+
+
+@pytest.mark.parametrize(
+    "args,stdin,message",
+    [
+        (["produce", "nope"], b"a\n", "unknown topic 'nope'"),
+        (["produce", "customer_accounts", "-K", ";"], b'user_1;{"a":1}\nbroken\n', "<stdin>:2: no key separator"),
+        (["produce", "customer_accounts", "-K", ";"], b'user_1;{"a":1}\n\xfe;{}\n', "<stdin>:2: key is not valid UTF-8"),
+        (["produce", "customer_accounts", "/no/such/file"], None, "/no/such/file: no such file"),
+        (["consume", "customer_accounts", "-f", "%x"], None, "unknown format token %x"),
+        (["consume", "customer_accounts", "-p", "9"], None, "has partitions 0..3, not 9"),
+        (["bogus"], None, "invalid choice: 'bogus'"),
+    ],
+)  # fmt: skip
+def test_user_errors_are_one_line_exit_2_and_write_nothing(tmp_path, args, stdin, message):
+    root = tmp_path / "lake"
+    lake_cli(root, "demo")
+    before = (root / "tables" / "customer_accounts" / "_delta_log").iterdir()
+    before = sorted(p.name for p in before)
+    code, out, err = lake_cli(root, *args, stdin=stdin)
+    assert code == 2
+    assert err.startswith("lake: error: ") and err.count("\n") == 1 and "Traceback" not in err
+    assert message in err
+    after = sorted(p.name for p in (root / "tables" / "customer_accounts" / "_delta_log").iterdir())
+    assert after == before

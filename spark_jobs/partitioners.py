@@ -103,83 +103,99 @@ def _make_crc_table() -> np.ndarray:
 _CRC_TABLE = _make_crc_table()
 
 
-def _binary_buffers(arr: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(offsets as int64 [n+1], data bytes as uint8, validity as bool [n]) of a binary-like array."""
+def _as_binary(arr: pa.Array) -> pa.Array:
+    """Any binary-like Arrow array as ``binary``/``large_binary`` (one chunk)."""
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks()
-    if pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type):
-        arr = arr.cast(pa.large_binary() if pa.types.is_large_string(arr.type) else pa.binary())
-    elif pa.types.is_binary_view(arr.type) or pa.types.is_string_view(arr.type):
-        arr = arr.cast(pa.large_binary())
-    if not (pa.types.is_binary(arr.type) or pa.types.is_large_binary(arr.type)):
-        raise TypeError(f"keys must be a binary or string array, got {arr.type}")
-    n = len(arr)
-    bufs = arr.buffers()
-    off_type = np.int64 if pa.types.is_large_binary(arr.type) else np.int32
-    offsets = np.frombuffer(bufs[1], dtype=off_type, count=n + 1 + arr.offset)[arr.offset :]
-    offsets = offsets.astype(np.int64, copy=False)
-    data = np.frombuffer(bufs[2], dtype=np.uint8) if bufs[2] is not None else np.zeros(0, np.uint8)
-    valid = np.ones(n, dtype=bool) if arr.null_count == 0 else pc.is_valid(arr).to_numpy(zero_copy_only=False)
-    return offsets, data, valid
+    t = arr.type
+    if pa.types.is_string(t):
+        return arr.cast(pa.binary())
+    if pa.types.is_large_string(t) or pa.types.is_binary_view(t) or pa.types.is_string_view(t):
+        return arr.cast(pa.large_binary())
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t):
+        return arr
+    raise TypeError(f"keys must be a binary or string array, got {t}")
 
 
-def _by_length(offsets: np.ndarray, data: np.ndarray, rows: np.ndarray):
-    """Yield (row indexes, bytes matrix [rows x L]) for each distinct key length L among ``rows``."""
-    lengths = offsets[1:] - offsets[:-1]
-    sub_len = lengths[rows]
-    for length in np.unique(sub_len):
-        idx = rows[sub_len == length]
-        if length == 0:
-            yield idx, np.zeros((len(idx), 0), dtype=np.uint8)
+def _lengths(arr: pa.Array) -> np.ndarray:
+    """Byte length of every key (nulls count as empty)."""
+    return pc.binary_length(arr).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+
+
+def _by_length(arr: pa.Array, lengths: np.ndarray):
+    """Yield (row indexes or None for all rows, bytes matrix [rows x L]) per distinct key length L.
+
+    The matrix comes from Arrow itself (take, then cast to fixed_size_binary(L)): one contiguous copy
+    of the key bytes, no index arithmetic in Python."""
+    present = np.flatnonzero(np.bincount(lengths))
+    for length in present:
+        if len(present) == 1:
+            idx, sub = None, arr
         else:
-            starts = offsets[:-1][idx]
-            yield idx, data[starts[:, None] + np.arange(length)[None, :]]
+            idx = np.flatnonzero(lengths == length)
+            sub = arr.take(pa.array(idx))
+        n = len(sub)
+        if length == 0:
+            yield idx, np.zeros((n, 0), dtype=np.uint8)
+            continue
+        fixed = sub.cast(pa.binary(int(length)))
+        flat = np.frombuffer(fixed.buffers()[1], dtype=np.uint8)
+        start = fixed.offset * int(length)
+        yield idx, flat[start : start + n * int(length)].reshape(n, int(length))
 
 
 def murmur2_array(keys: pa.Array) -> np.ndarray:
     """Vectorized :func:`murmur2` (int32 per key; nulls hash as empty keys)."""
-    offsets, data, _ = _binary_buffers(keys)
-    out = np.empty(len(offsets) - 1, dtype=np.uint32)
+    arr = _as_binary(keys)
+    lengths = _lengths(arr)
+    out = np.empty(len(arr), dtype=np.uint32)
     m = np.uint32(_M)
     with np.errstate(over="ignore"):
-        for idx, mat in _by_length(offsets, data, np.arange(len(out))):
+        for idx, mat in _by_length(arr, lengths):
             length = mat.shape[1]
-            h = np.full(len(idx), (_SEED ^ length) & _MASK32, dtype=np.uint32)
+            h = np.full(mat.shape[0], (_SEED ^ length) & _MASK32, dtype=np.uint32)
             nblocks = length // 4
-            w = mat.astype(np.uint32)
-            for b in range(nblocks):
-                j = 4 * b
-                k = w[:, j] | (w[:, j + 1] << 8) | (w[:, j + 2] << 16) | (w[:, j + 3] << 24)
-                k = k * m
-                k ^= k >> np.uint32(24)
-                k = k * m
-                h = h * m
-                h ^= k
+            if nblocks:
+                words = np.ascontiguousarray(mat[:, : 4 * nblocks]).view("<u4")
+                for b in range(nblocks):
+                    k = words[:, b] * m
+                    k ^= k >> np.uint32(24)
+                    k *= m
+                    h *= m
+                    h ^= k
             rem = length - 4 * nblocks
             base = 4 * nblocks
             if rem == 3:
-                h ^= w[:, base + 2] << 16
+                h ^= mat[:, base + 2].astype(np.uint32) << np.uint32(16)
             if rem >= 2:
-                h ^= w[:, base + 1] << 8
+                h ^= mat[:, base + 1].astype(np.uint32) << np.uint32(8)
             if rem >= 1:
-                h ^= w[:, base]
-                h = h * m
+                h ^= mat[:, base].astype(np.uint32)
+                h *= m
             h ^= h >> np.uint32(13)
-            h = h * m
+            h *= m
             h ^= h >> np.uint32(15)
-            out[idx] = h
+            if idx is None:
+                out[:] = h
+            else:
+                out[idx] = h
     return out.view(np.int32)
 
 
 def crc32_array(keys: pa.Array) -> np.ndarray:
     """Vectorized :func:`crc32` (uint32 per key; nulls hash as empty keys)."""
-    offsets, data, _ = _binary_buffers(keys)
-    out = np.empty(len(offsets) - 1, dtype=np.uint32)
-    for idx, mat in _by_length(offsets, data, np.arange(len(out))):
-        c = np.full(len(idx), 0xFFFFFFFF, dtype=np.uint32)
+    arr = _as_binary(keys)
+    lengths = _lengths(arr)
+    out = np.empty(len(arr), dtype=np.uint32)
+    for idx, mat in _by_length(arr, lengths):
+        c = np.full(mat.shape[0], 0xFFFFFFFF, dtype=np.uint32)
         for j in range(mat.shape[1]):
             c = _CRC_TABLE[(c ^ mat[:, j]) & 0xFF] ^ (c >> np.uint32(8))
-        out[idx] = c ^ np.uint32(0xFFFFFFFF)
+        c ^= np.uint32(0xFFFFFFFF)
+        if idx is None:
+            out[:] = c
+        else:
+            out[idx] = c
     return out
 
 
@@ -189,13 +205,18 @@ def partitions(
     """Partition (int32) of every key, vectorized. Unhashable keys (see module doc) go round-robin,
     numbered from ``round_robin_start`` so that successive chunks continue the rotation."""
     check_partitioner(partitioner)
-    offsets, _, valid = _binary_buffers(keys)
+    arr = _as_binary(keys)
+    valid = (
+        np.ones(len(arr), dtype=bool)
+        if arr.null_count == 0
+        else pc.is_valid(arr).to_numpy(zero_copy_only=False)
+    )
     if partitioner == MURMUR2:
-        part = (murmur2_array(keys).view(np.uint32) & np.uint32(0x7FFFFFFF)) % np.uint32(num_partitions)
+        part = (murmur2_array(arr).view(np.uint32) & np.uint32(0x7FFFFFFF)) % np.uint32(num_partitions)
         unhashable = ~valid
     else:
-        part = crc32_array(keys) % np.uint32(num_partitions)
-        unhashable = ~valid | ((offsets[1:] - offsets[:-1]) == 0)
+        part = crc32_array(arr) % np.uint32(num_partitions)
+        unhashable = ~valid | (_lengths(arr) == 0)
     part = part.astype(np.int32)
     if unhashable.any():
         count = int(unhashable.sum())

@@ -18,7 +18,8 @@ import os
 import shutil
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -193,10 +194,6 @@ class Lake:
                 return self.table(name)
             raise
 
-    def drop(self, name: str) -> None:
-        shutil.rmtree(self.path(name), ignore_errors=True)
-
-    # --- reads ----------------------------------------------------------------------------------
     def version(self, name: str) -> int:
         return self.table(name).version()
 
@@ -210,16 +207,6 @@ class Lake:
         dataset = self.table(name, version).to_pyarrow_dataset()
         return dataset.to_table(columns=columns, filter=filter)
 
-    def scan_batches(
-        self,
-        name: str,
-        version: int | None = None,
-        columns: list[str] | None = None,
-        filter: pads.Expression | None = None,
-    ) -> Iterator[pa.RecordBatch]:
-        dataset = self.table(name, version).to_pyarrow_dataset()
-        yield from dataset.to_batches(columns=columns, filter=filter)
-
     def changes_arrow(
         self, name: str, starting_version: int = 0, ending_version: int | None = None
     ) -> pa.Table:
@@ -231,9 +218,6 @@ class Lake:
 
     def add_actions(self, name: str, version: int | None = None) -> pa.Table:
         return pa.table(self.table(name, version).get_add_actions(flatten=True))
-
-    def history(self, name: str, limit: int | None = None) -> list[dict[str, Any]]:
-        return self.table(name).history(limit)
 
     def commit(self, name: str, version: int) -> CommitInfo:
         return read_commit(self.path(name), version)
@@ -299,45 +283,62 @@ class Lake:
     def append_files(
         self,
         name: str,
-        parts: Iterable[tuple[dict[str, Any], pa.Table]],
+        parts: Iterable[tuple[dict[str, Any], pa.Table | Callable[[], pa.Table]]],
         *,
         stats_columns: Sequence[str] = (),
+        dictionary_columns: Sequence[str] | None = None,
         txn: Txn | None = None,
+        threads: int = 2,
     ) -> int | None:
         """Append many rows fast: every ``(partition values, rows)`` item becomes one Parquet data file
         written by pyarrow, and all files are committed together as one Delta append (the protocol's
-        write path: data files first, then one commit that adds them). Integer ``stats_columns`` get
-        min/max statistics. If anything fails, the files written so far are removed and nothing is
-        committed. Returns the new version, or None when there were no rows or ``txn`` was done."""
+        write path: data files first, then one commit that adds them).
+
+        ``rows`` may be a callable producing the table, so that preparing it runs on the writer
+        threads too; ``threads`` files are written at once while the caller produces the next items.
+        Integer ``stats_columns`` get min/max statistics; ``dictionary_columns`` limits Parquet
+        dictionary encoding to low-cardinality columns (default: all columns, as pyarrow does). If
+        anything fails, the files written so far are removed and nothing is committed. Returns the new
+        version, or None when there were no rows or ``txn`` was already committed."""
         dt = self.table(name)
         schema = table_arrow_schema(dt)
         part_cols = list(dt.metadata().partition_columns)
         data_schema = pa.schema([f for f in schema if f.name not in part_cols])
+        use_dictionary: bool | list[str] = True if dictionary_columns is None else list(dictionary_columns)
         written: list[Path] = []
-        actions: list[AddAction] = []
+
+        def write(values: dict[str, Any], rows: pa.Table | Callable[[], pa.Table]) -> AddAction | None:
+            table = rows() if callable(rows) else rows
+            if table.num_rows == 0:
+                return None
+            prefix = "".join(f"{c}={values[c]}/" for c in part_cols)
+            rel = f"{prefix}part-{uuid.uuid4()}.snappy.parquet"
+            full = self.path(name) / rel
+            full.parent.mkdir(parents=True, exist_ok=True)
+            data = table.select(data_schema.names).cast(data_schema)
+            written.append(full)
+            pq.write_table(data, full, compression="snappy", use_dictionary=use_dictionary)
+            return AddAction(
+                rel,
+                full.stat().st_size,
+                {c: str(values[c]) for c in part_cols},
+                int(time.time() * 1000),
+                True,
+                json.dumps(_file_stats(data, stats_columns)),
+            )
+
         try:
-            for values, rows in parts:
-                if rows.num_rows == 0:
-                    continue
-                prefix = "".join(f"{c}={values[c]}/" for c in part_cols)
-                rel = f"{prefix}part-{uuid.uuid4()}.snappy.parquet"
-                full = self.path(name) / rel
-                full.parent.mkdir(parents=True, exist_ok=True)
-                data = rows.select(data_schema.names).cast(data_schema)
-                pq.write_table(data, full, compression="snappy")
-                written.append(full)
-                actions.append(
-                    AddAction(
-                        rel,
-                        full.stat().st_size,
-                        {c: str(values[c]) for c in part_cols},
-                        int(time.time() * 1000),
-                        True,
-                        json.dumps(_file_stats(data, stats_columns)),
-                    )
-                )
+            futures: list[Future] = []
+            with ThreadPoolExecutor(max(threads, 1), thread_name_prefix=f"write-{name}") as pool:
+                for values, rows in parts:
+                    futures.append(pool.submit(write, values, rows))
+                    pending = [f for f in futures if not f.done()]
+                    if len(pending) > 2 * threads:  # bound memory: wait for the oldest
+                        pending[0].result()
+            actions = [a for a in (f.result() for f in futures) if a is not None]
             if not actions or self.committed(name, txn):
-                raise _NothingToCommit
+                _remove(written)
+                return None
             dt.create_write_transaction(
                 actions,
                 "append",
@@ -345,13 +346,8 @@ class Lake:
                 partition_by=part_cols or None,
                 commit_properties=_commit_properties(txn),
             )
-        except _NothingToCommit:
-            for f in written:
-                f.unlink(missing_ok=True)
-            return None
         except BaseException:
-            for f in written:
-                f.unlink(missing_ok=True)
+            _remove(written)
             raise
         return self.version(name)
 
@@ -424,8 +420,9 @@ def _commit_properties(txn: Txn | None) -> CommitProperties:
     )
 
 
-class _NothingToCommit(Exception):
-    pass
+def _remove(files: list[Path]) -> None:
+    for f in files:
+        f.unlink(missing_ok=True)
 
 
 def _file_stats(data: pa.Table, columns: Sequence[str]) -> dict[str, Any]:

@@ -7,6 +7,7 @@ User mistakes (unknown topic, bad config, bad input line) print one line ``lake:
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -68,6 +69,20 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("-p", dest="partition", type=int, help="only this partition")
     c.add_argument("-Z", dest="null_text", action="store_true", help="print null keys/values as NULL")
     c.set_defaults(run=cmd_consume)
+
+    b = sub.add_parser(
+        "backfill",
+        parents=[common],
+        help="load a dump into a lookup's topic (only what changes something), then refresh the lookup",
+    )
+    b.add_argument("lookup")
+    b.add_argument("--from", dest="source", metavar="FILE", help="the dump (default: from config)")
+    b.add_argument("-K", dest="key_sep", metavar="SEP", help="key separator of 'lines' dumps")
+    b.add_argument("--partitioner", choices=["murmur2", "consistent_random"])
+    b.add_argument("--dry-run", action="store_true", help="print the summary, write nothing")
+    b.add_argument("--max-rejects", type=int, default=0, metavar="N", help="fail above N bad lines")
+    b.add_argument("--json", action="store_true", help="print the summary as JSON")
+    b.set_defaults(run=cmd_backfill)
 
     t = sub.add_parser("topics", parents=[common], help="list the pipeline's topics")
     t.set_defaults(run=cmd_topics)
@@ -175,6 +190,77 @@ def cmd_consume(args) -> int:
     return 0
 
 
+def cmd_backfill(args) -> int:
+    import json
+
+    from spark_jobs.backfill import run_backfill
+    from spark_jobs.session import get_spark
+
+    config, lake = _context(args)
+    config.lookup(args.lookup)  # fail fast, before Spark starts
+    if args.max_rejects < 0:
+        raise UserError("--max-rejects must not be negative")
+    if args.source and not os.path.isfile(args.source):
+        raise UserError(f"{args.source}: no such file")
+
+    def log(msg: str) -> None:
+        print(msg, file=sys.stderr)
+
+    log("starting Spark ...")
+    spark = get_spark(app_name=f"backfill-{args.lookup}")
+    with SparkProgress(spark):
+        summary = run_backfill(
+            spark,
+            lake,
+            config,
+            args.lookup,
+            source=args.source,
+            separator=args.key_sep,
+            partitioner=args.partitioner,
+            dry_run=args.dry_run,
+            max_rejects=args.max_rejects,
+            log=log,
+        )
+    print(json.dumps(summary.as_dict()) if args.json else summary.text())
+    return 0
+
+
+class SparkProgress:
+    """A one-line bar of Spark task progress on stderr while a job runs (terminals only)."""
+
+    def __init__(self, spark):
+        self.tracker = spark.sparkContext.statusTracker()
+        self.enabled = sys.stderr.isatty()
+        self._stop = None
+
+    def __enter__(self):
+        if not self.enabled:
+            return self
+        import threading
+
+        self._stop = threading.Event()
+
+        def poll() -> None:
+            while not self._stop.wait(0.5):
+                stages = [self.tracker.getStageInfo(s) for s in self.tracker.getActiveStageIds()]
+                stages = [s for s in stages if s is not None]
+                total = sum(s.numTasks for s in stages)
+                done = sum(s.numCompletedTasks for s in stages)
+                if total:
+                    width = 30
+                    filled = int(width * done / total)
+                    bar = "#" * filled + "-" * (width - filled)
+                    print(f"\r[{bar}] {done}/{total} tasks", end="", file=sys.stderr)
+
+        threading.Thread(target=poll, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc):
+        if self._stop is not None:
+            self._stop.set()
+            print("\r" + " " * 60 + "\r", end="", file=sys.stderr)
+
+
 def cmd_topics(args) -> int:
     from spark_jobs.topics import next_offsets
 
@@ -239,5 +325,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
 
 
+def entry() -> None:
+    """The ``lake`` console script: run, then leave without interpreter teardown.
+
+    Arrow's and delta-rs's native thread pools can abort the process ("terminate called without an
+    active exception") when Python tears down modules while one of their workers is still alive,
+    after all the work is done (apache/arrow#34314, delta-io/delta-rs#2184). So once the command has
+    finished, stop Spark if it was started, flush the streams and exit directly with the command's
+    exit code."""
+    code = main()
+    try:
+        from pyspark.sql import SparkSession
+
+        active = SparkSession.getActiveSession() if "pyspark.sql" in sys.modules else None
+        if active is not None:
+            active.stop()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

@@ -22,7 +22,8 @@ VALUE_FORMATS = ("json", "string")
 PARTITIONERS = ("murmur2", "consistent_random")
 TOP_LEVEL_KEYS = ("pipeline", "description", "topics", "lookups", "joins", "quality")
 # Sections that later parts of the product fill; accepted (as mappings) so files can be written ahead.
-RESERVED_SECTIONS = ("lookups", "joins", "quality")
+RESERVED_SECTIONS = ("joins",)
+DUMP_FORMATS = ("lines", "csv", "jsonl")
 NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,199}$")
 
 
@@ -38,12 +39,57 @@ class TopicSpec:
 
 
 @dataclass(frozen=True)
+class BackfillSpec:
+    """How a dump becomes records of a lookup's topic."""
+
+    source: Path | None  # default dump (``--from`` overrides)
+    format: str = "lines"  # lines: ``key SEP value`` | csv (with header) | jsonl
+    separator: str = ";"  # lines: the key separator (the first one splits)
+    key_field: str = "key"  # csv / jsonl: the field holding the key
+    value_field: str = "value"  # csv / jsonl: the field holding the value
+    value_format: str = "string"  # json: the dump's value is JSON text | string: plain text
+    value: dict[str, str] | None = None  # topic value = JSON object of field -> Spark SQL expression
+
+
+@dataclass(frozen=True)
+class LookupSpec:
+    """A compacted topic read as a table: the latest value per key, tombstones delete."""
+
+    name: str
+    topic: str
+    joined_with: tuple[str, ...]  # topics it is joined with (their partitioner is the default)
+    backfill: BackfillSpec
+
+
+@dataclass(frozen=True)
+class QualitySpec:
+    suites: dict[str, Path]  # suite name -> suite file (expectations/*.yaml)
+
+
+@dataclass(frozen=True)
 class PipelineConfig:
     source: str
     name: str
     description: str = ""
     topics: dict[str, TopicSpec] = field(default_factory=dict)
     sections: dict[str, Any] = field(default_factory=dict)
+    lookups: dict[str, LookupSpec] = field(default_factory=dict)
+    quality: QualitySpec = field(default_factory=lambda: QualitySpec({}))
+
+    def lookup(self, name: str) -> LookupSpec:
+        try:
+            return self.lookups[name]
+        except KeyError:
+            known = ", ".join(sorted(self.lookups)) or "none"
+            raise UserError(
+                f"unknown lookup '{name}': not declared in {self.source} (declared: {known})"
+            ) from None
+
+    def lookup_partitioner(self, lookup: LookupSpec) -> str:
+        """The partitioner a backfill uses by default: the one of the topics it is joined with."""
+        for topic in lookup.joined_with:
+            return self.topics[topic].partitioner
+        return self.topics[lookup.topic].partitioner
 
     def topic(self, name: str) -> TopicSpec:
         try:
@@ -149,7 +195,94 @@ def load_config(path: str | os.PathLike[str] | None = None) -> PipelineConfig:
             if not isinstance(data[section], dict):
                 raise doc.error((section,), "must be a mapping")
             sections[section] = data[section]
-    return PipelineConfig(source, name, description, topics, sections)
+    base = cfg_path.parent
+    lookups_raw = data.get("lookups") or {}
+    if not isinstance(lookups_raw, dict):
+        raise doc.error(("lookups",), "must be a mapping of lookup name to its settings")
+    lookups = {n: _lookup(doc, n, spec, topics, base) for n, spec in lookups_raw.items()}
+    quality = _quality(doc, data.get("quality") or {}, base)
+    return PipelineConfig(source, name, description, topics, sections, lookups, quality)
+
+
+def _mapping(doc: _Located, path: tuple[str, ...], value: Any, allowed: tuple[str, ...]) -> dict:
+    if not isinstance(value, dict):
+        raise doc.error(path, "must be a mapping")
+    for key in value:
+        if key not in allowed:
+            raise doc.error((*path, key), f"unknown setting (allowed: {', '.join(allowed)})")
+    return value
+
+
+def _choice(doc: _Located, path: tuple[str, ...], value: Any, choices: tuple[str, ...]) -> str:
+    if value not in choices:
+        raise doc.error(path, f"must be one of {', '.join(choices)}, got {value!r}")
+    return value
+
+
+def _text(doc: _Located, path: tuple[str, ...], value: Any) -> str:
+    if not isinstance(value, str) or not value:
+        raise doc.error(path, f"must be a non-empty string, got {value!r}")
+    return value
+
+
+def _lookup(doc: _Located, name: str, spec: Any, topics: dict[str, TopicSpec], base: Path) -> LookupSpec:
+    path = ("lookups", name)
+    if not NAME_RE.match(name):
+        raise doc.error(path, "lookup names use letters, digits, '_', '-' or '.'")
+    spec = _mapping(doc, path, spec, ("topic", "joined_with", "backfill"))
+    topic = spec.get("topic")
+    if topic not in topics:
+        raise doc.error((*path, "topic"), f"must name a declared topic, got {topic!r}")
+    joined = spec.get("joined_with", [])
+    if isinstance(joined, str):
+        joined = [joined]
+    if not isinstance(joined, list):
+        raise doc.error((*path, "joined_with"), "must be a list of topic names")
+    for i, other in enumerate(joined):
+        if other not in topics:
+            raise doc.error((*path, "joined_with", str(i)), f"must name a declared topic, got {other!r}")
+    bf_path = (*path, "backfill")
+    bf = _mapping(
+        doc,
+        bf_path,
+        spec.get("backfill", {}),
+        ("source", "format", "separator", "key_field", "value_field", "value_format", "value"),
+    )
+    source = bf.get("source")
+    if source is not None:
+        source = (base / _text(doc, (*bf_path, "source"), source)).resolve()
+    fmt = _choice(doc, (*bf_path, "format"), bf.get("format", "lines"), DUMP_FORMATS)
+    sep = _text(doc, (*bf_path, "separator"), bf.get("separator", ";"))
+    value_format = _choice(doc, (*bf_path, "value_format"), bf.get("value_format", "string"), VALUE_FORMATS)
+    value = bf.get("value")
+    if value is not None:
+        value = _mapping(doc, (*bf_path, "value"), value, tuple(value))
+        for field_name, expr in value.items():
+            _text(doc, (*bf_path, "value", field_name), expr)
+    backfill = BackfillSpec(
+        source,
+        fmt,
+        sep,
+        _text(doc, (*bf_path, "key_field"), bf.get("key_field", "key")),
+        _text(doc, (*bf_path, "value_field"), bf.get("value_field", "value")),
+        value_format,
+        value,
+    )
+    return LookupSpec(name, topic, tuple(joined), backfill)
+
+
+def _quality(doc: _Located, raw: Any, base: Path) -> QualitySpec:
+    raw = _mapping(doc, ("quality",), raw, ("suites",))
+    suites_raw = raw.get("suites", {})
+    if not isinstance(suites_raw, dict):
+        raise doc.error(("quality", "suites"), "must be a mapping of suite name to its file")
+    suites = {}
+    for name, file in suites_raw.items():
+        path = ("quality", "suites", name)
+        if not NAME_RE.match(name):
+            raise doc.error(path, "suite names use letters, digits, '_', '-' or '.'")
+        suites[name] = (base / _text(doc, path, file)).resolve()
+    return QualitySpec(suites)
 
 
 def _topic(doc: _Located, name: str, spec: Any) -> TopicSpec:

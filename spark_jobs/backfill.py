@@ -1,0 +1,260 @@
+"""Lookup tables and backfills.
+
+A lookup is a compacted topic read as a table: ``<lookup>`` holds the latest value per key, tombstones
+delete. It is refreshed incrementally from the topic's change feed; the last topic version applied is
+recorded in the lookup table itself (a Delta ``txn`` of application ``lookup:<name>``), so a refresh is
+exactly-once and a crash between writes is repaired by the next run.
+
+A backfill loads a dump into the lookup's topic, writing only records that change something (a new
+key, or a value different from the lookup's current one), with the partitioner of the topics the
+lookup is joined with unless told otherwise; bad lines go to the ``quarantine`` table.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.window import Window
+
+from spark_jobs import partitioners
+from spark_jobs.config import LookupSpec, PipelineConfig
+from spark_jobs.dumps import parse_dump, read_lines
+from spark_jobs.errors import UserError
+from spark_jobs.lake import Lake
+from spark_jobs.topics import ensure_topic, produce_records
+
+LOOKUP_SCHEMA = pa.schema(
+    [
+        ("key", pa.binary()),
+        ("value", pa.binary()),
+        ("partition", pa.int32()),
+        ("offset", pa.int64()),
+        ("timestamp", pa.timestamp("us", tz="UTC")),
+        ("topic_version", pa.int64()),
+    ]
+)
+QUARANTINE = "quarantine"
+QUARANTINE_SCHEMA = pa.schema(
+    [
+        ("run_id", pa.string()),
+        ("run_time", pa.timestamp("us", tz="UTC")),
+        ("job", pa.string()),  # e.g. backfill:accounts
+        ("source", pa.string()),
+        ("line", pa.int64()),
+        ("raw_hex", pa.string()),
+        ("reason", pa.string()),
+    ]
+)
+
+
+def lookup_table(lookup: LookupSpec) -> str:
+    return f"lookup_{lookup.name}"
+
+
+def ensure_lookup(lake: Lake, config: PipelineConfig, lookup: LookupSpec) -> None:
+    ensure_topic(lake, config.topics[lookup.topic])
+    lake.create(lookup_table(lookup), LOOKUP_SCHEMA, description=f"latest value per key of {lookup.topic}")
+
+
+def refresh_lookup(spark: SparkSession, lake: Lake, config: PipelineConfig, lookup: LookupSpec) -> int:
+    """Apply the topic's records committed since the last refresh; returns the keys merged."""
+    ensure_lookup(lake, config, lookup)
+    table = lookup_table(lookup)
+    app = f"lookup:{lookup.name}"
+    applied = lake.table(table).transaction_version(app)
+    current = lake.version(lookup.topic)
+    if applied is not None and applied >= current:
+        return 0
+    start = 0 if applied is None else applied + 1
+    changes = lake.changes(spark, lookup.topic, start, current)
+    if changes.filter(F.col("_change_type") != "insert").limit(1).count():
+        # the topic was rewritten (e.g. repartitioned): offsets no longer apply, rebuild from scratch
+        return _rebuild_lookup(spark, lake, lookup, current)
+    latest = _latest_per_key(changes.filter(F.col("_change_type") == "insert"), current)
+    rows = latest.withColumn("_delete", F.col("value").isNull()).toArrow()
+    lake.merge(table, rows, ["key"], delete_column="_delete", txn=(app, current))
+    return rows.num_rows
+
+
+def _latest_per_key(records: DataFrame, version: int) -> DataFrame:
+    order = Window.partitionBy("key").orderBy(
+        F.col("_commit_version").desc(), F.col("timestamp").desc(), F.col("offset").desc()
+    )
+    return (
+        records.filter(F.col("key").isNotNull())
+        .withColumn("_rn", F.row_number().over(order))
+        .filter("_rn = 1")
+        .select("key", "value", "partition", "offset", "timestamp", F.lit(version).alias("topic_version"))
+    )
+
+
+def _rebuild_lookup(spark: SparkSession, lake: Lake, lookup: LookupSpec, current: int) -> int:
+    snapshot = lake.read(spark, lookup.topic, current).withColumn("_commit_version", F.lit(current))
+    latest = _latest_per_key(snapshot, current).filter(F.col("value").isNotNull()).toArrow()
+    lake.overwrite(lookup_table(lookup), latest, txn=(f"lookup:{lookup.name}", current))
+    return latest.num_rows
+
+
+@dataclass
+class BackfillSummary:
+    lookup: str
+    topic: str
+    source: str
+    partitioner: str
+    dry_run: bool
+    lines: int = 0
+    new: int = 0
+    changed: int = 0
+    unchanged: int = 0
+    duplicates: int = 0  # good lines whose key appears again later in the dump (the last one wins)
+    rejected: int = 0
+    written: int = 0
+    topic_version: int | None = None
+    seconds: float = 0.0
+    rejects_sample: list[dict] | None = None
+
+    def text(self) -> str:
+        verb = "would write" if self.dry_run else "wrote"
+        return (
+            f"backfill {self.lookup} from {self.source} ({self.partitioner}): {self.lines:,} lines read, "
+            f"{self.new:,} new keys, {self.changed:,} changed, {self.unchanged:,} unchanged, "
+            f"{self.duplicates:,} superseded duplicates, {self.rejected:,} rejected; {verb} "
+            f"{self.written:,} records to {self.topic}"
+            + (f" (version {self.topic_version})" if self.topic_version is not None else "")
+            + f" in {self.seconds:.1f}s"
+            + (" [dry run: nothing written]" if self.dry_run else "")
+        )
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def run_backfill(
+    spark: SparkSession,
+    lake: Lake,
+    config: PipelineConfig,
+    lookup_name: str,
+    source: str | None = None,
+    separator: str | None = None,
+    partitioner: str | None = None,
+    dry_run: bool = False,
+    max_rejects: int = 0,
+    log=print,
+) -> BackfillSummary:
+    started = time.perf_counter()
+    lookup = config.lookup(lookup_name)
+    topic = config.topics[lookup.topic]
+    spec = lookup.backfill
+    path = source or (str(spec.source) if spec.source else None)
+    if path is None:
+        raise UserError(f"lookup '{lookup.name}' declares no backfill source: give one with --from FILE")
+    if not Path(path).is_file():
+        raise UserError(f"{path}: no such file")
+    chosen = partitioners.check_partitioner(partitioner or config.lookup_partitioner(lookup))
+    summary = BackfillSummary(lookup.name, topic.name, str(path), chosen, dry_run)
+
+    if not dry_run:
+        refresh_lookup(spark, lake, config, lookup)  # catch up first: compare with the real latest state
+    log(f"reading {path} ...")
+    parsed = parse_dump(read_lines(spark, str(path)), spec, separator, topic.key_format, topic.value_format)
+    parsed = parsed.persist()
+    try:
+        counts = parsed.agg(F.count("*").alias("lines"), F.count("reason").alias("rejected")).first()
+        summary.lines, summary.rejected = int(counts["lines"]), int(counts["rejected"])
+        rejects = parsed.filter(F.col("reason").isNotNull())
+        sample = rejects.orderBy("line").limit(5).select("line", "reason", F.hex("raw").alias("raw_hex"))
+        summary.rejects_sample = [r.asDict() for r in sample.collect()]
+        good = parsed.filter(F.col("reason").isNull())
+        last = good.groupBy("key").agg(F.max_by("value", "line").alias("value"), F.max("line").alias("line"))
+        current = _current_values(spark, lake, lookup, from_topic=dry_run)
+        diff = (
+            last.alias("d")
+            .join(current.alias("c"), F.col("d.key") == F.col("c.key"), "left")
+            .select(
+                F.col("d.key").alias("key"),
+                F.col("d.value").alias("value"),
+                F.col("d.line").alias("line"),
+                F.when(F.col("c.key").isNull(), "new")
+                .when(F.col("c.value").eqNullSafe(F.col("d.value")), "unchanged")
+                .otherwise("changed")
+                .alias("change"),
+            )
+        )
+        diff = diff.persist()
+        by_change = {
+            r["change"]: r["n"] for r in diff.groupBy("change").agg(F.count("*").alias("n")).collect()
+        }
+        summary.new = int(by_change.get("new", 0))
+        summary.changed = int(by_change.get("changed", 0))
+        summary.unchanged = int(by_change.get("unchanged", 0))
+        summary.duplicates = (
+            summary.lines - summary.rejected - summary.new - summary.changed - summary.unchanged
+        )
+        if summary.rejected > max_rejects:
+            first = summary.rejects_sample[0] if summary.rejects_sample else {}
+            raise UserError(
+                f"{path}: {summary.rejected:,} rejected line(s), more than --max-rejects {max_rejects}; "
+                f"nothing was written (first: line {first.get('line')}: {first.get('reason')})"
+            )
+        if dry_run:
+            summary.written = summary.new + summary.changed
+            summary.seconds = time.perf_counter() - started
+            return summary
+        to_write = diff.filter(F.col("change") != "unchanged").orderBy("line").select("key", "value")
+        records = to_write.toArrow()
+        if records.num_rows:
+            log(f"writing {records.num_rows:,} records to {topic.name} with {chosen} ...")
+            result = produce_records(
+                lake,
+                topic,
+                [(records.column("key").combine_chunks(), records.column("value").combine_chunks())],
+                chosen,
+            )
+            summary.written, summary.topic_version = result.records, result.version
+        if summary.rejected:
+            _quarantine(lake, f"backfill:{lookup.name}", rejects)
+        refresh_lookup(spark, lake, config, lookup)
+        diff.unpersist()
+    finally:
+        parsed.unpersist()
+    summary.seconds = time.perf_counter() - started
+    return summary
+
+
+def _current_values(spark: SparkSession, lake: Lake, lookup: LookupSpec, from_topic: bool) -> DataFrame:
+    """The latest value per key: the refreshed lookup table, or (read-only, for dry runs) computed
+    from the topic itself."""
+    if from_topic:
+        if not lake.exists(lookup.topic):
+            return spark.createDataFrame([], "key binary, value binary")
+        version = lake.version(lookup.topic)
+        snapshot = lake.read(spark, lookup.topic, version).withColumn("_commit_version", F.lit(version))
+        return _latest_per_key(snapshot, version).filter(F.col("value").isNotNull()).select("key", "value")
+    return lake.read(spark, lookup_table(lookup)).select("key", "value")
+
+
+def _quarantine(lake: Lake, job: str, rejects: DataFrame) -> None:
+    lake.create(QUARANTINE, QUARANTINE_SCHEMA, description="rejected input lines, with the reason")
+    now = datetime.now(UTC)
+    run_id = str(uuid.uuid4())
+    rows = rejects.select("source", "line", F.hex("raw").alias("raw_hex"), "reason").toArrow()
+    n = rows.num_rows
+    table = pa.table(
+        {
+            "run_id": pa.array([run_id] * n, pa.string()),
+            "run_time": pa.array([now] * n, pa.timestamp("us", tz="UTC")),
+            "job": pa.array([job] * n, pa.string()),
+            "source": rows.column("source"),
+            "line": rows.column("line"),
+            "raw_hex": rows.column("raw_hex"),
+            "reason": rows.column("reason"),
+        }
+    )
+    lake.append(QUARANTINE, table)

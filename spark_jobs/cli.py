@@ -84,6 +84,27 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--json", action="store_true", help="print the summary as JSON")
     b.set_defaults(run=cmd_backfill)
 
+    q = sub.add_parser(
+        "check",
+        parents=[common],
+        help="run the data-quality suites (exit 0 pass, 1 a check failed, 2 could not check)",
+    )
+    q.add_argument("suites", nargs="*", metavar="SUITE", help="default: all suites of the pipeline")
+    q.add_argument("--report-dir", help="where Data Docs and summaries go (default: <root>/reports/quality)")
+    q.add_argument("--json", action="store_true", help="print the JSON summary")
+    q.set_defaults(run=cmd_check)
+
+    tp = sub.add_parser("topic", parents=[common], help="topic maintenance (repartition)")
+    tsub = tp.add_subparsers(dest="topic_command", metavar="ACTION", parser_class=_Parser)
+    rp = tsub.add_parser(
+        "repartition",
+        parents=[common],
+        help="rewrite a topic with every record placed by the right partitioner (one commit)",
+    )
+    rp.add_argument("topic")
+    rp.add_argument("--partitioner", choices=["murmur2", "consistent_random"], help="default: the topic's")
+    rp.set_defaults(run=cmd_repartition)
+
     t = sub.add_parser("topics", parents=[common], help="list the pipeline's topics")
     t.set_defaults(run=cmd_topics)
 
@@ -225,6 +246,52 @@ def cmd_backfill(args) -> int:
     return 0
 
 
+def cmd_check(args) -> int:
+    import json
+    from pathlib import Path
+
+    from spark_jobs.quality import load_suite, run_suites
+    from spark_jobs.session import get_spark
+
+    config, lake = _context(args)
+    for name in args.suites or config.quality.suites:  # validate suite files before Spark starts
+        if name not in config.quality.suites:
+            known = ", ".join(config.quality.suites) or "none"
+            raise UserError(f"unknown suite '{name}' in {config.source} (declared: {known})")
+        load_suite(config.quality.suites[name], config)
+
+    def log(msg: str) -> None:
+        print(msg, file=sys.stderr)
+
+    log("starting Spark ...")
+    spark = get_spark(app_name="quality")
+    try:
+        with SparkProgress(spark):
+            report = run_suites(
+                spark,
+                lake,
+                config,
+                args.suites or None,
+                Path(args.report_dir) if args.report_dir else None,
+                log=log,
+            )
+    except UserError:
+        raise
+    except Exception as exc:  # the checks could not run: exit 2, not a pass or a fail
+        raise UserError(
+            f"could not run the quality suites: {type(exc).__name__}: {str(exc).splitlines()[0]}"
+        ) from exc
+    if args.json:
+        print(json.dumps(report.as_dict(), indent=2))
+    else:
+        for r in report.results:
+            print(f"{'PASS' if r.success else 'FAIL'}  {r.suite} / {r.check}: {r.description}")
+        print(f"\nsummary: {report.summary_html}")
+        if report.data_docs:
+            print(f"Data Docs: {report.data_docs}")
+    return 0 if report.success else 1
+
+
 class SparkProgress:
     """A one-line bar of Spark task progress on stderr while a job runs (terminals only)."""
 
@@ -259,6 +326,26 @@ class SparkProgress:
         if self._stop is not None:
             self._stop.set()
             print("\r" + " " * 60 + "\r", end="", file=sys.stderr)
+
+
+def cmd_repartition(args) -> int:
+    from spark_jobs.repair import repartition
+
+    config, lake = _context(args)
+    result = repartition(lake, config, args.topic, args.partitioner)
+    if result.version is None:
+        print(
+            f"{result.topic}: all {result.records:,} records already placed by {result.partitioner}; nothing rewritten"
+        )
+        return 0
+    print(
+        f"{result.topic}: rewrote {result.records:,} records with {result.partitioner} in one commit "
+        f"(version {result.version}); {result.moved:,} changed partition, offsets renumbered"
+    )
+    if result.restart:
+        print(f"restart from scratch (their positions no longer apply): {', '.join(result.restart)}")
+        print("  lookups rebuild themselves on their next refresh (lake backfill / lake check)")
+    return 0
 
 
 def cmd_topics(args) -> int:

@@ -111,7 +111,7 @@ def resolve_config_path(path: str | os.PathLike[str] | None = None) -> Path:
     return Path(chosen) if chosen else bundled_config_path()
 
 
-class _Located:
+class LocatedYaml:
     """YAML loaded together with the line of every key path, for error messages."""
 
     def __init__(self, source: str, text: str):
@@ -162,6 +162,17 @@ def _scalar(node: yaml.ScalarNode) -> Any:
         loader.dispose()
 
 
+def read_located(path: str | os.PathLike[str]) -> LocatedYaml:
+    """A YAML file with line numbers for error messages (used for suite files too)."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UserError(f"{path}: file not found") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(f"{path}: cannot read: {exc}") from None
+    return LocatedYaml(str(path), text)
+
+
 def load_config(path: str | os.PathLike[str] | None = None) -> PipelineConfig:
     """Load and validate a pipeline file (see README, "Configuration reference")."""
     cfg_path = resolve_config_path(path)
@@ -172,7 +183,7 @@ def load_config(path: str | os.PathLike[str] | None = None) -> PipelineConfig:
         raise UserError(f"{source}: config file not found") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise UserError(f"{source}: cannot read config: {exc}") from None
-    doc = _Located(source, text)
+    doc = LocatedYaml(source, text)
     data = doc.data
     if not isinstance(data, dict):
         raise doc.error((), "the file must be a mapping with a 'topics:' section")
@@ -204,7 +215,7 @@ def load_config(path: str | os.PathLike[str] | None = None) -> PipelineConfig:
     return PipelineConfig(source, name, description, topics, sections, lookups, quality)
 
 
-def _mapping(doc: _Located, path: tuple[str, ...], value: Any, allowed: tuple[str, ...]) -> dict:
+def mapping(doc: LocatedYaml, path: tuple[str, ...], value: Any, allowed: tuple[str, ...]) -> dict:
     if not isinstance(value, dict):
         raise doc.error(path, "must be a mapping")
     for key in value:
@@ -213,23 +224,23 @@ def _mapping(doc: _Located, path: tuple[str, ...], value: Any, allowed: tuple[st
     return value
 
 
-def _choice(doc: _Located, path: tuple[str, ...], value: Any, choices: tuple[str, ...]) -> str:
+def choice(doc: LocatedYaml, path: tuple[str, ...], value: Any, choices: tuple[str, ...]) -> str:
     if value not in choices:
         raise doc.error(path, f"must be one of {', '.join(choices)}, got {value!r}")
     return value
 
 
-def _text(doc: _Located, path: tuple[str, ...], value: Any) -> str:
+def text_value(doc: LocatedYaml, path: tuple[str, ...], value: Any) -> str:
     if not isinstance(value, str) or not value:
         raise doc.error(path, f"must be a non-empty string, got {value!r}")
     return value
 
 
-def _lookup(doc: _Located, name: str, spec: Any, topics: dict[str, TopicSpec], base: Path) -> LookupSpec:
+def _lookup(doc: LocatedYaml, name: str, spec: Any, topics: dict[str, TopicSpec], base: Path) -> LookupSpec:
     path = ("lookups", name)
     if not NAME_RE.match(name):
         raise doc.error(path, "lookup names use letters, digits, '_', '-' or '.'")
-    spec = _mapping(doc, path, spec, ("topic", "joined_with", "backfill"))
+    spec = mapping(doc, path, spec, ("topic", "joined_with", "backfill"))
     topic = spec.get("topic")
     if topic not in topics:
         raise doc.error((*path, "topic"), f"must name a declared topic, got {topic!r}")
@@ -242,7 +253,7 @@ def _lookup(doc: _Located, name: str, spec: Any, topics: dict[str, TopicSpec], b
         if other not in topics:
             raise doc.error((*path, "joined_with", str(i)), f"must name a declared topic, got {other!r}")
     bf_path = (*path, "backfill")
-    bf = _mapping(
+    bf = mapping(
         doc,
         bf_path,
         spec.get("backfill", {}),
@@ -250,29 +261,29 @@ def _lookup(doc: _Located, name: str, spec: Any, topics: dict[str, TopicSpec], b
     )
     source = bf.get("source")
     if source is not None:
-        source = (base / _text(doc, (*bf_path, "source"), source)).resolve()
-    fmt = _choice(doc, (*bf_path, "format"), bf.get("format", "lines"), DUMP_FORMATS)
-    sep = _text(doc, (*bf_path, "separator"), bf.get("separator", ";"))
-    value_format = _choice(doc, (*bf_path, "value_format"), bf.get("value_format", "string"), VALUE_FORMATS)
+        source = (base / text_value(doc, (*bf_path, "source"), source)).resolve()
+    fmt = choice(doc, (*bf_path, "format"), bf.get("format", "lines"), DUMP_FORMATS)
+    sep = text_value(doc, (*bf_path, "separator"), bf.get("separator", ";"))
+    value_format = choice(doc, (*bf_path, "value_format"), bf.get("value_format", "string"), VALUE_FORMATS)
     value = bf.get("value")
     if value is not None:
-        value = _mapping(doc, (*bf_path, "value"), value, tuple(value))
+        value = mapping(doc, (*bf_path, "value"), value, tuple(value))
         for field_name, expr in value.items():
-            _text(doc, (*bf_path, "value", field_name), expr)
+            text_value(doc, (*bf_path, "value", field_name), expr)
     backfill = BackfillSpec(
         source,
         fmt,
         sep,
-        _text(doc, (*bf_path, "key_field"), bf.get("key_field", "key")),
-        _text(doc, (*bf_path, "value_field"), bf.get("value_field", "value")),
+        text_value(doc, (*bf_path, "key_field"), bf.get("key_field", "key")),
+        text_value(doc, (*bf_path, "value_field"), bf.get("value_field", "value")),
         value_format,
         value,
     )
     return LookupSpec(name, topic, tuple(joined), backfill)
 
 
-def _quality(doc: _Located, raw: Any, base: Path) -> QualitySpec:
-    raw = _mapping(doc, ("quality",), raw, ("suites",))
+def _quality(doc: LocatedYaml, raw: Any, base: Path) -> QualitySpec:
+    raw = mapping(doc, ("quality",), raw, ("suites",))
     suites_raw = raw.get("suites", {})
     if not isinstance(suites_raw, dict):
         raise doc.error(("quality", "suites"), "must be a mapping of suite name to its file")
@@ -281,11 +292,11 @@ def _quality(doc: _Located, raw: Any, base: Path) -> QualitySpec:
         path = ("quality", "suites", name)
         if not NAME_RE.match(name):
             raise doc.error(path, "suite names use letters, digits, '_', '-' or '.'")
-        suites[name] = (base / _text(doc, path, file)).resolve()
+        suites[name] = (base / text_value(doc, path, file)).resolve()
     return QualitySpec(suites)
 
 
-def _topic(doc: _Located, name: str, spec: Any) -> TopicSpec:
+def _topic(doc: LocatedYaml, name: str, spec: Any) -> TopicSpec:
     path = ("topics", name)
     if not NAME_RE.match(name):
         raise doc.error(path, "topic names use letters, digits, '_', '-' or '.'")

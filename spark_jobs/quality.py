@@ -1,0 +1,561 @@
+"""Data-quality suites: completeness, co-partitioning, key format and lookup basics.
+
+A suite is a versioned YAML file in ``expectations/`` (declared per pipeline under ``quality.suites``).
+Each check computes its *findings* with Spark over the lake's Delta tables (one row per key or topic,
+with a plain-words ``problem`` where something is wrong) and Great Expectations validates those
+findings, which also renders Data Docs. Every failing expectation's description names the offending
+keys, so the HTML says in plain words what is missing or misplaced. Results also go to
+``summary.json``, a one-page ``summary.html`` and the ``quality_runs`` Delta table (history).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import uuid
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from spark_jobs.backfill import lookup_table, refresh_lookup
+from spark_jobs.config import PipelineConfig, choice, mapping, read_located, text_value
+from spark_jobs.errors import UserError
+from spark_jobs.lake import Lake
+from spark_jobs.partitioners import spark_partition
+from spark_jobs.topics import ensure_topic
+
+CHECK_TYPES = ("completeness", "co_partitioning", "key_format", "lookup_basics")
+LIST_LIMIT = 1000  # offending keys listed per expectation (with the total count)
+DESCRIPTION_LIMIT = 20  # offending keys spelled out in the Data Docs description
+QUALITY_RUNS = "quality_runs"
+QUALITY_RUNS_SCHEMA = pa.schema(
+    [
+        ("run_id", pa.string()),
+        ("run_time", pa.timestamp("us", tz="UTC")),
+        ("pipeline", pa.string()),
+        ("suite", pa.string()),
+        ("suite_version", pa.int64()),
+        ("check", pa.string()),
+        ("expectation", pa.string()),
+        ("success", pa.bool_()),
+        ("observed_value", pa.string()),
+        ("offending_total", pa.int64()),
+        ("offending_sample", pa.list_(pa.string())),
+    ]
+)
+
+
+@dataclass(frozen=True)
+class Check:
+    type: str
+    params: dict[str, Any]
+
+    @property
+    def name(self) -> str:
+        target = self.params.get("lookup") or "+".join(self.params.get("topics", []))
+        if self.type == "completeness":
+            target = f"{self.params['stream']}->{self.params['lookup']}"
+        return f"{self.type}:{target}"
+
+
+@dataclass(frozen=True)
+class Suite:
+    name: str
+    version: int
+    description: str
+    checks: list[Check]
+    source: str
+
+
+def load_suite(path: Path, config: PipelineConfig) -> Suite:
+    """Read and validate a suite file; errors name the file, line and key."""
+    doc = read_located(path)
+    data = mapping(doc, (), doc.data, ("suite", "version", "description", "checks"))
+    name = text_value(doc, ("suite",), data.get("suite"))
+    version = data.get("version", 1)
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise doc.error(("version",), f"must be a positive integer, got {version!r}")
+    checks_raw = data.get("checks")
+    if not isinstance(checks_raw, list) or not checks_raw:
+        raise doc.error(("checks",), "must be a non-empty list of checks")
+    checks = []
+    for i, item in enumerate(checks_raw):
+        path = ("checks", str(i))
+        if not isinstance(item, dict) or len(item) != 1:
+            raise doc.error(path, f"each check is a mapping with one key: {', '.join(CHECK_TYPES)}")
+        ((kind, params),) = item.items()
+        choice(doc, path, kind, CHECK_TYPES)
+        params = params or {}
+        if kind == "completeness":
+            params = mapping(doc, (*path, kind), params, ("stream", "lookup", "foreign_key"))
+            if params.get("stream") not in config.topics:
+                raise doc.error((*path, kind, "stream"), f"must name a topic of {config.source}")
+            if params.get("lookup") not in config.lookups:
+                raise doc.error((*path, kind, "lookup"), f"must name a lookup of {config.source}")
+        elif kind in ("co_partitioning", "key_format"):
+            params = mapping(doc, (*path, kind), params, ("topics",))
+            topics = params.get("topics")
+            if not isinstance(topics, list) or not topics or any(t not in config.topics for t in topics):
+                raise doc.error((*path, kind, "topics"), f"must list topics of {config.source}")
+            if kind == "co_partitioning" and len(topics) < 2:
+                raise doc.error((*path, kind, "topics"), "co-partitioning needs at least two topics")
+        else:
+            params = mapping(doc, (*path, kind), params, ("lookup",))
+            if params.get("lookup") not in config.lookups:
+                raise doc.error((*path, kind, "lookup"), f"must name a lookup of {config.source}")
+        checks.append(Check(kind, dict(params)))
+    return Suite(name, version, str(data.get("description", "")).strip(), checks, str(path))
+
+
+# --- findings: plain Spark DataFrames ---------------------------------------------------------------
+
+
+def _display(key_col: str = "key") -> list:
+    return [
+        F.col(key_col).cast("string").alias("key_text"),
+        F.hex(F.col(key_col)).alias("key_hex"),
+    ]
+
+
+def completeness_findings(
+    spark: SparkSession, lake: Lake, config: PipelineConfig, stream: str, lookup: str, fk: str | None
+) -> DataFrame:
+    """One row per key the stream references: records, first/last reference, and ``problem`` when the
+    lookup lacks it."""
+    records = lake.read(spark, stream).filter(F.col("value").isNotNull())
+    if fk:  # a Spark SQL expression over `value`, the record's value as text (JSON for json topics)
+        records = records.withColumn("value", F.col("value").cast("string"))
+        records = records.withColumn("ref", F.encode(F.expr(fk), "UTF-8"))
+    else:
+        records = records.withColumn("ref", F.col("key"))
+    refs = (
+        records.filter(F.col("ref").isNotNull())
+        .groupBy("ref")
+        .agg(
+            F.count("*").alias("records"),
+            F.min(F.struct("partition", "offset")).alias("first"),
+            F.max(F.struct("partition", "offset")).alias("last"),
+        )
+    )
+    keys = lake.read(spark, lookup_table(config.lookups[lookup])).select(F.col("key").alias("lk"))
+    joined = refs.join(keys, refs.ref == keys.lk, "left")
+    where = F.format_string(
+        "referenced by %d record(s) of %s, first at partition %d offset %d, last at partition %d offset %d",
+        F.col("records"),
+        F.lit(stream),
+        F.col("first.partition"),
+        F.col("first.offset"),
+        F.col("last.partition"),
+        F.col("last.offset"),
+    )
+    return joined.select(
+        *_display("ref"),
+        "records",
+        F.when(F.col("lk").isNull(), F.concat(F.lit(f"missing in lookup {lookup}: "), where)).alias(
+            "problem"
+        ),
+    )
+
+
+def co_partitioning_findings(spark: SparkSession, lake: Lake, config: PipelineConfig, topics: list[str]):
+    """(partition counts per topic, one row per key with its partitions and the expected one)."""
+    counts = spark.createDataFrame(
+        [(t, config.topics[t].partitions) for t in topics], "topic string, partitions int"
+    )
+    first = config.topics[topics[0]].partitions
+    counts = counts.withColumn(
+        "problem",
+        F.when(
+            F.col("partitions") != first,
+            F.format_string(f"%s has %d partitions but {topics[0]} has {first}", "topic", "partitions"),
+        ),
+    )
+    per_topic = []
+    for t in topics:
+        spec = config.topics[t]
+        placed = (
+            lake.read(spark, t)
+            .filter(F.col("key").isNotNull())
+            .groupBy("key")
+            .agg(F.array_sort(F.collect_set("partition")).alias(f"p_{t}"))
+            .withColumn(f"x_{t}", spark_partition(F.col("key"), spec.partitions, spec.partitioner))
+        )
+        per_topic.append(placed)
+    keys = per_topic[0]
+    for other in per_topic[1:]:
+        keys = keys.join(other, "key", "full")
+    problems = []
+    for t in topics:
+        spec = config.topics[t]
+        problems.append(
+            F.when(
+                F.col(f"p_{t}").isNotNull() & (F.col(f"p_{t}") != F.array(F.col(f"x_{t}"))),
+                F.format_string(
+                    f"in {t} at partition %s but {spec.partitioner} places it in %d",
+                    F.array_join(F.col(f"p_{t}").cast("array<string>"), ","),
+                    F.col(f"x_{t}"),
+                ),
+            )
+        )
+    in_all = F.lit(True)
+    for t in topics:
+        in_all = in_all & F.col(f"p_{t}").isNotNull()
+    differ = F.lit(False)
+    for t in topics[1:]:
+        differ = differ | (F.col(f"p_{t}") != F.col(f"p_{topics[0]}"))
+    problems.append(
+        F.when(
+            in_all & differ,
+            F.concat(
+                F.lit("different partitions: "),
+                F.concat_ws(
+                    ", ",
+                    *[
+                        F.concat(F.lit(f"{t}="), F.array_join(F.col(f"p_{t}").cast("array<string>"), ","))
+                        for t in topics
+                    ],
+                ),
+            ),
+        )
+    )
+    problem = F.concat_ws("; ", *problems)
+    cols = [*_display("key")]
+    for t in topics:
+        cols += [
+            F.col(f"p_{t}").cast("array<int>").alias(f"partitions_{t}"),
+            F.col(f"x_{t}").alias(f"expected_{t}"),
+        ]
+    return counts, keys.select(*cols, F.when(problem != "", problem).alias("problem"))
+
+
+def key_format_findings(
+    spark: SparkSession, lake: Lake, config: PipelineConfig, topics: list[str]
+) -> DataFrame:
+    """One row per distinct key per topic, ``problem`` naming every format rule it breaks."""
+    frames = []
+    for t in topics:
+        spec = config.topics[t]
+        keys = lake.read(spark, t).filter(F.col("key").isNotNull()).select("key").distinct()
+        rules = [
+            (
+                F.expr("length(key) >= 5 AND substring(key, 1, 1) = X'00'"),
+                "starts with Schema Registry framing (0x00 + 4-byte schema id)",
+            ),
+            (
+                F.expr("length(key) >= 2 AND substring(key, 1, 1) = X'22' AND substring(key, -1, 1) = X'22'"),
+                "is wrapped in double quotes (JSON-encoded string)",
+            ),
+            (F.expr("cast(key as string) RLIKE '^\\\\s|\\\\s$'"), "has leading or trailing whitespace"),
+            (F.expr("cast(key as string) RLIKE '[\\\\x00-\\\\x1f\\\\x7f]'"), "contains control characters"),
+        ]
+        if spec.key_format == "string":
+            rules.insert(0, (~F.expr("is_valid_utf8(key)"), "is not valid UTF-8"))
+        problem = F.concat_ws("; ", *[F.when(cond, F.lit(text)) for cond, text in rules])
+        frames.append(
+            keys.select(
+                F.lit(t).alias("topic"), *_display("key"), F.when(problem != "", problem).alias("problem")
+            )
+        )
+    out = frames[0]
+    for f in frames[1:]:
+        out = out.unionByName(f)
+    return out
+
+
+def lookup_findings(spark: SparkSession, lake: Lake, config: PipelineConfig, lookup: str) -> DataFrame:
+    spec = config.lookups[lookup]
+    table = lake.read(spark, lookup_table(spec))
+    value_ok = F.lit(True)
+    if config.topics[spec.topic].value_format == "json":
+        value_ok = F.expr("try_parse_json(cast(value as string)) IS NOT NULL")
+    return table.select(
+        *_display("key"),
+        F.when(value_ok, F.lit(None).cast("string"))
+        .otherwise(F.lit("value does not parse as JSON"))
+        .alias("problem"),
+    )
+
+
+# --- running with Great Expectations ----------------------------------------------------------------
+
+
+@dataclass
+class ExpectationResult:
+    suite: str
+    check: str
+    expectation: str
+    description: str
+    success: bool
+    observed_value: str
+    offending_total: int = 0
+    offending: list[str] = field(default_factory=list)
+
+
+@dataclass
+class QualityReport:
+    run_id: str
+    run_time: str
+    pipeline: str
+    success: bool
+    results: list[ExpectationResult]
+    data_docs: str | None
+    summary_html: str | None
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def _offending(df: DataFrame, describe: Callable[[dict], str]) -> tuple[int, list[str]]:
+    bad = df.filter(F.col("problem").isNotNull())
+    total = bad.count()
+    rows = [
+        r.asDict()
+        for r in bad.orderBy(*[c for c in ("topic", "key_text", "key_hex") if c in df.columns])
+        .limit(LIST_LIMIT)
+        .collect()
+    ]
+    return total, [describe(r) for r in rows]
+
+
+def _show_key(row: dict) -> str:
+    raw = bytes.fromhex(row["key_hex"]) if row.get("key_hex") else b""
+    shown = repr(raw)[2:-1]
+    plain = raw.decode("utf-8", "replace")
+    return shown if shown == plain else f"{shown} (hex {row['key_hex']})"
+
+
+def _plain(total: int, items: list[str], what: str) -> str:
+    if not total:
+        return f"PASSED: no {what}."
+    listed = "; ".join(items[:DESCRIPTION_LIMIT])
+    more = f"; and {total - DESCRIPTION_LIMIT} more" if total > DESCRIPTION_LIMIT else ""
+    return f"FAILED: {total} {what}: {listed}{more}."
+
+
+class _GX:
+    """A file-based Great Expectations context under the report directory."""
+
+    def __init__(self, report_dir: Path):
+        import great_expectations as gx
+
+        from great_expectations.data_context.types.base import ProgressBarsConfig
+
+        self.gx = gx
+        self.ctx = gx.get_context(mode="file", project_root_dir=str(report_dir))
+        self.ctx.variables.progress_bars = ProgressBarsConfig(globally=False, metric_calculations=False)
+        self.ctx.variables.save()
+        self.ds = self.ctx.data_sources.add_or_update_spark(name="lake")
+
+    def validate(self, name: str, df: DataFrame, expectations: list) -> list:
+        gx = self.gx
+        assets = {a.name: a for a in self.ds.assets}
+        asset = assets.get(name) or self.ds.add_dataframe_asset(name=name)
+        defs = {b.name: b for b in asset.batch_definitions}
+        batch_def = defs.get("all") or asset.add_batch_definition_whole_dataframe("all")
+        suite = gx.ExpectationSuite(name=name, expectations=expectations)
+        suite = self.ctx.suites.add_or_update(suite)
+        vd = self.ctx.validation_definitions.add_or_update(
+            gx.ValidationDefinition(name=name, data=batch_def, suite=suite)
+        )
+        checkpoint = self.ctx.checkpoints.add_or_update(
+            gx.Checkpoint(
+                name=name,
+                validation_definitions=[vd],
+                actions=[gx.checkpoint.UpdateDataDocsAction(name="data_docs")],
+                result_format={"result_format": "SUMMARY"},
+            )
+        )
+        result = checkpoint.run(batch_parameters={"dataframe": df})
+        return [r for vr in result.run_results.values() for r in vr.results]
+
+    def docs_index(self) -> str | None:
+        sites = self.ctx.get_docs_sites_urls()
+        return sites[0]["site_url"] if sites else None
+
+
+def _unexpected(query_cols: str, description: str):
+    import great_expectations as gx
+
+    return gx.expectations.UnexpectedRowsExpectation(
+        unexpected_rows_query=f"SELECT {query_cols} FROM {{batch}} WHERE problem IS NOT NULL",
+        description=description[:4000],
+    )
+
+
+def run_suites(
+    spark: SparkSession,
+    lake: Lake,
+    config: PipelineConfig,
+    suite_names: list[str] | None = None,
+    report_dir: Path | None = None,
+    log=print,
+) -> QualityReport:
+    names = suite_names or list(config.quality.suites)
+    if not names:
+        raise UserError(f"{config.source} declares no quality suites (quality.suites)")
+    unknown = [n for n in names if n not in config.quality.suites]
+    if unknown:
+        raise UserError(
+            f"unknown suite(s) {', '.join(unknown)} (declared: {', '.join(config.quality.suites) or 'none'})"
+        )
+    suites = [load_suite(config.quality.suites[n], config) for n in names]
+    report_dir = (report_dir or lake.root / "reports" / "quality").absolute()
+    report_dir.mkdir(parents=True, exist_ok=True)
+    for topic in config.topics.values():
+        ensure_topic(lake, topic)
+    for lookup in config.lookups.values():
+        refresh_lookup(spark, lake, config, lookup)
+    log("loading Great Expectations ...")
+    gxr = _GX(report_dir)
+    run_id = str(uuid.uuid4())
+    run_time = datetime.now(UTC)
+    results: list[ExpectationResult] = []
+    for suite in suites:
+        for check in suite.checks:
+            log(f"checking {suite.name} / {check.name} ...")
+            results += _run_check(spark, lake, config, gxr, suite, check)
+    success = all(r.success for r in results)
+    docs = gxr.docs_index()
+    report = QualityReport(run_id, run_time.isoformat(), config.name, success, results, docs, None)
+    summary_path = report_dir / "summary.html"
+    summary_path.write_text(render_summary(report), encoding="utf-8")
+    report.summary_html = str(summary_path)
+    (report_dir / "summary.json").write_text(json.dumps(report.as_dict(), indent=2), encoding="utf-8")
+    _record(lake, report, suites)
+    return report
+
+
+def _gx_outcome(results: list) -> tuple[bool, str]:
+    ok = all(r.success for r in results)
+    observed = ", ".join(
+        str(r.result.get("observed_value", r.result.get("unexpected_count", ""))) for r in results
+    )
+    return ok, observed
+
+
+def _run_check(spark, lake, config, gxr: _GX, suite: Suite, check: Check) -> list[ExpectationResult]:
+    gx = gxr.gx
+    out: list[ExpectationResult] = []
+    asset = f"{suite.name}.{check.name}".replace(":", "_").replace(">", "").replace("+", "_")
+
+    def finish(expectation: str, df: DataFrame, describe, what: str, extra: list | None = None, name=asset):
+        total, items = _offending(df, describe)
+        description = f"{expectation} {_plain(total, items, what)}"
+        results = gxr.validate(name, df, [_unexpected("*", description), *(extra or [])])
+        ok, observed = _gx_outcome(results)
+        out.append(
+            ExpectationResult(suite.name, check.name, expectation, description, ok, observed, total, items)
+        )
+
+    p = check.params
+    if check.type == "completeness":
+        df = completeness_findings(spark, lake, config, p["stream"], p["lookup"], p.get("foreign_key"))
+        finish(
+            f"Every key that {p['stream']} references exists in lookup {p['lookup']}.",
+            df,
+            lambda r: f"{_show_key(r)} ({r['problem'].split(': ', 1)[1]})",
+            f"keys missing in {p['lookup']}",
+        )
+    elif check.type == "co_partitioning":
+        counts, keys = co_partitioning_findings(spark, lake, config, p["topics"])
+        finish(
+            f"Topics {', '.join(p['topics'])} have the same partition count.",
+            counts,
+            lambda r: r["problem"],
+            "partition-count mismatches",
+            name=f"{asset}.counts",
+        )
+        finish(
+            f"Every key of {', '.join(p['topics'])} sits in the same partition in each topic, the one "
+            "its topic's partitioner gives.",
+            keys,
+            lambda r: f"{_show_key(r)}: {r['problem']}",
+            "misplaced keys",
+        )
+    elif check.type == "key_format":
+        df = key_format_findings(spark, lake, config, p["topics"])
+        finish(
+            f"Keys of {', '.join(p['topics'])} are clean text in the declared encoding.",
+            df,
+            lambda r: f"{r['topic']}: {_show_key(r)} {r['problem']}",
+            "badly formatted keys",
+        )
+    else:
+        df = lookup_findings(spark, lake, config, p["lookup"])
+        finish(
+            f"Lookup {p['lookup']} has a non-null unique key and values that parse as declared.",
+            df,
+            lambda r: f"{_show_key(r)}: {r['problem']}",
+            "bad lookup rows",
+            extra=[
+                gx.expectations.ExpectColumnValuesToNotBeNull(column="key_hex"),
+                gx.expectations.ExpectColumnValuesToBeUnique(column="key_hex"),
+            ],
+        )
+    return out
+
+
+def _record(lake: Lake, report: QualityReport, suites: list[Suite]) -> None:
+    lake.create(QUALITY_RUNS, QUALITY_RUNS_SCHEMA, description="every quality run, per expectation")
+    versions = {s.name: s.version for s in suites}
+    when = datetime.fromisoformat(report.run_time)
+    rows = [
+        {
+            "run_id": report.run_id,
+            "run_time": when,
+            "pipeline": report.pipeline,
+            "suite": r.suite,
+            "suite_version": versions[r.suite],
+            "check": r.check,
+            "expectation": r.expectation,
+            "success": r.success,
+            "observed_value": r.observed_value,
+            "offending_total": r.offending_total,
+            "offending_sample": r.offending[:50],
+        }
+        for r in report.results
+    ]
+    lake.append(QUALITY_RUNS, pa.Table.from_pylist(rows, schema=QUALITY_RUNS_SCHEMA))
+
+
+def render_summary(report: QualityReport) -> str:
+    """The page a person opens first: each expectation, passed or failed, with the offending keys."""
+    status = "All checks passed" if report.success else "Some checks FAILED"
+    parts = [
+        "<!doctype html><html><head><meta charset='utf-8'>",
+        f"<title>Data quality: {html.escape(report.pipeline)}</title>",
+        "<style>body{font-family:sans-serif;max-width:60em;margin:2em auto}"
+        ".ok{color:#176f2c}.bad{color:#b00020}li{margin:.2em 0}code{background:#f3f3f3}</style>",
+        "</head><body>",
+        f"<h1>Data quality: pipeline {html.escape(report.pipeline)}</h1>",
+        f"<p class='{'ok' if report.success else 'bad'}'><strong>{status}</strong> "
+        f"(run {html.escape(report.run_id)} at {html.escape(report.run_time)})</p>",
+    ]
+    if report.data_docs:
+        parts.append(
+            f"<p>Full validation results: <a href='{html.escape(report.data_docs)}'>Great Expectations Data Docs</a></p>"
+        )
+    for r in report.results:
+        cls = "ok" if r.success else "bad"
+        parts.append(
+            f"<h2 class='{cls}'>{'PASSED' if r.success else 'FAILED'}: {html.escape(r.expectation)}</h2>"
+        )
+        parts.append(
+            f"<p>Suite <code>{html.escape(r.suite)}</code>, check <code>{html.escape(r.check)}</code></p>"
+        )
+        if r.offending_total:
+            shown = len(r.offending)
+            head = f"{r.offending_total} offending" + (
+                f" (first {shown} listed)" if shown < r.offending_total else ""
+            )
+            parts.append(f"<p>{head}:</p><ul>")
+            parts += [f"<li>{html.escape(item)}</li>" for item in r.offending]
+            parts.append("</ul>")
+    parts.append("</body></html>")
+    return "\n".join(parts)

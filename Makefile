@@ -25,6 +25,7 @@ lint: setup ## ruff + mypy on spark_jobs/
 bench: setup ## benchmarks (minutes); figures go to bench-results/ and belong in the README
 	@mkdir -p bench-results
 	@$(BIN)/python tests/bench/bench_produce.py | tee bench-results/produce.txt
+	@$(BIN)/python tests/bench/bench_quality.py | tee bench-results/quality.txt
 
 lock: ## re-resolve requirements.lock from pyproject.toml (needs network)
 	@bash infra/setup.sh

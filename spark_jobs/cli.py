@@ -111,8 +111,9 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser(
         "demo",
         parents=[common],
-        help="write the demo topics (only into empty topics) and print them",
+        help="the demo: topics -> quality gate (fails) -> backfill -> quality gate (passes)",
     )
+    d.add_argument("--topics-only", action="store_true", help="only write and print the demo topics")
     d.set_defaults(run=cmd_demo)
 
     g = sub.add_parser(
@@ -335,7 +336,8 @@ def cmd_repartition(args) -> int:
     result = repartition(lake, config, args.topic, args.partitioner)
     if result.version is None:
         print(
-            f"{result.topic}: all {result.records:,} records already placed by {result.partitioner}; nothing rewritten"
+            f"{result.topic}: all {result.records:,} records already placed by {result.partitioner}; "
+            "nothing rewritten"
         )
         return 0
     print(
@@ -364,23 +366,48 @@ def cmd_topics(args) -> int:
 
 
 def cmd_demo(args) -> int:
+    """The product's main job on the embedded default: topics -> quality gate (fails: the lookup
+    misses old customers) -> backfill -> quality gate (passes)."""
     from spark_jobs import demo
+    from spark_jobs.backfill import run_backfill
+    from spark_jobs.quality import run_suites
+    from spark_jobs.session import get_spark
     from spark_jobs.topics import consume
 
     config, lake = _context(args)
     print(f"lake root: {lake.root}")
+    print("\n== 1. topics (written with murmur2, like Java clients)")
     for topic, result in demo.write_demo_topics(lake, config):
         if result is None:
             print(f"{topic}: already has records, left as it is")
         else:
-            print(f"{topic}: produced {result.records} records with murmur2 -> version {result.version}")
+            print(f"{topic}: produced {result.records} records -> version {result.version}")
     for topic in (demo.CONSENTS_TOPIC, demo.ACCOUNTS_TOPIC):
-        print(f"\n== {topic} (key, partition, offset: value)")
+        print(f"-- {topic} (key, partition, offset: value)")
         sys.stdout.flush()
         consume(lake, config.topic(topic), sys.stdout.buffer, fmt="%k\\t%p\\t%o\\t%s\\n")
-    print(f"\nbackfill source for the accounts lookup: {demo.demo_dump_path()}")
-    print("(user_9 and user_10 give consents but have no account record yet)")
-    return 0
+    if args.topics_only:
+        return 0
+
+    print("\n(starting Spark for the quality suites and the backfill ...)", flush=True)
+    spark = get_spark(app_name="demo")
+
+    def check(step: str) -> bool:
+        print(f"\n== {step}", flush=True)
+        report = run_suites(spark, lake, config, log=lambda m: None)
+        for r in report.results:
+            print(f"{'PASS' if r.success else 'FAIL'}  {r.check}: {r.description}")
+        print(f"report: {report.summary_html}")
+        print(f"Data Docs: {report.data_docs}")
+        return report.success
+
+    check("2. quality suites before the backfill")
+    print("\n== 3. backfill the accounts lookup from the database dump", flush=True)
+    summary = run_backfill(spark, lake, config, "accounts", log=lambda m: None)
+    print(summary.text())
+    passed = check("4. quality suites after the backfill")
+    print("\nThe gate " + ("passes: the streaming joins may start." if passed else "still FAILS."))
+    return 0 if passed else 1
 
 
 def cmd_generate_dump(args) -> int:

@@ -149,9 +149,11 @@ def parse_dump(
         )
         conditions.append((F.col("_doc").isNull(), "line is not a JSON object"))
         conditions.append((F.col("_key").isNull(), f"no '{spec.key_field}' field"))
+        conditions.append((F.col("_raw_value").isNull(), f"no '{spec.value_field}' field"))
     else:  # csv with a header line: the first line names the columns
         df = _parse_csv(lines, spec, sep)
         conditions.append((F.col("_key").isNull(), f"no '{spec.key_field}' column value"))
+        conditions.append((F.col("_raw_value").isNull(), f"no '{spec.value_field}' column value"))
     if key_format == "string":
         conditions.insert(0, (~valid_utf8, "not valid UTF-8"))
     conditions.append((F.col("_key") == "", "empty key"))

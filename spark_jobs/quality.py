@@ -256,7 +256,11 @@ def key_format_findings(
         ]
         if spec.key_format == "string":
             rules.insert(0, (~F.expr("is_valid_utf8(key)"), "is not valid UTF-8"))
-        problem = F.concat_ws("; ", *[F.when(cond, F.lit(text)) for cond, text in rules])
+        else:  # declared binary keys (e.g. Avro with Schema Registry framing): any bytes are fine
+            rules = []
+        problem = (
+            F.concat_ws("; ", *[F.when(cond, F.lit(text)) for cond, text in rules]) if rules else F.lit("")
+        )
         frames.append(
             keys.select(
                 F.lit(t).alias("topic"), *_display("key"), F.when(problem != "", problem).alias("problem")
@@ -265,6 +269,22 @@ def key_format_findings(
     out = frames[0]
     for f in frames[1:]:
         out = out.unionByName(f)
+    # the joined topics must agree on key encoding: one row per topic that declares another format
+    first = config.topics[topics[0]]
+    disagree = [
+        (
+            t,
+            None,
+            None,
+            f"declares {config.topics[t].key_format} keys but {first.name} declares {first.key_format}",
+        )
+        for t in topics[1:]
+        if config.topics[t].key_format != first.key_format
+    ]
+    if disagree:
+        out = out.unionByName(
+            spark.createDataFrame(disagree, "topic string, key_text string, key_hex string, problem string")
+        )
     return out
 
 
@@ -343,7 +363,6 @@ class _GX:
 
     def __init__(self, report_dir: Path):
         import great_expectations as gx
-
         from great_expectations.data_context.types.base import ProgressBarsConfig
 
         self.gx = gx
@@ -423,10 +442,17 @@ def run_suites(
     success = all(r.success for r in results)
     docs = gxr.docs_index()
     report = QualityReport(run_id, run_time.isoformat(), config.name, success, results, docs, None)
-    summary_path = report_dir / "summary.html"
-    summary_path.write_text(render_summary(report), encoding="utf-8")
-    report.summary_html = str(summary_path)
-    (report_dir / "summary.json").write_text(json.dumps(report.as_dict(), indent=2), encoding="utf-8")
+    # every run keeps its own page (runs/<time>-<id>.html); summary.html/.json are the latest run
+    runs = report_dir / "runs"
+    runs.mkdir(exist_ok=True)
+    stem = f"{run_time.strftime('%Y%m%dT%H%M%SZ')}-{run_id[:8]}"
+    report.summary_html = str(runs / f"{stem}.html")
+    page = render_summary(report)
+    for target in (runs / f"{stem}.html", report_dir / "summary.html"):
+        target.write_text(page, encoding="utf-8")
+    as_json = json.dumps(report.as_dict(), indent=2)
+    for target in (runs / f"{stem}.json", report_dir / "summary.json"):
+        target.write_text(as_json, encoding="utf-8")
     _record(lake, report, suites)
     return report
 
@@ -483,7 +509,7 @@ def _run_check(spark, lake, config, gxr: _GX, suite: Suite, check: Check) -> lis
         finish(
             f"Keys of {', '.join(p['topics'])} are clean text in the declared encoding.",
             df,
-            lambda r: f"{r['topic']}: {_show_key(r)} {r['problem']}",
+            lambda r: f"{r['topic']}: " + (f"{_show_key(r)} " if r["key_hex"] else "") + r["problem"],
             "badly formatted keys",
         )
     else:
@@ -539,7 +565,8 @@ def render_summary(report: QualityReport) -> str:
     ]
     if report.data_docs:
         parts.append(
-            f"<p>Full validation results: <a href='{html.escape(report.data_docs)}'>Great Expectations Data Docs</a></p>"
+            f"<p>Full validation results: <a href='{html.escape(report.data_docs)}'>"
+            "Great Expectations Data Docs</a></p>"
         )
     for r in report.results:
         cls = "ok" if r.success else "bad"

@@ -31,11 +31,13 @@ def lake_cli(root, *args, stdin: bytes | None = None):
 
 def test_demo_writes_once_and_consume_shows_java_placement(tmp_path):
     root = tmp_path / "lake"
-    code, out, _ = lake_cli(root, "demo")
+    code, out, _ = lake_cli(root, "demo", "--topics-only")
     assert code == 0
-    assert "customer_consents: produced 10 records with murmur2" in out
-    assert "customer_accounts: produced 8 records with murmur2" in out
-    code, out, _ = lake_cli(root, "demo")  # a second run leaves the topics alone
+    assert "== 1. topics (written with murmur2, like Java clients)" in out
+    assert "customer_consents: produced 10 records -> version 1" in out
+    assert "customer_accounts: produced 8 records -> version 1" in out
+    assert "starting Spark" not in out
+    code, out, _ = lake_cli(root, "demo", "--topics-only")  # a second run leaves the topics alone
     assert "customer_consents: already has records, left as it is" in out
     code, out, err = lake_cli(root, "consume", "customer_consents", "-f", "%k,%p\\n")
     assert code == 0, err
@@ -97,11 +99,16 @@ def test_malformed_config_is_one_line_naming_file_line_and_key(tmp_path, capsys,
         (["consume", "customer_accounts", "-f", "%x"], None, "unknown format token %x"),
         (["consume", "customer_accounts", "-p", "9"], None, "has partitions 0..3, not 9"),
         (["bogus"], None, "invalid choice: 'bogus'"),
+        (["backfill", "nope"], None, "unknown lookup 'nope'"),
+        (["backfill", "accounts", "--from", "/no/such/dump"], None, "/no/such/dump: no such file"),
+        (["backfill", "accounts", "--max-rejects", "-1"], None, "--max-rejects must not be negative"),
+        (["check", "nosuite"], None, "unknown suite 'nosuite'"),
+        (["topic", "repartition", "nope"], None, "unknown topic 'nope'"),
     ],
 )  # fmt: skip
 def test_user_errors_are_one_line_exit_2_and_write_nothing(tmp_path, args, stdin, message):
     root = tmp_path / "lake"
-    lake_cli(root, "demo")
+    lake_cli(root, "demo", "--topics-only")
     before = (root / "tables" / "customer_accounts" / "_delta_log").iterdir()
     before = sorted(p.name for p in before)
     code, out, err = lake_cli(root, *args, stdin=stdin)
@@ -110,3 +117,27 @@ def test_user_errors_are_one_line_exit_2_and_write_nothing(tmp_path, args, stdin
     assert message in err
     after = sorted(p.name for p in (root / "tables" / "customer_accounts" / "_delta_log").iterdir())
     assert after == before
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_make_demo_story_fails_the_gate_then_backfills_and_passes(tmp_path):
+    """`make demo`'s job as a user sees it: topics -> failing completeness -> backfill -> passing gate."""
+    code, out, err = lake_cli(tmp_path / "lake", "demo")
+    assert code == 0, err
+    before, after = out.split("== 3. backfill the accounts lookup from the database dump")
+    assert (
+        "FAIL  completeness:customer_consents->accounts: Every key that customer_consents references exists "
+        "in lookup accounts. FAILED: 2 keys missing in accounts: user_10 (referenced by 1 record(s) of "
+        "customer_consents, first at partition 1 offset 2, last at partition 1 offset 2); user_9 (referenced "
+        "by 1 record(s) of customer_consents, first at partition 2 offset 4, last at partition 2 offset 4)."
+    ) in before
+    report = before.split("report: ")[1].split("\n")[0]
+    with open(report, encoding="utf-8") as page:  # the failing run's own report page stays on disk
+        assert "user_9 (referenced by 1 record(s)" in page.read()
+    assert (
+        "10 lines read, 2 new keys, 0 changed, 8 unchanged, 0 superseded duplicates, 0 rejected; wrote 2 records"
+        in after
+    )
+    assert "FAIL" not in after and after.count("PASS  ") == 5
+    assert after.rstrip().endswith("The gate passes: the streaming joins may start.")

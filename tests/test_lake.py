@@ -110,7 +110,9 @@ def test_concurrent_writers_all_land(lake, table):
 
 
 def test_append_files_commits_once_and_cleans_up_on_failure(lake):
-    lake.create("p", pa.schema([("id", pa.string()), ("n", pa.int64()), ("part", pa.int32())]), partition_by=["part"])
+    lake.create(
+        "p", pa.schema([("id", pa.string()), ("n", pa.int64()), ("part", pa.int32())]), partition_by=["part"]
+    )
 
     def parts(fail: bool):
         yield {"part": 0}, pa.table({"id": ["a", "b"], "n": [1, 2]})

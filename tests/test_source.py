@@ -112,3 +112,9 @@ def test_plain_stream_refuses_update_commits_unless_skipped(spark, t, tmp_path):
         run_stream(spark, t.path("t"), ck)
     skipped = run_stream(spark, t.path("t"), tmp_path / "ck2", startingVersion="2", skipChangeCommits="true")
     assert skipped == [(0, [("c", 3, 0)])]
+
+
+def test_empty_table_reads_as_no_rows(spark, lake):
+    lake.create("empty", SCHEMA, partition_by=["p"])
+    assert lake.read(spark, "empty").collect() == []
+    assert lake.read(spark, "empty").schema.simpleString() == "struct<id:string,v:bigint,p:int>"

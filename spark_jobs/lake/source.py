@@ -94,7 +94,11 @@ class _Part(InputPartition):
         super().__init__(split)
 
 
-def _read_split(split: _FileSplit | _CommitSplit, schema: StructType, change_feed: bool) -> Any:
+def _read_split(partition: Any, schema: StructType, change_feed: bool) -> Any:
+    """Rows of one split. An empty plan (no files) still gets one read() call, without a split."""
+    split = getattr(partition, "value", None)
+    if split is None:
+        return
     arrow_schema = to_arrow_schema(schema, timezone="UTC")
     if isinstance(split, _FileSplit):
         table = pq.read_table(os.path.join(split.table, split.path))
@@ -146,7 +150,7 @@ class _BatchReader(DataSourceReader):
         return _snapshot_splits(self.path, version, change_feed=False)
 
     def read(self, partition: _Part):
-        yield from _read_split(partition.value, self.schema, self.change_feed)
+        yield from _read_split(partition, self.schema, self.change_feed)
 
 
 def _as_of_version(path: str, options: dict[str, str]) -> int:
@@ -228,7 +232,7 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return parts
 
     def read(self, partition: _Part):
-        yield from _read_split(partition.value, self.schema, self.change_feed)
+        yield from _read_split(partition, self.schema, self.change_feed)
 
     def commit(self, end: dict) -> None:
         return None

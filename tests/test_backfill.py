@@ -1,0 +1,193 @@
+"""Backfills: only changes are written, idempotent, dry runs write nothing, bad lines are quarantined."""
+
+from __future__ import annotations
+
+import io
+import json
+import zlib
+
+import pytest
+
+from spark_jobs.backfill import QUARANTINE, lookup_table, refresh_lookup, run_backfill
+from spark_jobs.config import load_config
+from spark_jobs.demo import write_demo_topics
+from spark_jobs.errors import UserError
+from spark_jobs.partitioners import partition_for
+from spark_jobs.topics import consume, produce_lines
+
+
+def quiet(_msg):
+    return None
+
+
+def account(n, mail=None):
+    return json.dumps(
+        {"customerId": f"user_{n}", "contactMailAddress": mail or f"user{n}@example.com"},
+        separators=(",", ":"),
+    )
+
+
+def lookup_rows(lake, config):
+    table = lake.read_arrow(lookup_table(config.lookup("accounts")))
+    return {r["key"].decode(): r["value"].decode() for r in table.to_pylist()}
+
+
+def topic_records(lake, config, topic="customer_accounts"):
+    out = io.BytesIO()
+    consume(lake, config.topic(topic), out, fmt="%k|%p|%o|%s\\n")
+    return out.getvalue().decode().splitlines()
+
+
+@pytest.fixture
+def demo(lake, demo_config):
+    write_demo_topics(lake, demo_config)
+    return lake, demo_config
+
+
+def versions(lake):
+    return {t: lake.version(t) for t in lake.tables()}
+
+
+def test_backfill_adds_missing_accounts_then_is_idempotent(spark, demo):
+    lake, config = demo
+    first = run_backfill(spark, lake, config, "accounts", log=quiet)
+    assert (first.lines, first.new, first.changed, first.unchanged, first.rejected, first.written) == (
+        10,
+        2,
+        0,
+        8,
+        0,
+        2,
+    )
+    assert first.partitioner == "murmur2"
+    assert lookup_rows(lake, config) == {f"user_{n}": account(n) for n in range(1, 11)}
+    added = [r for r in topic_records(lake, config) if r.startswith(("user_9|", "user_10|"))]
+    assert sorted(added) == sorted(
+        f"user_{n}|{partition_for(f'user_{n}'.encode(), 4)}|{off}|{account(n)}"
+        for n, off in ((9, 4), (10, 2))  # after user_2,3,4,7 in p2; user_5,6 in p1
+    )
+    before = versions(lake)
+    again = run_backfill(spark, lake, config, "accounts", log=quiet)
+    assert (again.new, again.changed, again.unchanged, again.written) == (0, 0, 10, 0)
+    assert versions(lake) == before
+
+
+def test_changed_values_and_duplicate_lines_last_wins(spark, demo, tmp_path):
+    lake, config = demo
+    dump = tmp_path / "d.txt"
+    dump.write_text(
+        'user_1;"new1@example.com"\nuser_11;"first@example.com"\nuser_2;"user2@example.com"\nuser_11;"last@example.com"\n'
+    )
+    s = run_backfill(spark, lake, config, "accounts", source=str(dump), log=quiet)
+    assert (s.lines, s.new, s.changed, s.unchanged, s.duplicates, s.written) == (4, 1, 1, 1, 1, 2)
+    rows = lookup_rows(lake, config)
+    assert rows["user_1"] == account(1, "new1@example.com")
+    assert rows["user_11"] == account(11, "last@example.com")
+    assert len(rows) == 9
+
+
+def test_dry_run_reports_the_same_counts_and_writes_nothing(spark, demo):
+    lake, config = demo
+    before = versions(lake)
+    s = run_backfill(spark, lake, config, "accounts", dry_run=True, log=quiet)
+    assert (s.new, s.changed, s.unchanged, s.written, s.topic_version) == (2, 0, 8, 2, None)
+    assert "dry run: nothing written" in s.text()
+    assert versions(lake) == before
+    assert not lake.exists(lookup_table(config.lookup("accounts")))
+
+
+BAD_DUMP = (
+    b'user_1;"user1@example.com"\n'
+    b"no separator here\n"
+    b';"empty@example.com"\n'
+    b"user_12;{not json\n"
+    b'\xffuser;"x@example.com"\n'
+    b'user_13;"user13@example.com"\n'
+)
+
+
+def test_rejects_above_max_commit_nothing_at_all(spark, demo, tmp_path):
+    lake, config = demo
+    dump = tmp_path / "bad.txt"
+    dump.write_bytes(BAD_DUMP)
+    before = versions(lake)
+    with pytest.raises(
+        UserError,
+        match=r"4 rejected line\(s\), more than --max-rejects 3; nothing was written \(first: line 2: no separator ';'\)",
+    ):
+        run_backfill(spark, lake, config, "accounts", source=str(dump), max_rejects=3, log=quiet)
+    after = versions(lake)
+    assert {t: v for t, v in after.items() if t in before} == before  # topics untouched
+    assert not lake.exists(QUARANTINE)
+    assert lake.read_arrow(lookup_table(config.lookup("accounts"))).num_rows == 8  # caught up only
+
+
+def test_rejects_within_max_are_quarantined_with_line_and_bytes(spark, demo, tmp_path):
+    lake, config = demo
+    dump = tmp_path / "bad.txt"
+    dump.write_bytes(BAD_DUMP)
+    s = run_backfill(spark, lake, config, "accounts", source=str(dump), max_rejects=4, log=quiet)
+    assert (s.lines, s.rejected, s.new, s.unchanged, s.written) == (6, 4, 1, 1, 1)
+    q = sorted(lake.read_arrow(QUARANTINE).to_pylist(), key=lambda r: r["line"])
+    assert [(r["line"], r["reason"], r["raw_hex"], r["job"]) for r in q] == [
+        (2, "no separator ';'", b"no separator here".hex().upper(), "backfill:accounts"),
+        (3, "empty key", b';"empty@example.com"'.hex().upper(), "backfill:accounts"),
+        (4, "value is not valid JSON", b"user_12;{not json".hex().upper(), "backfill:accounts"),
+        (5, "not valid UTF-8", b'\xffuser;"x@example.com"'.hex().upper(), "backfill:accounts"),
+    ]
+    assert all(r["source"] == str(dump) for r in q) and len({r["run_id"] for r in q}) == 1
+    assert lookup_rows(lake, config)["user_13"] == account(13)
+
+
+def test_partitioner_follows_joined_topics_unless_overridden(spark, demo):
+    lake, config = demo
+    s = run_backfill(spark, lake, config, "accounts", partitioner="consistent_random", log=quiet)
+    assert s.partitioner == "consistent_random"
+    placed = {r.split("|")[0]: int(r.split("|")[1]) for r in topic_records(lake, config)}
+    assert placed["user_10"] == zlib.crc32(b"user_10") % 4 == 0
+    assert placed["user_9"] == zlib.crc32(b"user_9") % 4
+
+
+def test_csv_and_jsonl_dumps(spark, lake, tmp_path):
+    cfg = tmp_path / "p.yaml"
+    cfg.write_text(
+        "topics:\n  people: {partitions: 3}\n"
+        "lookups:\n"
+        "  by_csv: {topic: people, backfill: {format: csv, separator: ',', key_field: id, value_field: name,"
+        " value: {id: key, name: value}}}\n"
+        "  by_jsonl: {topic: people, backfill: {format: jsonl, key_field: id, value_field: profile, value_format: json}}\n"
+    )
+    config = load_config(cfg)
+    csv = tmp_path / "people.csv"
+    csv.write_text("id,name\np1,Ann\np2,Bob\np3\n")
+    s = run_backfill(spark, lake, config, "by_csv", source=str(csv), max_rejects=1, log=quiet)
+    assert (s.lines, s.new, s.rejected) == (3, 2, 1)  # the header is line 1; "p3" has no name
+    jl = tmp_path / "people.jsonl"
+    jl.write_text(
+        '{"id": "p1", "profile": {"name": "Ann"}}\n{"id": "p4", "profile": {"name": "Dee"}}\nnot json\n'
+    )
+    s2 = run_backfill(spark, lake, config, "by_jsonl", source=str(jl), max_rejects=1, log=quiet)
+    assert (s2.lines, s2.new, s2.changed, s2.rejected) == (3, 1, 1, 1)
+    q = lake.read_arrow(QUARANTINE).to_pylist()
+    assert sorted((r["job"], r["line"], r["reason"]) for r in q) == [
+        ("backfill:by_csv", 4, "no 'name' column value"),
+        ("backfill:by_jsonl", 3, "line is not a JSON object"),
+    ]
+
+
+def test_refresh_applies_tombstones_and_updates(spark, demo):
+    lake, config = demo
+    refresh_lookup(spark, lake, config, config.lookup("accounts"))
+    spec = config.topic("customer_accounts")
+    produce_lines(
+        lake,
+        spec,
+        io.BytesIO(f"user_1;\nuser_2;{account(2, 'b@x.org')}\n".encode()),
+        "-",
+        key_sep=";",
+        null_empty=True,
+    )
+    assert refresh_lookup(spark, lake, config, config.lookup("accounts")) == 2
+    rows = lookup_rows(lake, config)
+    assert "user_1" not in rows and rows["user_2"] == account(2, "b@x.org") and len(rows) == 7
+    assert refresh_lookup(spark, lake, config, config.lookup("accounts")) == 0

@@ -471,9 +471,13 @@ def _run_check(spark, lake, config, gxr: _GX, suite: Suite, check: Check) -> lis
     asset = f"{suite.name}.{check.name}".replace(":", "_").replace(">", "").replace("+", "_")
 
     def finish(expectation: str, df: DataFrame, describe, what: str, extra: list | None = None, name=asset):
-        total, items = _offending(df, describe)
-        description = f"{expectation} {_plain(total, items, what)}"
-        results = gxr.validate(name, df, [_unexpected("*", description), *(extra or [])])
+        df = df.persist()  # listed, counted and validated several times: compute the findings once
+        try:
+            total, items = _offending(df, describe)
+            description = f"{expectation} {_plain(total, items, what)}"
+            results = gxr.validate(name, df, [_unexpected("*", description), *(extra or [])])
+        finally:
+            df.unpersist()
         ok, observed = _gx_outcome(results)
         out.append(
             ExpectationResult(suite.name, check.name, expectation, description, ok, observed, total, items)

@@ -22,7 +22,7 @@ def spark_conf(master: str | None = None, app_name: str = "lake") -> dict[str, s
     """The settings :func:`get_spark` uses (exposed for spark-submit and tests)."""
     ui = os.environ.get("LAKE_SPARK_UI", "0") == "1"
     log4j = f"-Dlog4j.configurationFile=file:{_log4j_config()}"
-    jit = os.environ.get("LAKE_JVM_OPTS", "-XX:+UseParallelGC -XX:TieredStopAtLevel=1")
+    jvm = os.environ.get("LAKE_JVM_OPTS", "-XX:+UseParallelGC")
     return {
         "spark.master": master or os.environ.get("LAKE_SPARK_MASTER") or DEFAULT_MASTER,
         "spark.app.name": app_name,
@@ -31,7 +31,7 @@ def spark_conf(master: str | None = None, app_name: str = "lake") -> dict[str, s
         "spark.sql.session.timeZone": "UTC",
         "spark.ui.enabled": "true" if ui else "false",
         "spark.ui.showConsoleProgress": "false",
-        "spark.driver.extraJavaOptions": f"{log4j} {jit}",
+        "spark.driver.extraJavaOptions": f"{log4j} {jvm}",
         "spark.executor.extraJavaOptions": log4j,
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.sql.streaming.stopGracefullyOnShutdown": "true",

@@ -167,6 +167,7 @@ def run_backfill(
     parsed = parsed.persist()
     try:
         counts = parsed.agg(F.count("*").alias("lines"), F.count("reason").alias("rejected")).first()
+        assert counts is not None  # an aggregate without grouping always has one row
         summary.lines, summary.rejected = int(counts["lines"]), int(counts["rejected"])
         rejects = parsed.filter(F.col("reason").isNotNull())
         sample = rejects.orderBy("line").limit(5).select("line", "reason", F.hex("raw").alias("raw_hex"))

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from spark_jobs import __version__
+from spark_jobs.config import PARTITIONERS
 from spark_jobs.errors import UserError
 
 
@@ -52,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("file", nargs="?", default="-", help="input file, or - for stdin (default)")
     p.add_argument("-K", dest="key_sep", metavar="SEP", help="key separator: key SEP value")
     p.add_argument("-Z", dest="null_empty", action="store_true", help="empty key/value -> null")
-    p.add_argument("--partitioner", choices=["murmur2", "consistent_random"])
+    p.add_argument("--partitioner", choices=PARTITIONERS)
     p.add_argument("--timestamp", type=int, metavar="MS", help="record timestamp, epoch ms")
     p.set_defaults(run=cmd_produce)
 
@@ -78,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("lookup")
     b.add_argument("--from", dest="source", metavar="FILE", help="the dump (default: from config)")
     b.add_argument("-K", dest="key_sep", metavar="SEP", help="key separator of 'lines' dumps")
-    b.add_argument("--partitioner", choices=["murmur2", "consistent_random"])
+    b.add_argument("--partitioner", choices=PARTITIONERS)
     b.add_argument("--dry-run", action="store_true", help="print the summary, write nothing")
     b.add_argument("--max-rejects", type=int, default=0, metavar="N", help="fail above N bad lines")
     b.add_argument("--json", action="store_true", help="print the summary as JSON")
@@ -102,7 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="rewrite a topic with every record placed by the right partitioner (one commit)",
     )
     rp.add_argument("topic")
-    rp.add_argument("--partitioner", choices=["murmur2", "consistent_random"], help="default: the topic's")
+    rp.add_argument("--partitioner", choices=PARTITIONERS, help="default: the topic's")
     rp.set_defaults(run=cmd_repartition)
 
     t = sub.add_parser("topics", parents=[common], help="list the pipeline's topics")

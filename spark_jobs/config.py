@@ -76,29 +76,25 @@ class PipelineConfig:
     lookups: dict[str, LookupSpec] = field(default_factory=dict)
     quality: QualitySpec = field(default_factory=lambda: QualitySpec({}))
 
-    def lookup(self, name: str) -> LookupSpec:
+    def _declared(self, kind: str, items: dict[str, Any], name: str) -> Any:
         try:
-            return self.lookups[name]
+            return items[name]
         except KeyError:
-            known = ", ".join(sorted(self.lookups)) or "none"
+            known = ", ".join(sorted(items)) or "none"
             raise UserError(
-                f"unknown lookup '{name}': not declared in {self.source} (declared: {known})"
+                f"unknown {kind} '{name}': not declared in {self.source} (declared: {known})"
             ) from None
+
+    def topic(self, name: str) -> TopicSpec:
+        return self._declared("topic", self.topics, name)
+
+    def lookup(self, name: str) -> LookupSpec:
+        return self._declared("lookup", self.lookups, name)
 
     def lookup_partitioner(self, lookup: LookupSpec) -> str:
         """The partitioner a backfill uses by default: the one of the topics it is joined with."""
-        for topic in lookup.joined_with:
-            return self.topics[topic].partitioner
-        return self.topics[lookup.topic].partitioner
-
-    def topic(self, name: str) -> TopicSpec:
-        try:
-            return self.topics[name]
-        except KeyError:
-            known = ", ".join(sorted(self.topics)) or "none"
-            raise UserError(
-                f"unknown topic '{name}': not declared in {self.source} (declared: {known})"
-            ) from None
+        first = lookup.joined_with[0] if lookup.joined_with else lookup.topic
+        return self.topics[first].partitioner
 
 
 def bundled_config_path(name: str = DEFAULT_CONFIG) -> Path:
@@ -154,7 +150,7 @@ class LocatedYaml:
         return UserError(f"{where}: {key}: {message}")
 
 
-def _scalar(node: yaml.ScalarNode) -> Any:
+def _scalar(node: yaml.Node) -> Any:
     loader = yaml.SafeLoader("")
     try:
         return loader.construct_object(node)

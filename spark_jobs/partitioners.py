@@ -232,7 +232,7 @@ def spark_partition(key_col, num_partitions: int, partitioner: str = MURMUR2):
     check_partitioner(partitioner)
 
     # Unhashable keys rotate within each Arrow batch here (placement of hashable keys is exact).
-    @F.arrow_udf("int")  # type: ignore[misc]
+    @F.arrow_udf("int")  # type: ignore[misc, call-overload]
     def _place(keys: pa.Array) -> pa.Array:
         return pa.array(partitions(keys, num_partitions, partitioner), type=pa.int32())
 

@@ -86,29 +86,29 @@ def load_suite(path: Path, config: PipelineConfig) -> Suite:
         raise doc.error(("checks",), "must be a non-empty list of checks")
     checks = []
     for i, item in enumerate(checks_raw):
-        path = ("checks", str(i))
+        where = ("checks", str(i))
         if not isinstance(item, dict) or len(item) != 1:
-            raise doc.error(path, f"each check is a mapping with one key: {', '.join(CHECK_TYPES)}")
+            raise doc.error(where, f"each check is a mapping with one key: {', '.join(CHECK_TYPES)}")
         ((kind, params),) = item.items()
-        choice(doc, path, kind, CHECK_TYPES)
+        choice(doc, where, kind, CHECK_TYPES)
         params = params or {}
         if kind == "completeness":
-            params = mapping(doc, (*path, kind), params, ("stream", "lookup", "foreign_key"))
+            params = mapping(doc, (*where, kind), params, ("stream", "lookup", "foreign_key"))
             if params.get("stream") not in config.topics:
-                raise doc.error((*path, kind, "stream"), f"must name a topic of {config.source}")
+                raise doc.error((*where, kind, "stream"), f"must name a topic of {config.source}")
             if params.get("lookup") not in config.lookups:
-                raise doc.error((*path, kind, "lookup"), f"must name a lookup of {config.source}")
+                raise doc.error((*where, kind, "lookup"), f"must name a lookup of {config.source}")
         elif kind in ("co_partitioning", "key_format"):
-            params = mapping(doc, (*path, kind), params, ("topics",))
+            params = mapping(doc, (*where, kind), params, ("topics",))
             topics = params.get("topics")
             if not isinstance(topics, list) or not topics or any(t not in config.topics for t in topics):
-                raise doc.error((*path, kind, "topics"), f"must list topics of {config.source}")
+                raise doc.error((*where, kind, "topics"), f"must list topics of {config.source}")
             if kind == "co_partitioning" and len(topics) < 2:
-                raise doc.error((*path, kind, "topics"), "co-partitioning needs at least two topics")
+                raise doc.error((*where, kind, "topics"), "co-partitioning needs at least two topics")
         else:
-            params = mapping(doc, (*path, kind), params, ("lookup",))
+            params = mapping(doc, (*where, kind), params, ("lookup",))
             if params.get("lookup") not in config.lookups:
-                raise doc.error((*path, kind, "lookup"), f"must name a lookup of {config.source}")
+                raise doc.error((*where, kind, "lookup"), f"must name a lookup of {config.source}")
         checks.append(Check(kind, dict(params)))
     return Suite(name, version, str(data.get("description", "")).strip(), checks, str(path))
 

@@ -35,7 +35,7 @@ def dependents(config: PipelineConfig, topic: str) -> list[str]:
 
 def running_jobs(lake: Lake) -> dict[str, int]:
     """Jobs registered as running under ``<root>/_jobs/<job>.json`` whose process is alive."""
-    alive = {}
+    alive: dict[str, int] = {}
     folder = lake.root / "_jobs"
     if not folder.is_dir():
         return alive

@@ -468,7 +468,7 @@ def _start_offset(start: str, end: int) -> int:
 
 def open_input(path: str | None) -> tuple[BinaryIO, str]:
     """An input file (or stdin for None / ``-``) and its name for error messages."""
-    if path in (None, "-"):
+    if path is None or path == "-":
         return sys.stdin.buffer, "<stdin>"
     try:
         return open(path, "rb"), path  # noqa: SIM115 - closed by the caller

@@ -273,7 +273,7 @@ class Lake:
             write_deltalake(
                 self.uri(name),
                 table,
-                mode=mode,  # type: ignore[arg-type]
+                mode=mode,  # type: ignore[arg-type, call-overload]
                 commit_properties=_commit_properties(txn),
             )
 

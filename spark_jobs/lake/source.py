@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -134,7 +135,7 @@ def _snapshot_splits(path: str, version: int, change_feed: bool) -> list[_Part]:
 
 
 class _BatchReader(DataSourceReader):
-    def __init__(self, path: str, options: dict[str, str], schema: StructType):
+    def __init__(self, path: str, options: Mapping[str, str], schema: StructType):
         self.path = path
         self.schema = schema
         self.change_feed = _truthy(options.get("readChangeFeed"))
@@ -149,11 +150,11 @@ class _BatchReader(DataSourceReader):
         version = _as_of_version(self.path, self.options)
         return _snapshot_splits(self.path, version, change_feed=False)
 
-    def read(self, partition: _Part):
+    def read(self, partition: InputPartition):
         yield from _read_split(partition, self.schema, self.change_feed)
 
 
-def _as_of_version(path: str, options: dict[str, str]) -> int:
+def _as_of_version(path: str, options: Mapping[str, str]) -> int:
     if options.get("versionAsOf") is not None:
         return int(options["versionAsOf"])
     dt = DeltaTable(path)
@@ -163,7 +164,7 @@ def _as_of_version(path: str, options: dict[str, str]) -> int:
 
 
 class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    def __init__(self, path: str, options: dict[str, str], schema: StructType):
+    def __init__(self, path: str, options: Mapping[str, str], schema: StructType):
         self.path = path
         self.schema = schema
         self.change_feed = _truthy(options.get("readChangeFeed"))
@@ -231,7 +232,7 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             parts.append(_Part(_CommitSplit(self.path, v, v)))
         return parts
 
-    def read(self, partition: _Part):
+    def read(self, partition: InputPartition):
         yield from _read_split(partition, self.schema, self.change_feed)
 
     def commit(self, end: dict) -> None:

@@ -129,6 +129,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _stderr(msg: str) -> None:
+    print(msg, file=sys.stderr)
+
+
 def _context(args):
     from spark_jobs.config import load_config
     from spark_jobs.lake import Lake
@@ -139,7 +143,7 @@ def _context(args):
 class Progress:
     """Records/s on stderr while a long call runs (only when stderr is a terminal)."""
 
-    def __init__(self, label: str, total_bytes: int | None = None):
+    def __init__(self, label: str):
         self.label = label
         self.count = 0
         self.started = time.monotonic()
@@ -226,10 +230,7 @@ def cmd_backfill(args) -> int:
     if args.source and not os.path.isfile(args.source):
         raise UserError(f"{args.source}: no such file")
 
-    def log(msg: str) -> None:
-        print(msg, file=sys.stderr)
-
-    log("starting Spark ...")
+    _stderr("starting Spark ...")
     spark = get_spark(app_name=f"backfill-{args.lookup}")
     with SparkProgress(spark):
         summary = run_backfill(
@@ -242,7 +243,7 @@ def cmd_backfill(args) -> int:
             partitioner=args.partitioner,
             dry_run=args.dry_run,
             max_rejects=args.max_rejects,
-            log=log,
+            log=_stderr,
         )
     print(json.dumps(summary.as_dict()) if args.json else summary.text())
     return 0
@@ -262,10 +263,7 @@ def cmd_check(args) -> int:
             raise UserError(f"unknown suite '{name}' in {config.source} (declared: {known})")
         load_suite(config.quality.suites[name], config)
 
-    def log(msg: str) -> None:
-        print(msg, file=sys.stderr)
-
-    log("starting Spark ...")
+    _stderr("starting Spark ...")
     spark = get_spark(app_name="quality")
     try:
         with SparkProgress(spark):
@@ -275,7 +273,7 @@ def cmd_check(args) -> int:
                 config,
                 args.suites or None,
                 Path(args.report_dir) if args.report_dir else None,
-                log=log,
+                log=_stderr,
             )
     except UserError:
         raise

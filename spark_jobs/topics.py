@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import fcntl
 import json
-import os
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -478,10 +477,3 @@ def open_input(path: str | None) -> tuple[BinaryIO, str]:
         raise UserError(f"{path}: is a directory, not a file") from None
     except OSError as exc:
         raise UserError(f"{path}: cannot open: {exc.strerror}") from None
-
-
-def file_size(stream: BinaryIO) -> int | None:
-    try:
-        return os.fstat(stream.fileno()).st_size
-    except (OSError, ValueError, AttributeError):
-        return None

@@ -1,7 +1,7 @@
 """The storage seam: every Delta table of the product is read and written through :class:`Lake`.
 
 Tables live under a lake root (``--root`` / ``LAKE_ROOT``, default ``./lakehouse``) as
-``<root>/tables/<name>``; Spark checkpoints under ``<root>/_checkpoints``. Delta Lake is accessed with
+``<root>/tables/<name>``. Delta Lake is accessed with
 delta-rs (PyPI ``deltalake``); Spark reads and streams the same tables through the ``delta`` Python
 data source in :mod:`spark_jobs.lake.source`, which this module registers.
 
@@ -141,9 +141,6 @@ class Lake:
 
     def uri(self, name: str) -> str:
         return str(self.path(name))
-
-    def checkpoint_dir(self, job: str) -> Path:
-        return self.root / "_checkpoints" / job
 
     def exists(self, name: str) -> bool:
         return DeltaTable.is_deltatable(self.uri(name))

@@ -106,6 +106,16 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--partitioner", choices=PARTITIONERS, help="default: the topic's")
     rp.set_defaults(run=cmd_repartition)
 
+    sh = sub.add_parser(
+        "show",
+        parents=[common],
+        help="print a table's current rows sorted by key, or with --changes its change feed",
+    )
+    sh.add_argument("table")
+    sh.add_argument("--changes", action="store_true", help="the change feed in commit order")
+    sh.add_argument("--json", action="store_true", help="one JSON object per line")
+    sh.set_defaults(run=cmd_show)
+
     t = sub.add_parser("topics", parents=[common], help="list the pipeline's topics")
     t.set_defaults(run=cmd_topics)
 
@@ -346,6 +356,17 @@ def cmd_repartition(args) -> int:
     if result.restart:
         print(f"restart from scratch (their positions no longer apply): {', '.join(result.restart)}")
         print("  lookups rebuild themselves on their next refresh (lake backfill / lake check)")
+    return 0
+
+
+def cmd_show(args) -> int:
+    from spark_jobs.lake import Lake
+    from spark_jobs.show import render, table_rows
+
+    lake = Lake(args.root)
+    columns, rows = table_rows(lake, args.table, changes=args.changes)
+    for line in render(columns, rows, args.json):
+        print(line)
     return 0
 
 

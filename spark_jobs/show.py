@@ -1,0 +1,74 @@
+"""``lake show``: a table's current rows, or its change feed, as a person (or a script) reads them.
+
+Rows are sorted by ``key`` when the table has one (else by all columns); the change feed comes in
+commit order. Binary values are shown as text with invisible bytes escaped (``\\x00``); ``--json``
+prints one object per line.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import datetime
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from spark_jobs.lake import Lake, without_views
+
+CHANGE_COLUMNS = ["_change_type", "_commit_version", "_commit_timestamp"]
+
+
+def shown(value: Any) -> Any:
+    """A cell as text: bytes decoded where they are printable UTF-8, escaped otherwise."""
+    if isinstance(value, bytes):
+        text = value.decode("utf-8", "replace")
+        return text if text.isprintable() and "\ufffd" not in text else repr(value)[2:-1]
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return value
+
+
+def table_rows(lake: Lake, name: str, changes: bool = False) -> tuple[list[str], list[dict]]:
+    if changes:
+        table = lake.changes_arrow(name)
+        # within a commit and key, an update's pre-image comes before its post-image
+        rank = pc.if_else(pc.equal(table["_change_type"], "update_postimage"), 1, 0)
+        table = table.append_column("_rank", rank)
+        sort = [("_commit_version", "ascending")]
+        sort += [("key", "ascending")] if "key" in table.column_names else []
+        sort += [("_rank", "ascending")]
+        columns = CHANGE_COLUMNS + [c for c in table.column_names if c not in CHANGE_COLUMNS]
+    else:
+        table = without_views(lake.read_arrow(name))
+        keys = ["key"] if "key" in table.column_names else table.column_names
+        sort = [(k, "ascending") for k in keys if _sortable(table.schema.field(k).type)]
+        columns = table.column_names
+    if sort and table.num_rows:
+        table = table.sort_by(sort)
+    return columns, table.select(columns).to_pylist()
+
+
+def _sortable(t: pa.DataType) -> bool:
+    return not (
+        pa.types.is_list(t) or pa.types.is_struct(t) or pa.types.is_map(t) or pa.types.is_large_list(t)
+    )
+
+
+def render(columns: list[str], rows: list[dict], as_json: bool) -> Iterator[str]:
+    if as_json:
+        for row in rows:
+            yield json.dumps({c: _json(row[c]) for c in columns}, ensure_ascii=False)
+        return
+    yield "\t".join(columns)
+    for row in rows:
+        yield "\t".join("" if row[c] is None else str(_json(row[c])) for c in columns)
+
+
+def _json(value: Any) -> Any:
+    if isinstance(value, list):
+        return [_json(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _json(v) for k, v in value.items()}
+    return shown(value)

@@ -73,10 +73,10 @@ def refresh_lookup(spark: SparkSession, lake: Lake, config: PipelineConfig, look
     if applied is not None and applied >= current:
         return 0
     start = 0 if applied is None else applied + 1
-    changes = lake.changes(spark, lookup.topic, start, current)
-    if changes.filter(F.col("_change_type") != "insert").limit(1).count():
+    if lake.rewrites(lookup.topic, start, current):
         # the topic was rewritten (e.g. repartitioned): offsets no longer apply, rebuild from scratch
         return _rebuild_lookup(spark, lake, lookup, current)
+    changes = lake.changes(spark, lookup.topic, start, current)
     latest = _latest_per_key(changes.filter(F.col("_change_type") == "insert"), current)
     rows = latest.withColumn("_delete", F.col("value").isNull()).toArrow()
     lake.merge(table, rows, ["key"], delete_column="_delete", txn=(app, current))
@@ -95,9 +95,14 @@ def _latest_per_key(records: DataFrame, version: int) -> DataFrame:
     )
 
 
+def _topic_latest(spark: SparkSession, lake: Lake, topic: str, version: int) -> DataFrame:
+    """The latest live value per key of a topic as of ``version`` (tombstoned keys left out)."""
+    snapshot = lake.read(spark, topic, version).withColumn("_commit_version", F.lit(version))
+    return _latest_per_key(snapshot, version).filter(F.col("value").isNotNull())
+
+
 def _rebuild_lookup(spark: SparkSession, lake: Lake, lookup: LookupSpec, current: int) -> int:
-    snapshot = lake.read(spark, lookup.topic, current).withColumn("_commit_version", F.lit(current))
-    latest = _latest_per_key(snapshot, current).filter(F.col("value").isNotNull()).toArrow()
+    latest = _topic_latest(spark, lake, lookup.topic, current).toArrow()
     lake.overwrite(lookup_table(lookup), latest, txn=(f"lookup:{lookup.name}", current))
     return latest.num_rows
 
@@ -235,9 +240,7 @@ def _current_values(spark: SparkSession, lake: Lake, lookup: LookupSpec, from_to
     if from_topic:
         if not lake.exists(lookup.topic):
             return spark.createDataFrame([], "key binary, value binary")
-        version = lake.version(lookup.topic)
-        snapshot = lake.read(spark, lookup.topic, version).withColumn("_commit_version", F.lit(version))
-        return _latest_per_key(snapshot, version).filter(F.col("value").isNotNull()).select("key", "value")
+        return _topic_latest(spark, lake, lookup.topic, lake.version(lookup.topic)).select("key", "value")
     return lake.read(spark, lookup_table(lookup)).select("key", "value")
 
 

@@ -52,10 +52,7 @@ def running_jobs(lake: Lake) -> dict[str, int]:
 
 def last_rewrite(lake: Lake, topic: str) -> int:
     """The newest version that replaced rows (0 when the log was only ever appended to)."""
-    for version in range(lake.version(topic), 0, -1):
-        if lake.commit(topic, version).removed_data_files:
-            return version
-    return 0
+    return max(lake.rewrites(topic, 1, lake.version(topic)), default=0)
 
 
 @dataclass

@@ -218,6 +218,11 @@ class Lake:
     def commit(self, name: str, version: int) -> CommitInfo:
         return read_commit(self.path(name), version)
 
+    def rewrites(self, name: str, first: int, last: int) -> list[int]:
+        """Versions in [first, last] that removed data files (overwrites, updates, deletes), read from
+        the Delta log: an append-only log has none."""
+        return [v for v in range(max(first, 0), last + 1) if self.commit(name, v).removed_data_files]
+
     def read(self, spark: SparkSession, name: str, version: int | None = None) -> DataFrame:
         """The table (current, or as of ``version``) as a Spark DataFrame."""
         self.table(name, version)  # clear error for unknown tables / versions

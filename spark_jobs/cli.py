@@ -116,6 +116,36 @@ def build_parser() -> argparse.ArgumentParser:
     sh.add_argument("--json", action="store_true", help="one JSON object per line")
     sh.set_defaults(run=cmd_show)
 
+    r = sub.add_parser(
+        "run",
+        parents=[common],
+        help="run a join: --once (everything available, then exit) or --continuous (until stopped)",
+        description="Runs a join of the pipeline as a Spark Structured Streaming query. It resumes where "
+        "it stopped (checkpoint under <root>/_checkpoints/JOIN). --continuous stops after the current "
+        "micro-batch on SIGTERM or Ctrl-C.",
+    )
+    r.add_argument("join")
+    mode = r.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--once", action="store_true", help="process everything available, then exit")
+    mode.add_argument("--continuous", action="store_true", help="run until SIGTERM / Ctrl-C")
+    r.add_argument("--trigger", type=float, default=5.0, metavar="SECONDS", help="micro-batch interval")
+    r.add_argument("--max-files", type=int, metavar="N", help="at most N data files per topic per batch")
+    r.add_argument("--reset", action="store_true", help="forget the join's state and result first")
+    r.set_defaults(run=cmd_run)
+
+    st = sub.add_parser("status", parents=[common], help="the joins: running?, last batch, inputs behind")
+    st.add_argument("--json", action="store_true", help="one JSON object per join")
+    st.set_defaults(run=cmd_status)
+
+    au = sub.add_parser(
+        "audit",
+        parents=[common],
+        help="compare a join's result with a batch join of its topics (exit 1 when they differ)",
+    )
+    au.add_argument("join")
+    au.add_argument("--json", action="store_true", help="print the report as JSON")
+    au.set_defaults(run=cmd_audit)
+
     t = sub.add_parser("topics", parents=[common], help="list the pipeline's topics")
     t.set_defaults(run=cmd_topics)
 
@@ -368,6 +398,92 @@ def cmd_show(args) -> int:
     for line in render(columns, rows, args.json):
         print(line)
     return 0
+
+
+def cmd_run(args) -> int:
+    from spark_jobs.joins.runner import reset_join, run_join
+    from spark_jobs.session import get_spark
+
+    config, lake = _context(args)
+    config.join(args.join)  # fail fast, before Spark starts
+    if args.trigger <= 0:
+        raise UserError("--trigger must be a positive number of seconds")
+    if args.max_files is not None and args.max_files < 1:
+        raise UserError("--max-files must be at least 1")
+    if args.reset:
+        for item in reset_join(lake, config, args.join):
+            _stderr(f"reset: removed {item}")
+    _stderr("starting Spark ...")
+    spark = get_spark(app_name=f"join-{args.join}")
+    summary = run_join(
+        spark,
+        lake,
+        config,
+        args.join,
+        once=args.once,
+        trigger_seconds=args.trigger,
+        max_files=args.max_files,
+        log=_stderr,
+    )
+    print(summary.text())
+    return 0
+
+
+def cmd_status(args) -> int:
+    import json
+
+    from spark_jobs.joins.runner import status
+
+    config, lake = _context(args)
+    rows = status(lake, config)
+    if args.json:
+        for row in rows:
+            print(json.dumps(row))
+        return 0
+    if not rows:
+        print(f"no joins declared in {config.source}")
+    for row in rows:
+        state = f"running (pid {row['pid']})" if row["running"] else "stopped"
+        behind = row["versions_behind"]
+        lag = ", ".join(f"{side} {'-' if n is None else n}" for side, n in behind.items())
+        last = (
+            f"last batch {row['last_batch_at']}: {row['last_batch_in']} in, {row['last_batch_out']} out, "
+            f"{row['last_batch_ms']} ms, {row['pending']} pending"
+            if row["last_batch_at"]
+            else "no batch yet"
+        )
+        print(f"{row['join']} ({row['kind']}): {state}; versions behind: {lag}; {last}")
+    return 0
+
+
+def cmd_audit(args) -> int:
+    import json
+
+    from spark_jobs.joins.oracle import SAMPLE, audit
+    from spark_jobs.session import get_spark
+
+    config, lake = _context(args)
+    config.join(args.join)
+    _stderr("starting Spark ...")
+    report = audit(get_spark(app_name=f"audit-{args.join}"), lake, config, args.join)
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "join": report.join,
+                    "clean": report.clean,
+                    "expected_rows": report.expected_rows,
+                    "actual_rows": report.actual_rows,
+                    "differing_keys": [k.decode("utf-8", "backslashreplace") for k in report.differing_keys],
+                }
+            )
+        )
+    else:
+        print(report.text())
+        for label, rows in (("missing", report.missing), ("unexpected", report.unexpected)):
+            for row in rows[:SAMPLE]:
+                print(f"  {label}: {row}")
+    return 0 if report.clean else 1
 
 
 def cmd_topics(args) -> int:

@@ -21,8 +21,30 @@ KEY_FORMATS = ("string", "bytes")
 VALUE_FORMATS = ("json", "string")
 PARTITIONERS = ("murmur2", "consistent_random")
 TOP_LEVEL_KEYS = ("pipeline", "description", "topics", "lookups", "joins", "quality")
-# Sections that later parts of the product fill; accepted (as mappings) so files can be written ahead.
-RESERVED_SECTIONS = ("joins",)
+JOIN_TYPES = {
+    "table": ("inner", "left", "outer"),
+    "stream-table": ("inner", "left"),
+    "stream-stream": ("inner", "left", "outer"),
+}
+# Columns every result of a kind carries besides ``select``'s (so ``select`` may not use these names).
+JOIN_META_COLUMNS = {
+    "table": ("key",),
+    "stream-table": ("key", "timestamp", "partition", "offset"),
+    "stream-stream": (
+        "key",
+        "left_timestamp",
+        "left_partition",
+        "left_offset",
+        "right_timestamp",
+        "right_partition",
+        "right_offset",
+    ),
+}
+COLUMN_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+WINDOW_RE = re.compile(
+    r"^\s*(\d+)\s*(ms|milliseconds?|s|secs?|seconds?|m|mins?|minutes?|h|hours?|d|days?)\s*$", re.I
+)
+WINDOW_UNITS_MS = {"ms": 1, "mi": 1, "s": 1000, "se": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 DUMP_FORMATS = ("lines", "csv", "jsonl")
 NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,199}$")
 
@@ -67,14 +89,33 @@ class QualitySpec:
 
 
 @dataclass(frozen=True)
+class JoinSpec:
+    """A continuous join of two topics (README, "Joins")."""
+
+    name: str
+    kind: str  # table | stream-table | stream-stream
+    left: str
+    right: str
+    type: str  # inner | left | outer (as the kind allows)
+    select: dict[str, str]  # output column -> Spark SQL expression over left.<field> / right.<field>
+    where: dict[str, str]  # output column -> "file:line: joins.<name>.select.<column>" for errors
+    window_ms: int | None = None  # stream-stream: |left.timestamp - right.timestamp| <= window
+    publish: str | None = None  # topic receiving the result changelog, if any
+
+    @property
+    def job(self) -> str:
+        return f"join:{self.name}"
+
+
+@dataclass(frozen=True)
 class PipelineConfig:
     source: str
     name: str
     description: str = ""
     topics: dict[str, TopicSpec] = field(default_factory=dict)
-    sections: dict[str, Any] = field(default_factory=dict)
     lookups: dict[str, LookupSpec] = field(default_factory=dict)
     quality: QualitySpec = field(default_factory=lambda: QualitySpec({}))
+    joins: dict[str, JoinSpec] = field(default_factory=dict)
 
     def _declared(self, kind: str, items: dict[str, Any], name: str) -> Any:
         try:
@@ -90,6 +131,9 @@ class PipelineConfig:
 
     def lookup(self, name: str) -> LookupSpec:
         return self._declared("lookup", self.lookups, name)
+
+    def join(self, name: str) -> JoinSpec:
+        return self._declared("join", self.joins, name)
 
     def lookup_partitioner(self, lookup: LookupSpec) -> str:
         """The partitioner a backfill uses by default: the one of the topics it is joined with."""
@@ -140,14 +184,17 @@ class LocatedYaml:
             return [self._convert(v, (*path, str(i))) for i, v in enumerate(node.value)]
         return _scalar(node)
 
-    def error(self, path: tuple[str, ...], message: str) -> UserError:
+    def where(self, path: tuple[str, ...]) -> str:
+        """``file:line: key.path`` of a key path (the nearest enclosing one that has a line)."""
         probe = path
         while probe and probe not in self.lines:
             probe = probe[:-1]
         line = self.lines.get(probe)
-        where = f"{self.source}:{line}" if line else self.source
-        key = ".".join(path) if path else "(top level)"
-        return UserError(f"{where}: {key}: {message}")
+        place = f"{self.source}:{line}" if line else self.source
+        return f"{place}: {'.'.join(path) if path else '(top level)'}"
+
+    def error(self, path: tuple[str, ...], message: str) -> UserError:
+        return UserError(f"{self.where(path)}: {message}")
 
 
 def _scalar(node: yaml.Node) -> Any:
@@ -196,19 +243,25 @@ def load_config(path: str | os.PathLike[str] | None = None) -> PipelineConfig:
     if not isinstance(topics_raw, dict) or not topics_raw:
         raise doc.error(("topics",), "must be a non-empty mapping of topic name to its settings")
     topics = {t: _topic(doc, t, spec) for t, spec in topics_raw.items()}
-    sections = {}
-    for section in RESERVED_SECTIONS:
-        if section in data:
-            if not isinstance(data[section], dict):
-                raise doc.error((section,), "must be a mapping")
-            sections[section] = data[section]
     base = cfg_path.parent
     lookups_raw = data.get("lookups") or {}
     if not isinstance(lookups_raw, dict):
         raise doc.error(("lookups",), "must be a mapping of lookup name to its settings")
     lookups = {n: _lookup(doc, n, spec, topics, base) for n, spec in lookups_raw.items()}
     quality = _quality(doc, data.get("quality") or {}, base)
-    return PipelineConfig(source, name, description, topics, sections, lookups, quality)
+    joins_raw = data.get("joins") or {}
+    if not isinstance(joins_raw, dict):
+        raise doc.error(("joins",), "must be a mapping of join name to its settings")
+    joins = {}
+    for join_name, spec in joins_raw.items():
+        join = _join(doc, join_name, spec, topics, lookups)
+        if join.publish:
+            left = topics[join.left]
+            topics[join.publish] = TopicSpec(
+                join.publish, left.partitions, left.key_format, "json", "murmur2"
+            )
+        joins[join_name] = join
+    return PipelineConfig(source, name, description, topics, lookups, quality, joins)
 
 
 def mapping(doc: LocatedYaml, path: tuple[str, ...], value: Any, allowed: tuple[str, ...]) -> dict:
@@ -319,3 +372,67 @@ def _topic(doc: LocatedYaml, name: str, spec: Any) -> TopicSpec:
             (*path, "partitioner"), f"must be one of {', '.join(PARTITIONERS)}, got {partitioner!r}"
         )
     return TopicSpec(name, partitions, key_format, value_format, partitioner)
+
+
+def window_ms(doc: LocatedYaml, path: tuple[str, ...], value: Any) -> int:
+    """``10 minutes``, ``30 s``, ``1 hour``, ``500 ms`` -> milliseconds (> 0)."""
+    match = WINDOW_RE.match(str(value)) if isinstance(value, (str, int)) else None
+    if not match or int(match.group(1)) <= 0:
+        raise doc.error(
+            path, f"must be a positive duration such as '10 minutes' or '30 seconds', got {value!r}"
+        )
+    unit = match.group(2).lower()
+    factor = WINDOW_UNITS_MS[unit[:2]] if unit[:2] in WINDOW_UNITS_MS else WINDOW_UNITS_MS[unit[0]]
+    return int(match.group(1)) * factor
+
+
+def _join(
+    doc: LocatedYaml, name: str, spec: Any, topics: dict[str, TopicSpec], lookups: dict[str, LookupSpec]
+) -> JoinSpec:
+    path = ("joins", name)
+    if not COLUMN_RE.match(name):
+        raise doc.error(path, "join names use letters, digits and '_' (they name the result table)")
+    if name in topics or name.startswith("lookup_") or name in ("quarantine", "quality_runs", "join_metrics"):
+        raise doc.error(path, "the name is taken by a topic or a table of the lake; choose another")
+    spec = mapping(doc, path, spec, ("kind", "left", "right", "type", "select", "window", "publish"))
+    kind = choice(doc, (*path, "kind"), spec.get("kind"), tuple(JOIN_TYPES))
+    sides = {}
+    for side in ("left", "right"):
+        topic = spec.get(side)
+        if topic not in topics:
+            raise doc.error((*path, side), f"must name a declared topic, got {topic!r}")
+        sides[side] = topic
+    if sides["left"] == sides["right"]:
+        raise doc.error((*path, "right"), "must be a different topic than left")
+    join_type = choice(doc, (*path, "type"), spec.get("type", "inner"), JOIN_TYPES[kind])
+    select_raw = spec.get("select")
+    if not isinstance(select_raw, dict) or not select_raw:
+        raise doc.error((*path, "select"), "must be a mapping of output column to a Spark SQL expression")
+    select, where = {}, {}
+    for column, expr in select_raw.items():
+        col_path = (*path, "select", column)
+        if not COLUMN_RE.match(column):
+            raise doc.error(col_path, "output columns use letters, digits and '_'")
+        if column in JOIN_META_COLUMNS[kind]:
+            raise doc.error(col_path, f"'{column}' is a column every {kind} result has; choose another name")
+        select[column] = text_value(doc, col_path, expr)
+        where[column] = doc.where(col_path)
+    window = None
+    if kind == "stream-stream":
+        if "window" not in spec:
+            raise doc.error((*path, "window"), "is required for a stream-stream join, e.g. '10 minutes'")
+        window = window_ms(doc, (*path, "window"), spec["window"])
+    elif "window" in spec:
+        raise doc.error((*path, "window"), f"applies to stream-stream joins only, not {kind}")
+    publish = spec.get("publish", False)
+    if publish is True:
+        publish = f"{name}_changelog"
+    elif publish is False or publish is None:
+        publish = None
+    elif not isinstance(publish, str) or not NAME_RE.match(publish):
+        raise doc.error((*path, "publish"), f"must be true, false or a topic name, got {publish!r}")
+    if publish and publish in topics:
+        raise doc.error(
+            (*path, "publish"), f"topic '{publish}' is declared already; publish needs its own topic"
+        )
+    return JoinSpec(name, kind, sides["left"], sides["right"], join_type, select, where, window, publish)

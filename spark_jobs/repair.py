@@ -27,9 +27,7 @@ from spark_jobs.topics import TOPIC_SCHEMA, assign_offsets, ensure_topic
 def dependents(config: PipelineConfig, topic: str) -> list[str]:
     """Jobs that read ``topic`` and keep positions in it."""
     jobs = [f"lookup:{lk.name}" for lk in config.lookups.values() if lk.topic == topic]
-    for name, join in (config.sections.get("joins") or {}).items():
-        if isinstance(join, dict) and topic in (join.get("left"), join.get("right")):
-            jobs.append(f"join:{name}")
+    jobs += [join.job for join in config.joins.values() if topic in (join.left, join.right)]
     return jobs
 
 

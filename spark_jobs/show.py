@@ -39,10 +39,11 @@ def table_rows(lake: Lake, name: str, changes: bool = False) -> tuple[list[str],
         sort = [("_commit_version", "ascending")]
         sort += [("key", "ascending")] if "key" in table.column_names else []
         sort += [("_rank", "ascending")]
-        columns = CHANGE_COLUMNS + [c for c in table.column_names if c not in CHANGE_COLUMNS]
+        columns = CHANGE_COLUMNS + [c for c in table.column_names if c not in CHANGE_COLUMNS + ["_rank"]]
     else:
         table = without_views(lake.read_arrow(name))
-        keys = ["key"] if "key" in table.column_names else table.column_names
+        # by key, then the other columns (event tables hold several rows per key)
+        keys = sorted(table.column_names, key=lambda c: c != "key")
         sort = [(k, "ascending") for k in keys if _sortable(table.schema.field(k).type)]
         columns = table.column_names
     if sort and table.num_rows:

@@ -33,7 +33,7 @@ import pyarrow.compute as pc
 from spark_jobs import partitioners
 from spark_jobs.config import TopicSpec
 from spark_jobs.errors import UserError
-from spark_jobs.lake import Lake
+from spark_jobs.lake import Lake, Txn
 
 HEADER_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 TOPIC_SCHEMA = pa.schema(
@@ -250,8 +250,10 @@ def produce_records(
     partitioner: str | None = None,
     timestamp_ms: int | None = None,
     progress: Callable[[int], None] | None = None,
+    txn: Txn | None = None,
 ) -> ProduceResult:
-    """Append (key, value) array pairs to a topic as one atomic Delta commit.
+    """Append (key, value) array pairs to a topic as one atomic Delta commit (skipped when ``txn``,
+    an (application id, batch id) pair, is already committed).
 
     Partitions come from ``partitioner`` (default: the topic's, normally murmur2); offsets continue
     each partition. The input is consumed lazily and streamed into the commit; an exception raised by
@@ -287,7 +289,7 @@ def produce_records(
 
         # keys and values are mostly unique: dictionary-encoding them only costs time
         version = lake.append_files(
-            spec.name, files(), stats_columns=["offset"], dictionary_columns=["topic", "headers"]
+            spec.name, files(), stats_columns=["offset"], dictionary_columns=["topic", "headers"], txn=txn
         )
     return ProduceResult(
         spec.name,

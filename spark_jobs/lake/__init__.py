@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+from deltalake import CommitProperties, DeltaTable, QueryBuilder, Transaction, write_deltalake
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 from deltalake.transaction import AddAction
 
@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 DEFAULT_ROOT = "lakehouse"
 CDF = {"delta.enableChangeDataFeed": "true"}
 CONFLICT_RETRIES = 8
+KEY_LOOKUP_LIMIT = 20_000  # read_keys: above this many values a scan is cheaper than the IN list
 
 Txn = tuple[str, int]  # (application id, batch id)
 
@@ -202,6 +203,27 @@ class Lake:
     ) -> pa.Table:
         dataset = self.table(name, version).to_pyarrow_dataset()
         return dataset.to_table(columns=columns, filter=filter)
+
+    def read_keys(
+        self, name: str, column: str, values: pa.Array, columns: list[str] | None = None
+    ) -> pa.Table:
+        """Rows whose ``column`` is one of ``values``, reading only the files and row groups whose
+        statistics can hold them (DataFusion through delta-rs: Arrow's own dataset filter fails on
+        the binary-view statistics of files that delta-rs merges write). Large value sets scan."""
+        dt = self.table(name)
+        schema = table_arrow_schema(dt)
+        if columns is not None:
+            schema = pa.schema([schema.field(c) for c in columns])
+        if len(values) == 0:
+            return schema.empty_table()
+        if len(values) > KEY_LOOKUP_LIMIT:
+            table = self.read_arrow(name, columns=schema.names)
+            return table.filter(pc.is_in(table[column], values.cast(table.schema.field(column).type)))
+        literals = ",".join(_sql_literal(v) for v in values.to_pylist())
+        projection = ", ".join(f'"{c}"' for c in schema.names)
+        query = QueryBuilder().register("t", dt)
+        result = query.execute(f'SELECT {projection} FROM t WHERE "{column}" IN ({literals})')
+        return without_views(pa.table(result.read_all())).cast(schema)
 
     def changes_arrow(
         self, name: str, starting_version: int = 0, ending_version: int | None = None
@@ -409,6 +431,16 @@ class Lake:
                     raise
                 time.sleep(min(0.05 * 2**n, 2.0))
         return None
+
+
+def _sql_literal(value: Any) -> str:
+    if isinstance(value, bytes):
+        return f"X'{value.hex()}'"
+    if isinstance(value, str):
+        return "'" + value.replace("'", "''") + "'"
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"no SQL literal for {type(value).__name__}")
+    return str(value)
 
 
 def _commit_properties(txn: Txn | None) -> CommitProperties:

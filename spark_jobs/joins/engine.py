@@ -1,0 +1,702 @@
+"""The join engine: incremental maintenance of a join result, one micro-batch at a time.
+
+A job owns Delta tables next to its result (``<join>__left``, ``<join>__right``, ...), so its state is
+inspectable and time-travelable with ``lake show``. Each micro-batch:
+
+1. validates the records (null key, a json topic's value that is not a JSON object: quarantined);
+2. applies them to the state tables (table: latest value per key by (timestamp, offset); stream kinds:
+   event buffers and the right side's history);
+3. finds the affected result keys / the events that can be decided now, recomputes exactly those from
+   state, and merges (table) or appends (stream kinds) them into the result;
+4. publishes the result's changes as a topic when configured, and appends a metrics row.
+
+Exactly-once: every commit carries the Delta transaction ``(query id, batch id)``, so a replayed batch
+(Spark replays the last one after a crash) skips every commit that already happened; the commits of a
+batch are ordered so that whatever is recomputed on replay equals what the first attempt computed.
+Decisions that depend on the world outside the batch (has the right side caught up?) are recorded by
+the batch's first commit and reused on replay.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.utils import AnalysisException
+
+from spark_jobs.backfill import QUARANTINE, QUARANTINE_SCHEMA
+from spark_jobs.config import JOIN_META_COLUMNS, JoinSpec, PipelineConfig
+from spark_jobs.errors import UserError
+from spark_jobs.lake import Lake, conform, table_arrow_schema
+from spark_jobs.topics import ensure_topic, next_offsets, produce_records
+
+TS = pa.timestamp("us", tz="UTC")
+RECORD_FIELDS = [
+    ("key", pa.binary()),
+    ("value", pa.binary()),  # null = tombstone
+    ("timestamp", TS),
+    ("partition", pa.int32()),
+    ("offset", pa.int64()),
+]
+STATE_SCHEMA = pa.schema(RECORD_FIELDS)
+BUFFER_SCHEMA = pa.schema([*RECORD_FIELDS, ("matched", pa.bool_())])
+PROGRESS_SCHEMA = pa.schema(
+    [("side", pa.string()), ("partition", pa.int32()), ("next_offset", pa.int64()), ("max_timestamp", TS)]
+)
+DECISIONS_SCHEMA = pa.schema(
+    [
+        ("query_id", pa.string()),
+        ("batch_id", pa.int64()),
+        ("left_caught_up", pa.bool_()),
+        ("right_caught_up", pa.bool_()),
+        ("watermark", TS),
+    ]
+)
+METRICS = "join_metrics"
+METRICS_SCHEMA = pa.schema(
+    [
+        ("join", pa.string()),
+        ("query_id", pa.string()),
+        ("batch_id", pa.int64()),
+        ("started_at", TS),
+        ("duration_ms", pa.float64()),
+        ("input_left", pa.int64()),
+        ("input_right", pa.int64()),
+        ("quarantined", pa.int64()),
+        ("ignored", pa.int64()),  # tombstones on the stream side of a stream join
+        ("affected_keys", pa.int64()),  # table: keys recomputed; stream kinds: events decided
+        ("upserted", pa.int64()),
+        ("deleted", pa.int64()),
+        ("appended", pa.int64()),
+        ("pending", pa.int64()),  # stream kinds: events waiting (for the right side / their window)
+    ]
+)
+# One record of a micro-batch as the engine receives it (``prepare`` adds ``side`` and ``reason``).
+INPUT_COLUMNS = ["side", "key", "value", "timestamp", "partition", "offset", "reason"]
+
+
+def state_tables(spec: JoinSpec) -> dict[str, pa.Schema]:
+    """The job-owned tables of a join besides its result, with their schemas."""
+    name = spec.name
+    if spec.kind == "table":
+        return {f"{name}__left": STATE_SCHEMA, f"{name}__right": STATE_SCHEMA}
+    tables = {f"{name}__progress": PROGRESS_SCHEMA, f"{name}__decisions": DECISIONS_SCHEMA}
+    if spec.kind == "stream-table":
+        tables |= {f"{name}__right_history": STATE_SCHEMA, f"{name}__pending": STATE_SCHEMA}
+    else:
+        tables |= {f"{name}__left_buffer": BUFFER_SCHEMA, f"{name}__right_buffer": BUFFER_SCHEMA}
+    return tables
+
+
+def spark_error(exc: Exception) -> str:
+    """The first meaningful line of a Spark analysis / parse error."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    text = lines[0] if lines else type(exc).__name__
+    return text.split("; line ")[0].split(" SQLSTATE")[0]
+
+
+@dataclass
+class BatchMetrics:
+    input_left: int = 0
+    input_right: int = 0
+    quarantined: int = 0
+    ignored: int = 0
+    affected_keys: int = 0
+    upserted: int = 0
+    deleted: int = 0
+    appended: int = 0
+    pending: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def text(self) -> str:
+        return (
+            f"in {self.input_left}+{self.input_right}, quarantined {self.quarantined}, "
+            f"affected {self.affected_keys}, upserted {self.upserted}, deleted {self.deleted}, "
+            f"appended {self.appended}, pending {self.pending}"
+        )
+
+
+class Projection:
+    """``select`` evaluated by Spark over ``left`` / ``right`` built from the record values.
+
+    A json topic's value becomes ``map<string,string>`` (``left.email``; nested objects stay JSON
+    text); a string topic's value becomes ``struct<value>`` (``left.value``). A missing side is null.
+    """
+
+    def __init__(self, spark: SparkSession, config: PipelineConfig, spec: JoinSpec):
+        self.spark = spark
+        self.spec = spec
+        self.meta = list(JOIN_META_COLUMNS[spec.kind])
+        self.formats = {
+            "left": config.topic(spec.left).value_format,
+            "right": config.topic(spec.right).value_format,
+        }
+        empty = pa.table(
+            {
+                **{c: pa.array([], _meta_type(c)) for c in self.meta},
+                "left_value": pa.array([], pa.binary()),
+                "right_value": pa.array([], pa.binary()),
+            }
+        )
+        self.output_schema = self._check(empty)
+
+    def _side(self, side: str) -> Any:
+        raw = F.col(f"{side}_value")
+        if self.formats[side] == "json":
+            return F.from_json(raw.cast("string"), "map<string,string>")
+        return F.when(raw.isNull(), F.lit(None)).otherwise(F.struct(raw.cast("string").alias("value")))
+
+    def _frame(self, rows: pa.Table | DataFrame) -> DataFrame:
+        df = self.spark.createDataFrame(rows) if isinstance(rows, pa.Table) else rows
+        return df.select(*self.meta, self._side("left").alias("left"), self._side("right").alias("right"))
+
+    def frame(self, rows: DataFrame) -> DataFrame:
+        """The result's columns of a Spark DataFrame of meta columns, ``left_value``, ``right_value``."""
+        return self._frame(rows).selectExpr(*self.meta, *self._exprs())
+
+    def _exprs(self) -> list[str]:
+        return [f"({expr}) AS `{col}`" for col, expr in self.spec.select.items()]
+
+    def _check(self, empty: pa.Table) -> pa.Schema:
+        frame = self._frame(empty)
+        for col, expr in self.spec.select.items():
+            try:
+                _ = frame.selectExpr(f"({expr}) AS `{col}`").schema  # analysis happens here
+            except AnalysisException as exc:  # ParseException is one
+                raise UserError(f"{self.spec.where[col]}: {spark_error(exc)}") from None
+        return to_arrow_schema(frame.selectExpr(*self.meta, *self._exprs()).schema, timezone="UTC")
+
+    def apply(self, rows: pa.Table, with_json: bool = False) -> pa.Table:
+        """Rows with the meta columns, ``left_value`` and ``right_value`` -> the result's columns (and
+        ``__json``, the select columns as one JSON object, for publishing)."""
+        if rows.num_rows == 0:
+            out = self.output_schema.empty_table()
+            return out.append_column("__json", pa.array([], pa.string())) if with_json else out
+        frame = self._frame(rows).selectExpr(*self.meta, *self._exprs())
+        if with_json:
+            cols = [F.col(f"`{c}`") for c in self.spec.select]
+            frame = frame.withColumn("__json", F.to_json(F.struct(*cols), {"ignoreNullFields": "false"}))
+        out = frame.toArrow()
+        schema = (
+            self.output_schema.append(pa.field("__json", pa.string())) if with_json else self.output_schema
+        )
+        return conform(out, schema, f"join {self.spec.name}")
+
+
+def _meta_type(column: str) -> pa.DataType:
+    if column == "key":
+        return pa.binary()
+    if column.endswith("timestamp"):
+        return TS
+    if column.endswith("partition"):
+        return pa.int32()
+    return pa.int64()
+
+
+def prepare(frame: DataFrame, formats: dict[str, str]) -> DataFrame:
+    """Add ``reason`` (why a record goes to quarantine, else null) to a batch of both topics' records
+    (``side``, ``key``, ``value``, ``timestamp``, ``partition``, ``offset``)."""
+    value = F.col("value")
+    parsed = F.expr("try_parse_json(cast(value AS string))")
+    is_object = parsed.isNotNull() & F.schema_of_variant(parsed).startswith("OBJECT")
+    reason = F.when(F.col("key").isNull(), F.lit("null key"))
+    for side, fmt in formats.items():
+        if fmt == "json":
+            reason = reason.when(
+                (F.col("side") == side) & value.isNotNull() & ~F.coalesce(is_object, F.lit(False)),
+                F.lit("value is not a JSON object"),
+            )
+    return frame.select("side", "key", "value", "timestamp", "partition", "offset", reason.alias("reason"))
+
+
+def latest_per_key(records: pa.Table) -> pa.Table:
+    """The last record of every key by (timestamp, offset)."""
+    if records.num_rows == 0:
+        return records
+    ordered = records.sort_by([("key", "ascending"), ("timestamp", "ascending"), ("offset", "ascending")])
+    keys = ordered["key"]
+    last = pc.not_equal(keys.slice(0, len(keys) - 1), keys.slice(1)).combine_chunks()
+    mask = pa.concat_arrays([last, pa.array([True])])
+    return ordered.filter(mask)
+
+
+def is_newer(incoming: pa.Table, current: pa.Table) -> pa.Array:
+    """Per incoming row (unique keys): True when no current row has its key or the incoming
+    (timestamp, offset) is greater."""
+    if current.num_rows == 0:
+        return pa.array(np.ones(incoming.num_rows, dtype=bool))
+    cur = current.select(["key", "timestamp", "offset"]).rename_columns(["key", "__ts", "__off"])
+    idx = incoming.select(["key"]).append_column("__i", pa.array(np.arange(incoming.num_rows)))
+    joined = idx.join(cur, "key", join_type="left outer").sort_by("__i")
+    ts_in, off_in = incoming["timestamp"], incoming["offset"]
+    ts_cur, off_cur = joined["__ts"], joined["__off"]
+    newer = pc.or_(
+        pc.greater(ts_in, ts_cur),
+        pc.and_(pc.equal(ts_in, ts_cur), pc.greater(off_in, off_cur)),
+    )
+    return pc.fill_null(pc.or_kleene(pc.is_null(ts_cur), newer), True)
+
+
+def _unique_keys(*tables: pa.Table) -> pa.Array:
+    arrays = [t["key"].combine_chunks() for t in tables if t.num_rows]
+    if not arrays:
+        return pa.array([], pa.binary())
+    return pc.unique(pa.concat_arrays(arrays))
+
+
+class JoinJob:
+    """One join's engine: ``process(frame, batch_id)`` per micro-batch (``foreachBatch``)."""
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        lake: Lake,
+        config: PipelineConfig,
+        spec: JoinSpec,
+        query_id: str | Callable[[], str],
+        log: Callable[[str], None] = lambda _: None,
+    ):
+        self.spark, self.lake, self.config, self.spec, self.log = spark, lake, config, spec, log
+        self._query_id = query_id
+        self.left_topic, self.right_topic = config.topic(spec.left), config.topic(spec.right)
+        self.formats = {"left": self.left_topic.value_format, "right": self.right_topic.value_format}
+        self.projection = Projection(spark, config, spec)
+        self.result_schema = self.projection.output_schema
+        self.tables = state_tables(spec)
+        self.last: BatchMetrics | None = None
+        self._create_tables()
+
+    # --- setup ------------------------------------------------------------------------------
+    def _create_tables(self) -> None:
+        for topic in (self.left_topic, self.right_topic):
+            ensure_topic(self.lake, topic)
+        if self.spec.publish:
+            ensure_topic(self.lake, self.config.topic(self.spec.publish))
+        for name, schema in self.tables.items():
+            self.lake.create(name, schema, change_feed=False, description=f"state of join {self.spec.name}")
+        self.lake.create(QUARANTINE, QUARANTINE_SCHEMA, description="rejected input lines, with the reason")
+        self.lake.create(METRICS, METRICS_SCHEMA, description="one row per join micro-batch")
+        self.lake.create(self.spec.name, self.result_schema, description=f"result of join {self.spec.name}")
+        existing = table_arrow_schema(self.lake.table(self.spec.name))
+        if [(f.name, str(f.type)) for f in existing] != [(f.name, str(f.type)) for f in self.result_schema]:
+            raise UserError(
+                f"join {self.spec.name}: the result table's columns ({', '.join(existing.names)}) differ "
+                f"from the configured select ({', '.join(self.result_schema.names)}); "
+                f"rerun with --reset to rebuild it"
+            )
+
+    @property
+    def query_id(self) -> str:
+        return self._query_id() if callable(self._query_id) else self._query_id
+
+    # --- the micro-batch --------------------------------------------------------------------
+    def process(self, frame: DataFrame, batch_id: int) -> BatchMetrics:
+        """Run one micro-batch: ``frame`` holds both topics' new records with a ``side`` column."""
+        started = time.perf_counter()
+        started_at = datetime.now(UTC)
+        batch = conform(
+            prepare(frame, self.formats).toArrow(),
+            pa.schema([("side", pa.string()), *RECORD_FIELDS, ("reason", pa.string())]),
+            f"join {self.spec.name} input",
+        )
+        txn = (self.query_id, int(batch_id))
+        metrics = BatchMetrics()
+        side = batch["side"]
+        metrics.input_left = int(pc.sum(pc.equal(side, "left")).as_py() or 0)
+        metrics.input_right = batch.num_rows - metrics.input_left
+        bad = batch.filter(pc.is_valid(batch["reason"]))
+        good = batch.filter(pc.is_null(batch["reason"]))
+        metrics.quarantined = bad.num_rows
+        self._quarantine(bad, txn, started_at)
+        left = good.filter(pc.equal(good["side"], "left")).select([n for n, _ in RECORD_FIELDS])
+        right = good.filter(pc.equal(good["side"], "right")).select([n for n, _ in RECORD_FIELDS])
+        if self.spec.kind == "table":
+            self._table_batch(left, right, txn, started_at, metrics)
+        else:
+            self._progress(batch, txn)
+            if self.spec.kind == "stream-table":
+                self._stream_table_batch(left, right, txn, started_at, metrics)
+            else:
+                self._stream_stream_batch(left, right, txn, started_at, metrics)
+        duration = (time.perf_counter() - started) * 1000
+        self._metrics(metrics, txn, started_at, duration)
+        self.last = metrics
+        self.log(f"join {self.spec.name} batch {batch_id}: {metrics.text()} ({duration:.0f} ms)")
+        return metrics
+
+    # --- table -----------------------------------------------------------------------------
+    def _table_batch(
+        self, left: pa.Table, right: pa.Table, txn: tuple[str, int], at: datetime, m: BatchMetrics
+    ) -> None:
+        name = self.spec.name
+        keys = _unique_keys(left, right)
+        m.affected_keys = len(keys)
+        if len(keys) == 0:
+            return
+        for side, records in (("left", left), ("right", right)):
+            latest = latest_per_key(records)
+            if latest.num_rows == 0:
+                continue
+            table = f"{name}__{side}"
+            current = self.lake.read_keys(table, "key", latest["key"].combine_chunks())
+            self.lake.merge(table, latest.filter(is_newer(latest, current)), ["key"], txn=txn)
+        sides = {}
+        for s in ("left", "right"):
+            rows = self.lake.read_keys(f"{name}__{s}", "key", keys, columns=["key", "value"])
+            sides[s] = rows.filter(pc.is_valid(rows["value"])).rename_columns(["key", f"{s}_value"])
+        join_type = {"inner": "inner", "left": "left outer", "outer": "full outer"}[self.spec.type]
+        joined = sides["left"].join(sides["right"], "key", join_type=join_type, coalesce_keys=True)
+        desired = self.projection.apply(joined, with_json=bool(self.spec.publish))
+        current = self.lake.read_keys(name, "key", keys)
+        upserts, deletes = _diff(desired, current, self.projection.output_schema.names)
+        m.upserted, m.deleted = upserts.num_rows, len(deletes)
+        if self.spec.publish and (upserts.num_rows or len(deletes)):
+            keys_out = pa.concat_arrays([upserts["key"].combine_chunks(), deletes])
+            values = pa.concat_arrays(
+                [
+                    upserts["__json"].combine_chunks().cast(pa.binary()),
+                    pa.nulls(len(deletes), pa.binary()),
+                ]
+            )
+            self._publish(keys_out, values, txn, at)
+        changes = pa.concat_tables(
+            [
+                upserts.drop_columns([c for c in upserts.column_names if c == "__json"]).append_column(
+                    "__delete", pa.array(np.zeros(upserts.num_rows, dtype=bool))
+                ),
+                _deletes_table(deletes, self.result_schema),
+            ]
+        )
+        self.lake.merge(name, changes, ["key"], delete_column="__delete", txn=txn)
+
+    # --- stream kinds: progress and decisions ------------------------------------------------
+    def _progress(self, batch: pa.Table, txn: tuple[str, int]) -> None:
+        """Record the next offset and the largest timestamp seen per side and partition."""
+        if batch.num_rows == 0:
+            return
+        grouped = batch.group_by(["side", "partition"]).aggregate([("offset", "max"), ("timestamp", "max")])
+        current = self.lake.read_arrow(f"{self.spec.name}__progress")
+        best: dict[tuple[str, int], tuple[int, Any]] = {
+            (r["side"], r["partition"]): (r["next_offset"], r["max_timestamp"]) for r in current.to_pylist()
+        }
+        for r in grouped.to_pylist():
+            k = (r["side"], r["partition"])
+            off, ts = best.get(k, (0, None))
+            best[k] = (
+                max(off, r["offset_max"] + 1),
+                ts if ts is not None and ts >= r["timestamp_max"] else r["timestamp_max"],
+            )
+        rows = pa.table(
+            {
+                "side": [k[0] for k in best],
+                "partition": pa.array([k[1] for k in best], pa.int32()),
+                "next_offset": pa.array([v[0] for v in best.values()], pa.int64()),
+                "max_timestamp": pa.array([v[1] for v in best.values()], TS),
+            }
+        )
+        self.lake.merge(f"{self.spec.name}__progress", rows, ["side", "partition"], txn=txn)
+
+    def _decide(self, txn: tuple[str, int]) -> dict[str, Any]:
+        """Has each side read all its topic holds, and the largest timestamp per side — recorded by
+        the first attempt of a batch, so a replay decides the same."""
+        table = f"{self.spec.name}__decisions"
+        if self.lake.committed(table, txn):
+            rows = self.lake.read_keys(table, "batch_id", pa.array([txn[1]], pa.int64()))
+            rows = rows.filter(pc.equal(rows["query_id"], txn[0])).to_pylist()
+            if rows:
+                return rows[0] | {"recorded": True}
+        progress = self.lake.read_arrow(f"{self.spec.name}__progress").to_pylist()
+        decision: dict[str, Any] = {"query_id": txn[0], "batch_id": txn[1]}
+        maxima: dict[str, Any] = {}
+        for side, topic in (("left", self.left_topic), ("right", self.right_topic)):
+            seen = np.zeros(topic.partitions, dtype=np.int64)
+            stamps = [r["max_timestamp"] for r in progress if r["side"] == side]
+            for r in progress:
+                if r["side"] == side and r["partition"] < topic.partitions:
+                    seen[r["partition"]] = r["next_offset"]
+            decision[f"{side}_caught_up"] = bool((seen >= next_offsets(self.lake, topic)).all())
+            maxima[side] = max(stamps) if stamps else None
+        if self.spec.kind == "stream-table":
+            decision["watermark"] = maxima["right"]  # later right records are not older
+        else:
+            decision["watermark"] = _watermark(decision, maxima)
+        self.lake.append(table, pa.Table.from_pylist([decision], DECISIONS_SCHEMA), txn=txn)
+        return decision
+
+    # --- stream-table ---------------------------------------------------------------------------
+    def _stream_table_batch(
+        self, left: pa.Table, right: pa.Table, txn: tuple[str, int], at: datetime, m: BatchMetrics
+    ) -> None:
+        name = self.spec.name
+        m.ignored = left.num_rows - int(pc.sum(pc.is_valid(left["value"])).as_py() or 0)
+        events = left.filter(pc.is_valid(left["value"]))
+        if right.num_rows:
+            self.lake.append(f"{name}__right_history", right, txn=txn)
+        decision = self._decide(txn)
+        pending = self.lake.read_arrow(f"{name}__pending")
+        candidates = _distinct_events(pa.concat_tables([pending, events]))
+        if decision["right_caught_up"]:
+            ready_mask = pa.array(np.ones(candidates.num_rows, dtype=bool))
+        elif decision.get("watermark") is not None:
+            ready_mask = pc.less(candidates["timestamp"], decision["watermark"])
+        else:
+            ready_mask = pa.array(np.zeros(candidates.num_rows, dtype=bool))
+        ready, waiting = candidates.filter(ready_mask), candidates.filter(pc.invert(ready_mask))
+        m.affected_keys, m.pending = ready.num_rows, waiting.num_rows
+        rows = self._as_of(ready)
+        out = self.projection.apply(rows, with_json=bool(self.spec.publish))
+        out = out.sort_by([("timestamp", "ascending"), ("partition", "ascending"), ("offset", "ascending")])
+        m.appended = out.num_rows
+        if out.num_rows:
+            self.lake.append(name, out.drop_columns([c for c in out.column_names if c == "__json"]), txn=txn)
+            if self.spec.publish:
+                self._publish(
+                    out["key"].combine_chunks(), out["__json"].combine_chunks().cast(pa.binary()), txn, at
+                )
+        if pending.num_rows or waiting.num_rows:
+            self.lake.overwrite(f"{name}__pending", waiting, txn=txn)
+
+    def _as_of(self, events: pa.Table) -> pa.Table:
+        """Each event with the right side's value as of its timestamp (equal timestamps count as
+        earlier); ``right_value`` null when there is none or it was deleted."""
+        base = events.select(["key", "value", "timestamp", "partition", "offset"]).rename_columns(
+            ["key", "left_value", "timestamp", "partition", "offset"]
+        )
+        if events.num_rows == 0:
+            return base.append_column("right_value", pa.array([], pa.binary()))
+        history = self.lake.read_keys(
+            f"{self.spec.name}__right_history",
+            "key",
+            pc.unique(events["key"].combine_chunks()),
+            columns=["key", "value", "timestamp", "offset"],
+        ).rename_columns(["key", "right_value", "r_ts", "r_off"])
+        ids = base.append_column("__i", pa.array(np.arange(base.num_rows)))
+        cand = ids.select(["key", "timestamp", "__i"]).join(history, "key", join_type="inner")
+        cand = cand.filter(pc.less_equal(cand["r_ts"], cand["timestamp"]))
+        right_value = pa.nulls(base.num_rows, pa.binary())
+        if cand.num_rows:
+            cand = cand.sort_by([("__i", "ascending"), ("r_ts", "ascending"), ("r_off", "ascending")])
+            i = cand["__i"].combine_chunks()
+            last = pa.concat_arrays([pc.not_equal(i.slice(0, len(i) - 1), i.slice(1)), pa.array([True])])
+            best = cand.filter(last)
+            values = np.full(base.num_rows, None, dtype=object)
+            values[best["__i"].to_numpy()] = best["right_value"].to_numpy(zero_copy_only=False)
+            right_value = pa.array(values, pa.binary())
+        rows = base.append_column("right_value", right_value)
+        if self.spec.type == "inner":
+            rows = rows.filter(pc.is_valid(rows["right_value"]))
+        return rows
+
+    # --- stream-stream --------------------------------------------------------------------------
+    def _stream_stream_batch(
+        self, left: pa.Table, right: pa.Table, txn: tuple[str, int], at: datetime, m: BatchMetrics
+    ) -> None:
+        name, window = self.spec.name, int(self.spec.window_ms or 0) * 1000
+        new = {}
+        for side, records in (("left", left), ("right", right)):
+            live = records.filter(pc.is_valid(records["value"]))
+            m.ignored += records.num_rows - live.num_rows
+            new[side] = live.append_column("matched", pa.array(np.zeros(live.num_rows, dtype=bool)))
+        decision = self._decide(txn)
+        old = {s: self.lake.read_arrow(f"{name}__{s}_buffer") for s in ("left", "right")}
+        pairs = [
+            _window_pairs(new["left"], pa.concat_tables([old["right"], new["right"]]), window),
+            _window_pairs(old["left"], new["right"], window),
+        ]
+        paired = pa.concat_tables(pairs)
+        buffers, unmatched = {}, []
+        watermark = decision.get("watermark")
+        for side in ("left", "right"):
+            rows = pa.concat_tables([old[side], new[side]])
+            hit = _ids_in(rows, paired[f"{side}_partition"], paired[f"{side}_offset"])
+            rows = rows.set_column(
+                rows.schema.get_field_index("matched"), "matched", pc.or_(rows["matched"], hit)
+            )
+            if watermark is not None:
+                expires = pc.less(pc.add(rows["timestamp"], pa.scalar(window, pa.duration("us"))), watermark)
+            else:
+                expires = pa.array(np.zeros(rows.num_rows, dtype=bool))
+            keep_side = self.spec.type == "outer" or (side == "left" and self.spec.type == "left")
+            if keep_side:
+                unmatched.append(_unmatched(rows.filter(pc.and_(expires, pc.invert(rows["matched"]))), side))
+            buffers[side] = rows.filter(pc.invert(expires))
+        out_rows = pa.concat_tables([paired, *unmatched]) if unmatched else paired
+        m.affected_keys = out_rows.num_rows
+        out = self.projection.apply(out_rows, with_json=bool(self.spec.publish))
+        order = [(c, "ascending") for c in JOIN_META_COLUMNS["stream-stream"][1:]]
+        out = out.sort_by(order)
+        m.appended = out.num_rows
+        m.pending = buffers["left"].num_rows + buffers["right"].num_rows
+        if out.num_rows:
+            self.lake.append(name, out.drop_columns([c for c in out.column_names if c == "__json"]), txn=txn)
+            if self.spec.publish:
+                self._publish(
+                    out["key"].combine_chunks(), out["__json"].combine_chunks().cast(pa.binary()), txn, at
+                )
+        for side in ("left", "right"):
+            if old[side].num_rows or buffers[side].num_rows:
+                self.lake.overwrite(f"{name}__{side}_buffer", buffers[side], txn=txn)
+
+    # --- shared writes ----------------------------------------------------------------------------
+    def _publish(self, keys: pa.Array, values: pa.Array, txn: tuple[str, int], at: datetime) -> None:
+        spec = self.config.topic(self.spec.publish or "")
+        if self.lake.committed(spec.name, txn):
+            return
+        produce_records(
+            self.lake, spec, [(keys, values)], "murmur2", timestamp_ms=int(at.timestamp() * 1000), txn=txn
+        )
+
+    def _quarantine(self, bad: pa.Table, txn: tuple[str, int], at: datetime) -> None:
+        if bad.num_rows == 0:
+            return
+        topics = pc.if_else(pc.equal(bad["side"], "left"), self.spec.left, self.spec.right)
+        source = pc.binary_join_element_wise(topics, "[", pc.cast(bad["partition"], pa.string()), "]", "")
+        keys = pc.fill_null(pc.cast(bad["key"], pa.string(), safe=False), "")
+        rows = pa.table(
+            {
+                "run_id": pa.array([f"{txn[0]}:{txn[1]}"] * bad.num_rows, pa.string()),
+                "run_time": pa.array([at] * bad.num_rows, TS),
+                "job": pa.array([self.spec.job] * bad.num_rows, pa.string()),
+                "source": source,
+                "line": bad["offset"],
+                "raw_hex": pc.fill_null(pc.binary_join_element_wise(_hex(bad["value"]), ""), ""),
+                "reason": pc.if_else(
+                    pc.is_null(bad["key"]),
+                    bad["reason"],
+                    pc.binary_join_element_wise(bad["reason"], " (key '", keys, "')", ""),
+                ),
+            }
+        )
+        self.lake.append(QUARANTINE, rows, txn=txn)
+
+    def _metrics(self, m: BatchMetrics, txn: tuple[str, int], at: datetime, duration_ms: float) -> None:
+        row = {
+            "join": self.spec.name,
+            "query_id": txn[0],
+            "batch_id": txn[1],
+            "started_at": at,
+            "duration_ms": duration_ms,
+            **{f.name: getattr(m, f.name) for f in METRICS_SCHEMA if hasattr(m, f.name)},
+        }
+        self.lake.append(METRICS, pa.Table.from_pylist([row], METRICS_SCHEMA), txn=txn)
+
+
+def _watermark(decision: dict[str, Any], maxima: dict[str, Any]) -> Any:
+    """Event time below which no more records are expected: a side still reading holds it back to
+    its largest timestamp (its later records are not older); a side that has read everything does not
+    hold it back. When both have, it is the largest timestamp seen."""
+    bounds = [maxima[s] for s in ("left", "right") if not decision[f"{s}_caught_up"]]
+    if bounds:
+        return None if any(b is None for b in bounds) else min(bounds)
+    seen = [v for v in maxima.values() if v is not None]
+    return max(seen) if seen else None
+
+
+def _distinct_events(events: pa.Table) -> pa.Table:
+    """Events once each, by (partition, offset), in (timestamp, partition, offset) order."""
+    if events.num_rows == 0:
+        return events
+    ordered = events.sort_by([("partition", "ascending"), ("offset", "ascending")])
+    p, o = ordered["partition"].combine_chunks(), ordered["offset"].combine_chunks()
+    first = pc.or_(
+        pc.not_equal(p.slice(1), p.slice(0, len(p) - 1)), pc.not_equal(o.slice(1), o.slice(0, len(o) - 1))
+    )
+    ordered = ordered.filter(pa.concat_arrays([pa.array([True]), first]))
+    return ordered.sort_by([("timestamp", "ascending"), ("partition", "ascending"), ("offset", "ascending")])
+
+
+def _window_pairs(left: pa.Table, right: pa.Table, window_us: int) -> pa.Table:
+    """Every (left, right) pair with the same key and |timestamps| <= window."""
+    names = ["key", "value", "timestamp", "partition", "offset"]
+    lhs = left.select(names).rename_columns(
+        ["key", "left_value", "left_timestamp", "left_partition", "left_offset"]
+    )
+    rhs = right.select(names).rename_columns(
+        ["key", "right_value", "right_timestamp", "right_partition", "right_offset"]
+    )
+    pairs = lhs.join(rhs, "key", join_type="inner")
+    if pairs.num_rows:
+        gap = pc.abs(pc.subtract(pairs["left_timestamp"], pairs["right_timestamp"]))
+        pairs = pairs.filter(pc.less_equal(gap, pa.scalar(window_us, pa.duration("us"))))
+    return pairs.select(
+        [
+            "key",
+            "left_timestamp",
+            "left_partition",
+            "left_offset",
+            "right_timestamp",
+            "right_partition",
+            "right_offset",
+            "left_value",
+            "right_value",
+        ]
+    )
+
+
+def _unmatched(rows: pa.Table, side: str) -> pa.Table:
+    other = "right" if side == "left" else "left"
+    n = rows.num_rows
+    cols = {
+        "key": rows["key"],
+        f"{side}_timestamp": rows["timestamp"],
+        f"{side}_partition": rows["partition"],
+        f"{side}_offset": rows["offset"],
+        f"{other}_timestamp": pa.nulls(n, TS),
+        f"{other}_partition": pa.nulls(n, pa.int32()),
+        f"{other}_offset": pa.nulls(n, pa.int64()),
+        f"{side}_value": rows["value"],
+        f"{other}_value": pa.nulls(n, pa.binary()),
+    }
+    order = [
+        "key",
+        "left_timestamp",
+        "left_partition",
+        "left_offset",
+        "right_timestamp",
+        "right_partition",
+        "right_offset",
+        "left_value",
+        "right_value",
+    ]
+    return pa.table({c: cols[c] for c in order})
+
+
+def _ids_in(rows: pa.Table, partitions: Any, offsets: Any) -> pa.Array:
+    """Per row: is its (partition, offset) among the given ones."""
+    if rows.num_rows == 0 or len(partitions) == 0:
+        return pa.array(np.zeros(rows.num_rows, dtype=bool))
+    wanted = {(p, o) for p, o in zip(partitions.to_pylist(), offsets.to_pylist(), strict=True)}
+    mine = zip(rows["partition"].to_pylist(), rows["offset"].to_pylist(), strict=True)
+    return pa.array([(p, o) in wanted for p, o in mine])
+
+
+def _hex(values: Any) -> Any:
+    return pa.array([v.hex() if v is not None else None for v in values.to_pylist()], pa.string())
+
+
+def _deletes_table(keys: pa.Array, schema: pa.Schema) -> pa.Table:
+    n = len(keys)
+    cols = {f.name: (keys if f.name == "key" else pa.nulls(n, f.type)) for f in schema}
+    return pa.table(cols, schema=schema).append_column("__delete", pa.array(np.ones(n, dtype=bool)))
+
+
+def _diff(desired: pa.Table, current: pa.Table, columns: list[str]) -> tuple[pa.Table, pa.Array]:
+    """Rows of ``desired`` that are new or differ from ``current`` (by key), and the keys of
+    ``current`` that ``desired`` no longer has."""
+    if current.num_rows == 0:
+        return desired, pa.array([], pa.binary())
+    have = {r["key"]: r for r in current.select(columns).to_pylist()}
+    want = desired.select(columns).to_pylist()
+    keep = [have.get(r["key"]) != r for r in want]
+    wanted = {r["key"] for r in want}
+    gone = [k for k in have if k not in wanted]
+    return desired.filter(pa.array(keep, pa.bool_())), pa.array(gone, pa.binary())

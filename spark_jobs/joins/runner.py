@@ -1,0 +1,265 @@
+"""Running a join as a Spark Structured Streaming query, and what ``lake status`` / ``--reset`` see.
+
+Both topics are read with the lake's ``delta`` streaming source, unioned with a ``side`` column and
+handed to the engine by ``foreachBatch``. The checkpoint lives under ``<root>/_checkpoints/<join>``;
+a running job registers itself in ``<root>/_jobs/<join>.json`` (pid, heartbeat, last batch) and holds
+``<root>/_jobs/<join>.lock``, so a second copy refuses to start.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import signal
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow.compute as pc
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from spark_jobs.config import JoinSpec, PipelineConfig
+from spark_jobs.errors import UserError
+from spark_jobs.joins.engine import METRICS, BatchMetrics, JoinJob, state_tables
+from spark_jobs.lake import Lake
+from spark_jobs.repair import running_jobs
+
+
+def checkpoint_dir(lake: Lake, spec: JoinSpec) -> Path:
+    return lake.root / "_checkpoints" / spec.name
+
+
+def jobs_dir(lake: Lake) -> Path:
+    return lake.root / "_jobs"
+
+
+def query_id(checkpoint: Path) -> str:
+    """The streaming query's id: stable across restarts from the same checkpoint."""
+    return str(json.loads((checkpoint / "metadata").read_text())["id"])
+
+
+def consumed_versions(lake: Lake, spec: JoinSpec) -> dict[str, int] | None:
+    """The topic versions the last committed micro-batch read up to, from the Spark checkpoint
+    (``offsets/<n>`` holds one line per source, in the order left, right)."""
+    checkpoint = checkpoint_dir(lake, spec)
+    commits = [int(p.name) for p in (checkpoint / "commits").glob("[0-9]*")] if checkpoint.is_dir() else []
+    if not commits:
+        return None
+    lines = (checkpoint / "offsets" / str(max(commits))).read_text().splitlines()
+    offsets = [json.loads(line) for line in lines[2:4]]
+    return {"left": int(offsets[0]["version"]), "right": int(offsets[1]["version"])}
+
+
+@contextmanager
+def registered(lake: Lake, spec: JoinSpec, mode: str) -> Iterator[Callable[[dict], None]]:
+    """Register a running job (refusing a second copy); yields ``beat(info)`` to record a heartbeat."""
+    folder = jobs_dir(lake)
+    folder.mkdir(parents=True, exist_ok=True)
+    lock = open(folder / f"{spec.name}.lock", "w")  # noqa: SIM115 - held for the job's lifetime
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.close()
+        pid = running_jobs(lake).get(spec.job)
+        raise UserError(f"join {spec.name} is already running{f' (pid {pid})' if pid else ''}") from None
+    entry = folder / f"{spec.name}.json"
+    info: dict[str, Any] = {
+        "job": spec.job,
+        "pid": os.getpid(),
+        "mode": mode,
+        "started_at": datetime.now(UTC).isoformat(),
+    }
+
+    def beat(extra: dict) -> None:
+        info.update(extra, heartbeat_at=datetime.now(UTC).isoformat())
+        tmp = entry.with_suffix(".tmp")
+        tmp.write_text(json.dumps(info))
+        tmp.replace(entry)
+
+    beat({})
+    try:
+        yield beat
+    finally:
+        entry.unlink(missing_ok=True)
+        lock.close()
+
+
+@dataclass
+class RunSummary:
+    join: str
+    batches: int = 0
+    input_rows: int = 0
+    upserted: int = 0
+    deleted: int = 0
+    appended: int = 0
+    quarantined: int = 0
+    stopped_by_signal: bool = False
+
+    def add(self, m: BatchMetrics) -> None:
+        self.batches += 1
+        self.input_rows += m.input_left + m.input_right
+        self.upserted += m.upserted
+        self.deleted += m.deleted
+        self.appended += m.appended
+        self.quarantined += m.quarantined
+
+    def text(self) -> str:
+        how = "stopped on request after" if self.stopped_by_signal else "processed"
+        return (
+            f"join {self.join}: {how} {self.batches} micro-batch(es): {self.input_rows} input records, "
+            f"{self.upserted} upserted, {self.deleted} deleted, {self.appended} appended, "
+            f"{self.quarantined} quarantined"
+        )
+
+
+def _topic_stream(spark: SparkSession, lake: Lake, topic: str, side: str, max_files: int | None) -> DataFrame:
+    reader = spark.readStream.format("delta")
+    if max_files:
+        reader = reader.option("maxFilesPerTrigger", max_files)
+    return reader.load(lake.uri(topic)).select(
+        F.lit(side).alias("side"), "key", "value", "timestamp", "partition", "offset"
+    )
+
+
+def run_join(
+    spark: SparkSession,
+    lake: Lake,
+    config: PipelineConfig,
+    name: str,
+    *,
+    once: bool,
+    trigger_seconds: float = 5.0,
+    max_files: int | None = None,
+    log: Callable[[str], None] = lambda _: None,
+    stop: threading.Event | None = None,
+) -> RunSummary:
+    """Run a join: ``once`` processes everything available and returns; otherwise it runs until
+    ``stop`` is set or SIGTERM / SIGINT arrives, then stops after the current micro-batch."""
+    spec = config.join(name)
+    checkpoint = checkpoint_dir(lake, spec)
+    stop = stop or threading.Event()
+    summary = RunSummary(spec.name)
+    with registered(lake, spec, "once" if once else "continuous") as beat:
+        job = JoinJob(spark, lake, config, spec, lambda: query_id(checkpoint), log)
+        guard = threading.Lock()
+        stopping = [False]
+
+        def batch(frame: DataFrame, batch_id: int) -> None:
+            with guard:
+                if stopping[0]:
+                    return  # stop requested: leave this batch to the next run (it is replayed)
+                metrics = job.process(frame, batch_id)
+                summary.add(metrics)
+                beat({"last_batch_id": batch_id, "last_batch": metrics.text()})
+
+        stream = _topic_stream(spark, lake, spec.left, "left", max_files).unionByName(
+            _topic_stream(spark, lake, spec.right, "right", max_files)
+        )
+        writer = stream.writeStream.queryName(f"join_{spec.name}").foreachBatch(batch)
+        writer = writer.option("checkpointLocation", str(checkpoint))
+        if once:
+            writer = writer.trigger(availableNow=True)
+        else:
+            writer = writer.trigger(processingTime=f"{trigger_seconds} seconds")
+        with _signals_set(stop):
+            query = writer.start()
+            log(f"join {spec.name}: started ({'once' if once else f'every {trigger_seconds:g} s'})")
+            while query.isActive:
+                if stop.is_set():
+                    summary.stopped_by_signal = True
+                    with guard:  # wait for the batch in progress, then keep new ones out
+                        stopping[0] = True
+                    query.stop()
+                    break
+                query.awaitTermination(1)
+        error = query.exception()
+        if error is not None:
+            cause = _user_error(error)
+            if cause:
+                raise UserError(cause)
+            raise RuntimeError(f"join {spec.name} failed: {str(error).strip().splitlines()[0]}")
+    return summary
+
+
+def _user_error(error: Any) -> str | None:
+    """A UserError raised inside foreachBatch reaches us as a StreamingQueryException; recover it."""
+    text = str(error)
+    marker = "spark_jobs.errors.UserError: "
+    if marker in text:
+        return text.split(marker, 1)[1].strip().splitlines()[0]
+    return None
+
+
+@contextmanager
+def _signals_set(stop: threading.Event) -> Iterator[None]:
+    """SIGTERM and SIGINT (Ctrl-C) set ``stop`` while the query runs (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+
+    def handler(signum, frame):  # noqa: ARG001
+        stop.set()
+
+    for s in previous:
+        signal.signal(s, handler)
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+def reset_join(lake: Lake, config: PipelineConfig, name: str) -> list[str]:
+    """Forget a join's progress: its checkpoint, state tables, result and published topic."""
+    spec = config.join(name)
+    if spec.job in running_jobs(lake):
+        raise UserError(f"join {spec.name} is running; stop it before --reset")
+    removed = []
+    for table in [spec.name, *state_tables(spec), *([spec.publish] if spec.publish else [])]:
+        if lake.exists(table):
+            shutil.rmtree(lake.path(table))
+            removed.append(table)
+    checkpoint = checkpoint_dir(lake, spec)
+    if checkpoint.exists():
+        shutil.rmtree(checkpoint)
+        removed.append(str(checkpoint))
+    return removed
+
+
+def status(lake: Lake, config: PipelineConfig) -> list[dict[str, Any]]:
+    """Per join: running or not, last batch, how far behind its inputs are."""
+    running = running_jobs(lake)
+    metrics = lake.read_arrow(METRICS) if lake.exists(METRICS) else None
+    rows = []
+    for spec in config.joins.values():
+        row: dict[str, Any] = {"join": spec.name, "kind": spec.kind, "running": spec.job in running}
+        row["pid"] = running.get(spec.job)
+        consumed = consumed_versions(lake, spec)
+        behind: dict[str, int | None] = {}
+        for side, topic in (("left", spec.left), ("right", spec.right)):
+            latest = lake.version(topic) if lake.exists(topic) else None
+            if latest is None:
+                behind[side] = None
+            else:
+                behind[side] = latest - (consumed[side] if consumed else -1)
+        row["versions_behind"] = behind
+        last = None
+        if metrics is not None and metrics.num_rows:
+            mine = metrics.filter(pc.equal(metrics["join"], spec.name))
+            if mine.num_rows:
+                last = mine.sort_by([("started_at", "descending")]).slice(0, 1).to_pylist()[0]
+        row["last_batch_at"] = last["started_at"].isoformat() if last else None
+        row["last_batch_in"] = (last["input_left"] + last["input_right"]) if last else None
+        row["last_batch_out"] = (last["upserted"] + last["deleted"] + last["appended"]) if last else None
+        row["last_batch_ms"] = round(last["duration_ms"]) if last else None
+        row["pending"] = last["pending"] if last else None
+        rows.append(row)
+    return rows

@@ -1,0 +1,180 @@
+"""Test helpers for joins: a pipeline with every kind and type, records with their own timestamps,
+feeding exact micro-batches to the engine, and a small independent model of each kind's semantics."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from pathlib import Path
+
+import pyarrow as pa
+
+from spark_jobs.config import load_config
+from spark_jobs.joins.engine import JoinJob
+from spark_jobs.topics import produce_records
+
+PIPELINE = """
+pipeline: joins-test
+topics:
+  L: {partitions: 2}
+  R: {partitions: 2}
+  S: {partitions: 2, value: string}
+joins:
+  t_inner: {kind: table, left: L, right: R, type: inner, select: {lv: left.v, rv: right.v}}
+  t_left: {kind: table, left: L, right: R, type: left, select: {lv: left.v, rv: right.v}, publish: true}
+  t_outer: {kind: table, left: L, right: R, type: outer, select: {lv: left.v, rv: right.v}}
+  t_string:
+    kind: table
+    left: L
+    right: S
+    select: {lv: left.v, rv: right.value, both: "concat(left.v, '/', right.value)"}
+  st_inner: {kind: stream-table, left: L, right: R, type: inner, select: {lv: left.v, rv: right.v}}
+  st_left: {kind: stream-table, left: L, right: R, type: left, select: {lv: left.v, rv: right.v}}
+  ss_inner: {kind: stream-stream, left: L, right: R, type: inner, window: 10 seconds, select: {lv: left.v, rv: right.v}}
+  ss_left: {kind: stream-stream, left: L, right: R, type: left, window: 10 seconds, select: {lv: left.v, rv: right.v}}
+  ss_outer: {kind: stream-stream, left: L, right: R, type: outer, window: 10 seconds, select: {lv: left.v, rv: right.v}}
+"""
+SECOND = 1000
+T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
+
+
+def write_config(folder: Path, text: str = PIPELINE):
+    path = folder / "pipeline.yaml"
+    path.write_text(text)
+    return load_config(path)
+
+
+def val(v: str | None) -> bytes | None:
+    return None if v is None else json.dumps({"v": v}).encode()
+
+
+def produce(lake, config, topic: str, records: list[tuple]) -> None:
+    """Append (key, value, ts_ms) records in order; consecutive records with one timestamp share a
+    commit. ``value`` None is a tombstone; bytes are written as they are."""
+    spec = config.topic(topic)
+    groups: list[tuple[int, list]] = []
+    for key, value, ts in records:
+        if groups and groups[-1][0] == ts:
+            groups[-1][1].append((key, value))
+        else:
+            groups.append((ts, [(key, value)]))
+    for ts, items in groups:
+        keys = pa.array([k.encode() if isinstance(k, str) else k for k, _ in items], pa.binary())
+        values = pa.array([val(v) if isinstance(v, str) or v is None else v for _, v in items], pa.binary())
+        produce_records(lake, spec, [(keys, values)], "murmur2", timestamp_ms=ts)
+
+
+class Feeder:
+    """Hands the records a job has not seen yet to ``JoinJob.process`` as one micro-batch."""
+
+    def __init__(self, spark, lake, config, name: str, query_id: str = "test-query"):
+        self.spark, self.lake, self.config = spark, lake, config
+        self.spec = config.join(name)
+        self.job = JoinJob(spark, lake, config, self.spec, query_id)
+        self.seen: set[tuple[str, int, int]] = set()
+        self.batch_id = 0
+
+    def pending_records(self) -> pa.Table:
+        parts = []
+        for side, topic in (("left", self.spec.left), ("right", self.spec.right)):
+            rows = self.lake.read_arrow(topic, columns=["key", "value", "timestamp", "partition", "offset"])
+            rows = rows.sort_by([("partition", "ascending"), ("offset", "ascending")])
+            keep = [(side, p, o) not in self.seen for p, o in zip(rows["partition"].to_pylist(), rows["offset"].to_pylist(), strict=True)]
+            rows = rows.filter(pa.array(keep, pa.bool_()))
+            parts.append(rows.add_column(0, "side", pa.array([side] * rows.num_rows, pa.string())))
+        return pa.concat_tables(parts)
+
+    def frame(self, rows: pa.Table):
+        return self.spark.createDataFrame(rows)
+
+    def feed(self, rows: pa.Table | None = None, batch_id: int | None = None):
+        """Process ``rows`` (default: everything not fed yet) as the next micro-batch."""
+        rows = self.pending_records() if rows is None else rows
+        for side, p, o in zip(rows["side"].to_pylist(), rows["partition"].to_pylist(), rows["offset"].to_pylist(), strict=True):
+            self.seen.add((side, p, o))
+        bid = self.batch_id if batch_id is None else batch_id
+        metrics = self.job.process(self.frame(rows), bid)
+        self.batch_id = max(self.batch_id, bid + 1)
+        return metrics
+
+
+def result_rows(lake, name: str, columns: tuple[str, ...] = ("key", "lv", "rv")) -> list[tuple]:
+    table = lake.read_arrow(name).to_pylist()
+    out = []
+    for r in table:
+        row = tuple(r[c].decode() if isinstance(r[c], bytes) else r[c] for c in columns)
+        out.append(row)
+    return sorted(out, key=lambda t: tuple((x is None, x) for x in t))
+
+
+# --- an independent model of the semantics (plain Python over the full record history) ----------
+def _v(value: bytes | None) -> str | None:
+    return None if value is None else json.loads(value)["v"]
+
+
+def model_table(left: list[dict], right: list[dict], how: str) -> list[tuple]:
+    def latest(records):
+        best: dict = {}
+        for r in records:
+            k = r["key"]
+            if k not in best or (r["timestamp"], r["offset"]) > (best[k]["timestamp"], best[k]["offset"]):
+                best[k] = r
+        return {k: _v(r["value"]) for k, r in best.items() if r["value"] is not None}
+
+    lhs, rhs = latest(left), latest(right)
+    keys = set(lhs) | (set(rhs) if how == "outer" else set())
+    rows = []
+    for k in keys:
+        if how == "inner" and k not in rhs:
+            continue
+        if k not in lhs and how != "outer":
+            continue
+        rows.append((k.decode(), lhs.get(k), rhs.get(k)))
+    return sorted(rows, key=lambda t: tuple((x is None, x) for x in t))
+
+
+def model_stream_table(left: list[dict], right: list[dict], how: str) -> list[tuple]:
+    by_key = defaultdict(list)
+    for r in right:
+        by_key[r["key"]].append(r)
+    rows = []
+    for e in left:
+        if e["value"] is None:
+            continue
+        older = [r for r in by_key[e["key"]] if r["timestamp"] <= e["timestamp"]]
+        match = max(older, key=lambda r: (r["timestamp"], r["offset"])) if older else None
+        rv = _v(match["value"]) if match is not None else None
+        if how == "inner" and rv is None:
+            continue
+        rows.append((e["key"].decode(), _v(e["value"]), rv))
+    return sorted(rows, key=lambda t: tuple((x is None, x) for x in t))
+
+
+def model_stream_stream(left: list[dict], right: list[dict], how: str, window_ms: int) -> list[tuple]:
+    lhs = [r for r in left if r["value"] is not None]
+    rhs = [r for r in right if r["value"] is not None]
+    window = window_ms * 1000
+    stamps = [r["timestamp"] for r in left + right]
+    watermark = max(stamps) if stamps else None
+    rows, hit_l, hit_r = [], set(), set()
+    for i, a in enumerate(lhs):
+        for j, b in enumerate(rhs):
+            if a["key"] == b["key"] and abs(_us(a["timestamp"]) - _us(b["timestamp"])) <= window:
+                rows.append((a["key"].decode(), _v(a["value"]), _v(b["value"])))
+                hit_l.add(i)
+                hit_r.add(j)
+    if watermark is not None:
+        wm = _us(watermark)
+        if how in ("left", "outer"):
+            rows += [(a["key"].decode(), _v(a["value"]), None) for i, a in enumerate(lhs) if i not in hit_l and _us(a["timestamp"]) + window < wm]
+        if how == "outer":
+            rows += [(b["key"].decode(), None, _v(b["value"])) for j, b in enumerate(rhs) if j not in hit_r and _us(b["timestamp"]) + window < wm]
+    return sorted(rows, key=lambda t: tuple((x is None, x) for x in t))
+
+
+def _us(ts) -> int:
+    return int(ts.timestamp() * 1_000_000)
+
+
+def topic_history(lake, topic: str) -> list[dict]:
+    return lake.read_arrow(topic, columns=["key", "value", "timestamp", "partition", "offset"]).to_pylist()

@@ -79,7 +79,10 @@ class Feeder:
         for side, topic in (("left", self.spec.left), ("right", self.spec.right)):
             rows = self.lake.read_arrow(topic, columns=["key", "value", "timestamp", "partition", "offset"])
             rows = rows.sort_by([("partition", "ascending"), ("offset", "ascending")])
-            keep = [(side, p, o) not in self.seen for p, o in zip(rows["partition"].to_pylist(), rows["offset"].to_pylist(), strict=True)]
+            keep = [
+                (side, p, o) not in self.seen
+                for p, o in zip(rows["partition"].to_pylist(), rows["offset"].to_pylist(), strict=True)
+            ]
             rows = rows.filter(pa.array(keep, pa.bool_()))
             parts.append(rows.add_column(0, "side", pa.array([side] * rows.num_rows, pa.string())))
         return pa.concat_tables(parts)
@@ -90,7 +93,9 @@ class Feeder:
     def feed(self, rows: pa.Table | None = None, batch_id: int | None = None):
         """Process ``rows`` (default: everything not fed yet) as the next micro-batch."""
         rows = self.pending_records() if rows is None else rows
-        for side, p, o in zip(rows["side"].to_pylist(), rows["partition"].to_pylist(), rows["offset"].to_pylist(), strict=True):
+        for side, p, o in zip(
+            rows["side"].to_pylist(), rows["partition"].to_pylist(), rows["offset"].to_pylist(), strict=True
+        ):
             self.seen.add((side, p, o))
         bid = self.batch_id if batch_id is None else batch_id
         metrics = self.job.process(self.frame(rows), bid)
@@ -166,9 +171,17 @@ def model_stream_stream(left: list[dict], right: list[dict], how: str, window_ms
     if watermark is not None:
         wm = _us(watermark)
         if how in ("left", "outer"):
-            rows += [(a["key"].decode(), _v(a["value"]), None) for i, a in enumerate(lhs) if i not in hit_l and _us(a["timestamp"]) + window < wm]
+            rows += [
+                (a["key"].decode(), _v(a["value"]), None)
+                for i, a in enumerate(lhs)
+                if i not in hit_l and _us(a["timestamp"]) + window < wm
+            ]
         if how == "outer":
-            rows += [(b["key"].decode(), None, _v(b["value"])) for j, b in enumerate(rhs) if j not in hit_r and _us(b["timestamp"]) + window < wm]
+            rows += [
+                (b["key"].decode(), None, _v(b["value"]))
+                for j, b in enumerate(rhs)
+                if j not in hit_r and _us(b["timestamp"]) + window < wm
+            ]
     return sorted(rows, key=lambda t: tuple((x is None, x) for x in t))
 
 

@@ -37,13 +37,22 @@ def assert_oracle(spark, lake, cfg, name):
     ("join", "message"),
     [
         ("{kind: fk, left: L, right: R, select: {a: left.v}}", "kind: must be one of table, stream-table"),
-        ("{kind: stream-table, left: L, right: R, type: outer, select: {a: left.v}}", "type: must be one of inner, left"),
+        (
+            "{kind: stream-table, left: L, right: R, type: outer, select: {a: left.v}}",
+            "type: must be one of inner, left",
+        ),
         ("{kind: stream-stream, left: L, right: R, select: {a: left.v}}", "window: is required"),
-        ("{kind: table, left: L, right: R, window: 1 minute, select: {a: left.v}}", "applies to stream-stream"),
+        (
+            "{kind: table, left: L, right: R, window: 1 minute, select: {a: left.v}}",
+            "applies to stream-stream",
+        ),
         ("{kind: stream-stream, left: L, right: R, window: soon, select: {a: left.v}}", "positive duration"),
         ("{kind: table, left: L, right: nope, select: {a: left.v}}", "right: must name a declared topic"),
         ("{kind: table, left: L, right: L, select: {a: left.v}}", "must be a different topic"),
-        ("{kind: table, left: L, right: R, select: {key: left.v}}", "'key' is a column every table result has"),
+        (
+            "{kind: table, left: L, right: R, select: {key: left.v}}",
+            "'key' is a column every table result has",
+        ),
         ("{kind: table, left: L, right: R, select: {}}", "select: must be a mapping"),
         ("{kind: table, left: L, right: R, select: {a: left.v}, publish: L}", "is declared already"),
     ],
@@ -84,14 +93,20 @@ def test_table_join_rules_step_by_step(spark, lake, cfg):
 
     t = T0
     # left before right: left/outer keep the row with a null right side, inner has nothing
-    step("L", [("a", "a1", t)], {"t_inner": [], "t_left": [("a", "a1", None)], "t_outer": [("a", "a1", None)]})
+    step(
+        "L", [("a", "a1", t)], {"t_inner": [], "t_left": [("a", "a1", None)], "t_outer": [("a", "a1", None)]}
+    )
     # right arrives: every type joins
     step("R", [("a", "r1", t + 1)], {n: [("a", "a1", "r1")] for n in feeders})
     # right before left for another key: only outer shows it
     step(
         "R",
         [("b", "rb", t + 2)],
-        {"t_inner": [("a", "a1", "r1")], "t_left": [("a", "a1", "r1")], "t_outer": [("a", "a1", "r1"), ("b", None, "rb")]},
+        {
+            "t_inner": [("a", "a1", "r1")],
+            "t_left": [("a", "a1", "r1")],
+            "t_outer": [("a", "a1", "r1"), ("b", None, "rb")],
+        },
     )
     step("L", [("b", "b1", t + 3)], {n: [("a", "a1", "r1"), ("b", "b1", "rb")] for n in feeders})
     # an update on either side re-emits with the other side's current value
@@ -100,7 +115,11 @@ def test_table_join_rules_step_by_step(spark, lake, cfg):
     step(
         "R",
         [("a", None, t + 5)],
-        {"t_inner": [("b", "b1", "rb")], "t_left": [("a", "a1", None), ("b", "b1", "rb")], "t_outer": [("a", "a1", None), ("b", "b1", "rb")]},
+        {
+            "t_inner": [("b", "b1", "rb")],
+            "t_left": [("a", "a1", None), ("b", "b1", "rb")],
+            "t_outer": [("a", "a1", None), ("b", "b1", "rb")],
+        },
     )
     # left tombstone: inner/left remove, outer keeps the right side
     step(
@@ -155,7 +174,9 @@ def test_string_values_are_left_value_and_right_value(spark, lake, cfg):
     produce(lake, cfg, "L", [("a", "a1", T0)])
     produce(lake, cfg, "S", [("a", b"plain text", T0)])
     f.feed()
-    assert result_rows(lake, "t_string", ("key", "lv", "rv", "both")) == [("a", "a1", "plain text", "a1/plain text")]
+    assert result_rows(lake, "t_string", ("key", "lv", "rv", "both")) == [
+        ("a", "a1", "plain text", "a1/plain text")
+    ]
 
 
 def test_publish_writes_the_changelog_as_a_co_partitioned_topic_with_tombstones(spark, lake, cfg):
@@ -168,8 +189,16 @@ def test_publish_writes_the_changelog_as_a_co_partitioned_topic_with_tombstones(
     got = [(r["key"], r["partition"], r["value"]) for r in records]
     assert got == (
         [
-            (b"a", partition_for(b"a", 2), json.dumps({"lv": "a1", "rv": None}, separators=(",", ":")).encode()),
-            (b"b", partition_for(b"b", 2), json.dumps({"lv": "b1", "rv": None}, separators=(",", ":")).encode()),
+            (
+                b"a",
+                partition_for(b"a", 2),
+                json.dumps({"lv": "a1", "rv": None}, separators=(",", ":")).encode(),
+            ),
+            (
+                b"b",
+                partition_for(b"b", 2),
+                json.dumps({"lv": "b1", "rv": None}, separators=(",", ":")).encode(),
+            ),
             (b"b", partition_for(b"b", 2), None),
         ]
     )
@@ -231,7 +260,12 @@ def test_null_keys_and_unparseable_values_are_quarantined_and_counted(spark, lak
 # --- stream-table -------------------------------------------------------------------------------
 def test_stream_table_joins_each_event_with_the_table_as_of_its_time(spark, lake, cfg):
     inner, left = Feeder(spark, lake, cfg, "st_inner"), Feeder(spark, lake, cfg, "st_left")
-    produce(lake, cfg, "R", [("a", "r1", T0 + 10), ("a", "r2", T0 + 20), ("a", None, T0 + 30), ("b", "rb", T0 + 20)])
+    produce(
+        lake,
+        cfg,
+        "R",
+        [("a", "r1", T0 + 10), ("a", "r2", T0 + 20), ("a", None, T0 + 30), ("b", "rb", T0 + 20)],
+    )
     produce(
         lake,
         cfg,
@@ -308,7 +342,12 @@ def test_stream_stream_pairs_within_the_window_and_emits_the_unmatched_when_it_c
 
 def test_stream_stream_output_is_the_same_for_any_batch_split(spark, lake, cfg, tmp_path):
     produce(lake, cfg, "L", [("a", "l1", T0), ("a", "l2", T0 + 8 * SECOND), ("b", "lb", T0 + 9 * SECOND)])
-    produce(lake, cfg, "R", [("a", "r1", T0 + 1 * SECOND), ("b", "rb", T0 + 30 * SECOND), ("a", "r2", T0 + 40 * SECOND)])
+    produce(
+        lake,
+        cfg,
+        "R",
+        [("a", "r1", T0 + 1 * SECOND), ("b", "rb", T0 + 30 * SECOND), ("a", "r2", T0 + 40 * SECOND)],
+    )
     one = Feeder(spark, lake, cfg, "ss_outer")
     one.feed()
     all_in_one = result_rows(lake, "ss_outer")
@@ -318,7 +357,11 @@ def test_stream_stream_output_is_the_same_for_any_batch_split(spark, lake, cfg, 
     for i in range(rows.num_rows):
         split.feed(rows.slice(i, 1))
     # l1-r2 and lb-rb are too far apart; lb's window has closed (watermark 40 s), rb's and r2's not
-    assert result_rows(lake, "ss_outer") == all_in_one == [("a", "l1", "r1"), ("a", "l2", "r1"), ("b", "lb", None)]
+    assert (
+        result_rows(lake, "ss_outer")
+        == all_in_one
+        == [("a", "l1", "r1"), ("a", "l2", "r1"), ("b", "lb", None)]
+    )
 
 
 def test_expected_matches_for_a_fresh_lake(spark, lake, cfg):

@@ -1,0 +1,215 @@
+"""Joins as streaming queries: lake run --once / --continuous, restart, status, audit, a second copy
+refused, a graceful SIGTERM, and SIGKILL at random moments with exactly-once results."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from joinkit import T0, model_table, produce, result_rows, topic_history, write_config
+
+from spark_jobs.cli import main
+from spark_jobs.joins.runner import run_join, status
+from spark_jobs.lake import Lake
+
+LAKE = str(Path(sys.executable).with_name("lake"))
+
+
+@pytest.fixture
+def setup(tmp_path):
+    cfg = write_config(tmp_path)
+    return cfg, Lake(tmp_path / "lake"), ["--root", str(tmp_path / "lake"), "--config", cfg.source]
+
+
+def no_noop_changes(lake, name):
+    """The change feed never repeats a row: no update whose post-image equals its pre-image and no
+    insert of a key that exists (what a replayed batch would leave behind)."""
+    feed = lake.changes_arrow(name).to_pylist()
+    live: dict = {}
+    pre: dict = {}
+    for c in feed:
+        row = {k: v for k, v in c.items() if not k.startswith("_")}
+        kind, key = c["_change_type"], c["key"]
+        if kind == "insert":
+            assert key not in live, f"insert of existing key {key!r}"
+            live[key] = row
+        elif kind == "delete":
+            assert live.pop(key) == row
+        elif kind == "update_preimage":
+            assert live[key] == row
+            pre[key] = row
+        else:
+            assert pre.pop(key) != row, f"no-op update of {key!r}"
+            live[key] = row
+    current = {r["key"]: r for r in lake.read_arrow(name).to_pylist()}
+    assert live == current
+
+
+def test_run_once_resumes_where_it_stopped_and_status_and_audit_see_it(spark, setup, capsys):
+    cfg, lake, opts = setup
+    produce(lake, cfg, "L", [("a", "a1", T0), ("b", "b1", T0)])
+    produce(lake, cfg, "R", [("a", "r1", T0)])
+    assert main(["run", "t_left", "--once", *opts]) == 0
+    assert "processed 1 micro-batch(es): 3 input records, 2 upserted" in capsys.readouterr().out
+    produce(lake, cfg, "R", [("b", "r2", T0 + 1)])
+    assert main(["run", "t_left", "--once", *opts]) == 0
+    assert "processed 1 micro-batch(es): 1 input records, 1 upserted" in capsys.readouterr().out
+    assert result_rows(lake, "t_left") == [("a", "a1", "r1"), ("b", "b1", "r2")]
+    no_noop_changes(lake, "t_left")
+
+    row = next(r for r in status(lake, cfg) if r["join"] == "t_left")
+    assert (row["running"], row["versions_behind"], row["last_batch_in"], row["last_batch_out"]) == (
+        False,
+        {"left": 0, "right": 0},
+        1,
+        1,
+    )
+    produce(lake, cfg, "L", [("c", "c1", T0 + 2)])
+    assert main(["status", *opts]) == 0
+    assert "t_left (table): stopped; versions behind: left 1, right 0; last batch" in capsys.readouterr().out
+
+    assert main(["audit", "t_left", *opts]) == 0
+    assert "identical" in capsys.readouterr().out
+    # tamper with the result: the audit names the key and exits 1
+    lake.merge("t_left", pa.table({"key": [b"b"], "lv": ["b1"], "rv": ["wrong"]}), ["key"])
+    assert main(["audit", "t_left", *opts]) == 1
+    out = capsys.readouterr().out
+    assert "DIFFERENT for 1 key(s), e.g. b" in out and "wrong" in out
+
+
+def test_a_stopped_run_restarts_mid_stream_exactly_once(spark, setup):
+    cfg, lake, _ = setup
+    produce(lake, cfg, "L", [("a", "a0", T0)])
+    assert run_join(spark, lake, cfg, "t_left", once=True).batches == 1  # the snapshot
+    for i in range(1, 4):  # three more commits per topic, one micro-batch each with --max-files 1
+        produce(lake, cfg, "L", [("a", f"a{i}", T0 + i), (f"k{i}", "x", T0 + i)])
+        produce(lake, cfg, "R", [("a", f"r{i}", T0 + i)])
+    stop = threading.Event()
+
+    def log(line):
+        if " batch " in line:
+            stop.set()  # ask to stop as soon as a micro-batch is done
+
+    first = run_join(spark, lake, cfg, "t_left", once=True, max_files=1, log=log, stop=stop)
+    assert first.stopped_by_signal and first.batches == 1 and first.input_rows == 3
+    assert result_rows(lake, "t_left") == [("a", "a1", "r1"), ("k1", "x", None)]
+    rest = run_join(spark, lake, cfg, "t_left", once=True, max_files=1)
+    assert (rest.batches, rest.input_rows) == (2, 6)
+    want = model_table(topic_history(lake, "L"), topic_history(lake, "R"), "left")
+    assert (
+        result_rows(lake, "t_left")
+        == want
+        == [
+            ("a", "a3", "r3"),
+            ("k1", "x", None),
+            ("k2", "x", None),
+            ("k3", "x", None),
+        ]
+    )
+    no_noop_changes(lake, "t_left")
+
+
+def _start(opts, *extra):
+    env = dict(os.environ, LAKE_SPARK_UI="false")
+    return subprocess.Popen(
+        [LAKE, "run", "t_left", "--continuous", "--trigger", "0.5", *extra, *opts],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+
+
+def _wait(predicate, timeout, proc=None):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"job exited early: {proc.stderr.read()[-2000:]}")
+        time.sleep(0.2)
+    return False
+
+
+def _heartbeat(lake):
+    entry = lake.root / "_jobs" / "t_left.json"
+    try:
+        return json.loads(entry.read_text()).get("last_batch_id")
+    except (OSError, ValueError):
+        return None
+
+
+@pytest.mark.slow
+def test_continuous_run_stops_gracefully_on_sigterm_and_refuses_a_second_copy(spark, setup, capsys):
+    cfg, lake, opts = setup
+    produce(lake, cfg, "L", [("a", "a1", T0)])
+    proc = _start(opts)
+    try:
+        assert _wait(lambda: _heartbeat(lake) is not None, 120, proc)
+        assert main(["run", "t_left", "--once", *opts]) == 2
+        assert "join t_left is already running (pid" in capsys.readouterr().err
+        assert next(r for r in status(lake, cfg) if r["join"] == "t_left")["running"]
+        produce(lake, cfg, "R", [("a", "r1", T0 + 1)])
+        assert _wait(lambda: result_rows(lake, "t_left") == [("a", "a1", "r1")], 60, proc)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err[-2000:]
+    assert "join t_left: stopped on request after" in out
+    assert not (lake.root / "_jobs" / "t_left.json").exists()
+    assert not next(r for r in status(lake, cfg) if r["join"] == "t_left")["running"]
+
+
+@pytest.mark.slow
+def test_sigkill_at_random_moments_then_restart_gives_the_oracle_and_no_duplicates(spark, setup):
+    """Fault injection: the job runs as its own process and is killed with SIGKILL while new records
+    keep arriving; each time it is restarted. The result must equal the batch join, the change feed
+    and the published changelog must hold no repeated row."""
+    cfg, lake, opts = setup
+    kills = int(os.environ.get("LAKE_FAULT_KILLS", "5"))
+    rng = random.Random(int(os.environ.get("LAKE_FAULT_SEED", "7")))
+    produce(lake, cfg, "L", [(f"k{i}", "v0", T0) for i in range(20)])
+    ts = T0
+    proc = None
+    try:
+        for _ in range(kills):
+            proc = _start(opts)
+            start_batch = _heartbeat(lake)
+            ts += 1
+            produce(lake, cfg, "R", [(f"k{rng.randrange(20)}", "v0", ts)])  # work for the restarted job
+            assert _wait(lambda: _heartbeat(lake) not in (None, start_batch), 180, proc)
+            deadline = time.monotonic() + rng.uniform(0.2, 3.0)
+            while time.monotonic() < deadline:  # keep records coming while the job works
+                ts += 1
+                topic = rng.choice(["L", "R"])
+                key = f"k{rng.randrange(20)}"
+                value = rng.choice(["v1", "v2", "v3", None])
+                produce(lake, cfg, topic, [(key, value, ts)])
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(timeout=30)
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+    run_join(spark, lake, cfg, "t_left", once=True)  # drain what arrived after the last kill
+    want = model_table(topic_history(lake, "L"), topic_history(lake, "R"), "left")
+    assert result_rows(lake, "t_left") == want
+    no_noop_changes(lake, "t_left")
+    # the published changelog replays to the same table, without a repeated record per key
+    last: dict = {}
+    records = lake.read_arrow("t_left_changelog").to_pylist()
+    for r in sorted(records, key=lambda r: (r["partition"], r["offset"])):
+        assert last.get(r["key"], "none") != r["value"], f"repeated changelog record for {r['key']!r}"
+        last[r["key"]] = r["value"]
+    published = {k: json.loads(v) for k, v in last.items() if v is not None}
+    assert sorted((k.decode(), v["lv"], v["rv"]) for k, v in published.items()) == want

@@ -188,7 +188,7 @@ def test_sigkill_at_random_moments_then_restart_gives_the_oracle_and_no_duplicat
             start_batch = _heartbeat(lake)
             ts += 1
             produce(lake, cfg, "R", [(f"k{rng.randrange(20)}", "v0", ts)])  # work for the restarted job
-            assert _wait(lambda: _heartbeat(lake) not in (None, start_batch), 180, proc)
+            assert _wait(lambda before=start_batch: _heartbeat(lake) not in (None, before), 180, proc)
             deadline = time.monotonic() + rng.uniform(0.2, 3.0)
             while time.monotonic() < deadline:  # keep records coming while the job works
                 ts += 1

@@ -62,7 +62,7 @@ def test_join_config_errors_name_the_line(tmp_path, join, message):
     path.write_text(f"topics:\n  L: {{partitions: 2}}\n  R: {{partitions: 2}}\njoins:\n  j: {join}\n")
     with pytest.raises(UserError) as err:
         load_config(path)
-    assert f"p.yaml:5: joins.j." in str(err.value) and message in str(err.value)
+    assert "p.yaml:5: joins.j." in str(err.value) and message in str(err.value)
 
 
 def test_join_config_reads_window_and_publish(cfg):

@@ -21,6 +21,8 @@ CUSTOMERS = 10  # user_1 .. user_10 give consents
 ACCOUNTS = 8  # the accounts topic only knows user_1 .. user_8 until backfilled
 CONSENTS_TOPIC = "customer_consents"
 ACCOUNTS_TOPIC = "customer_accounts"
+WITH_MAIL = "consents_with_mail"
+AT_EVENT_TIME = "consents_enriched_at_event_time"
 DEMO_TIMESTAMP_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z: fixed, so demo output is stable
 
 
@@ -65,6 +67,15 @@ def write_demo_topics(lake: Lake, config: PipelineConfig) -> list[tuple[str, Pro
         result = produce_records(lake, spec, [_records(items)], "murmur2", timestamp_ms=DEMO_TIMESTAMP_MS)
         results.append((topic, result))
     return results
+
+
+def write_late_consent(lake: Lake, config: PipelineConfig) -> bool:
+    """A new consent event of user_9, now (after the backfill); once per lake."""
+    spec = config.topic(CONSENTS_TOPIC)
+    if int(next_offsets(lake, spec).sum()) > 10:
+        return False
+    produce_records(lake, spec, [_records([("user_9", consent_value(9))])], "murmur2")
+    return True
 
 
 def synthetic_dump_chunks(keys: int, chunk: int = 1_000_000, prefix: str = "user_"):

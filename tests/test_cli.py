@@ -104,6 +104,11 @@ def test_malformed_config_is_one_line_naming_file_line_and_key(tmp_path, capsys,
         (["backfill", "accounts", "--max-rejects", "-1"], None, "--max-rejects must not be negative"),
         (["check", "nosuite"], None, "unknown suite 'nosuite'"),
         (["topic", "repartition", "nope"], None, "unknown topic 'nope'"),
+        (["run", "nope", "--once"], None, "unknown join 'nope'"),
+        (["run", "consents_with_mail"], None, "one of the arguments --once --continuous is required"),
+        (["run", "consents_with_mail", "--once", "--continuous"], None, "not allowed with argument"),
+        (["run", "consents_with_mail", "--continuous", "--trigger", "0"], None, "--trigger must be a positive"),
+        (["audit", "consents_with_mail"], None, "has no result yet: run 'lake run consents_with_mail --once'"),
     ],
 )  # fmt: skip
 def test_user_errors_are_one_line_exit_2_and_write_nothing(tmp_path, args, stdin, message):
@@ -122,7 +127,8 @@ def test_user_errors_are_one_line_exit_2_and_write_nothing(tmp_path, args, stdin
 @pytest.mark.slow
 @pytest.mark.integration
 def test_make_demo_story_fails_the_gate_then_backfills_and_passes(tmp_path):
-    """`make demo`'s job as a user sees it: topics -> failing completeness -> backfill -> passing gate."""
+    """`make demo`'s job as a user sees it: topics -> failing completeness -> backfill -> passing gate
+    -> the table-table join complete, the stream-table join without the late accounts -> clean audits."""
     code, out, err = lake_cli(tmp_path / "lake", "demo")
     assert code == 0, err
     before, after = out.split("== 3. backfill the accounts lookup from the database dump")
@@ -139,5 +145,19 @@ def test_make_demo_story_fails_the_gate_then_backfills_and_passes(tmp_path):
         "10 lines read, 2 new keys, 0 changed, 8 unchanged, 0 superseded duplicates, 0 rejected; wrote 2 records"
         in after
     )
+    after, joins = after.split("== 5. table-table join consents_with_mail")
     assert "FAIL" not in after and after.count("PASS  ") == 5
     assert after.rstrip().endswith("The gate passes: the streaming joins may start.")
+    table, stream = joins.split("== 6. stream-table join")
+    rows = [line.split() for line in table.splitlines() if line.startswith("  user_")]
+    assert rows == [
+        [f"user_{n}", str(n % 3 != 0), str(n % 2 == 1), f"user{n}@example.com"] for n in (1, 10, 2, 3, 4, 5, 6, 7, 8, 9)
+    ]
+    stream, audits = stream.split("== 7. audit")
+    first, second = stream.split("A consent event that arrives now, after the backfill, is enriched:")
+    events = [line.split() for line in first.splitlines() if line.startswith("  user_")]
+    mail = {n: f"user{n}@example.com" for n in range(1, 9)} | {9: "null", 10: "null"}
+    assert events == [[f"user_{n}", "2026-01-01T00:00:00+00:00", mail[n]] for n in (1, 10, 2, 3, 4, 5, 6, 7, 8, 9)]
+    late = [line.split() for line in second.splitlines() if line.startswith("  user_9")]
+    assert [row[2] for row in late] == ["null", "user9@example.com"]
+    assert audits.count(": identical") == 2

@@ -13,7 +13,7 @@ help: ## list the targets
 setup: ## install Java (if missing) and the locked Python environment into .venv
 	@bash infra/setup.sh
 
-demo: setup ## the main job on the embedded default: write the demo topics and print them
+demo: setup ## the main job on the embedded default: topics -> gate -> backfill -> gate -> joins -> audit
 	@$(BIN)/lake demo
 
 test: setup ## the test suite, exactly as CI runs it
@@ -26,6 +26,8 @@ bench: setup ## benchmarks (minutes); figures go to bench-results/ and belong in
 	@mkdir -p bench-results
 	@$(BIN)/python tests/bench/bench_produce.py | tee bench-results/produce.txt
 	@$(BIN)/python tests/bench/bench_quality.py | tee bench-results/quality.txt
+	@$(BIN)/python tests/bench/bench_joins.py | tee bench-results/joins.txt
+	@LAKE_FAULT_KILLS=20 $(BIN)/python -m pytest -q tests/test_join_runner.py -k sigkill | tee bench-results/join-faults.txt
 
 lock: ## re-resolve requirements.lock from pyproject.toml (needs network)
 	@bash infra/setup.sh

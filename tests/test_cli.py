@@ -151,13 +151,16 @@ def test_make_demo_story_fails_the_gate_then_backfills_and_passes(tmp_path):
     table, stream = joins.split("== 6. stream-table join")
     rows = [line.split() for line in table.splitlines() if line.startswith("  user_")]
     assert rows == [
-        [f"user_{n}", str(n % 3 != 0), str(n % 2 == 1), f"user{n}@example.com"] for n in (1, 10, 2, 3, 4, 5, 6, 7, 8, 9)
+        [f"user_{n}", str(n % 3 != 0), str(n % 2 == 1), f"user{n}@example.com"]
+        for n in (1, 10, 2, 3, 4, 5, 6, 7, 8, 9)
     ]
     stream, audits = stream.split("== 7. audit")
     first, second = stream.split("A consent event that arrives now, after the backfill, is enriched:")
     events = [line.split() for line in first.splitlines() if line.startswith("  user_")]
     mail = {n: f"user{n}@example.com" for n in range(1, 9)} | {9: "null", 10: "null"}
-    assert events == [[f"user_{n}", "2026-01-01T00:00:00+00:00", mail[n]] for n in (1, 10, 2, 3, 4, 5, 6, 7, 8, 9)]
+    assert events == [
+        [f"user_{n}", "2026-01-01T00:00:00+00:00", mail[n]] for n in (1, 10, 2, 3, 4, 5, 6, 7, 8, 9)
+    ]
     late = [line.split() for line in second.splitlines() if line.startswith("  user_9")]
     assert [row[2] for row in late] == ["null", "user9@example.com"]
     assert audits.count(": identical") == 2

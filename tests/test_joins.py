@@ -367,3 +367,25 @@ def test_stream_stream_output_is_the_same_for_any_batch_split(spark, lake, cfg, 
 def test_expected_matches_for_a_fresh_lake(spark, lake, cfg):
     Feeder(spark, lake, cfg, "t_outer")
     assert expected(spark, lake, cfg, "t_outer").num_rows == 0
+
+
+def test_the_state_log_is_compacted_to_one_row_per_key_without_changing_results(
+    spark, lake, cfg, monkeypatch
+):
+    from spark_jobs.joins import engine
+
+    monkeypatch.setattr(engine, "COMPACT_FILES", 3)
+    f = Feeder(spark, lake, cfg, "t_left")
+    for i in range(4):
+        produce(lake, cfg, "L", [("a", f"a{i}", T0 + i), ("b", f"b{i}", T0 + i)])
+        f.feed()
+    state = sorted((r["key"], r["value"]) for r in lake.read_arrow("t_left__left").to_pylist())
+    # the third batch left three files: compacted to its latest versions; the fourth appended to that
+    assert state == [
+        (b"a", b'{"v": "a2"}'),
+        (b"a", b'{"v": "a3"}'),
+        (b"b", b'{"v": "b2"}'),
+        (b"b", b'{"v": "b3"}'),
+    ]
+    assert result_rows(lake, "t_left") == [("a", "a3", None), ("b", "b3", None)]
+    assert_oracle(spark, lake, cfg, "t_left")

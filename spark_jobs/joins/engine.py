@@ -4,8 +4,9 @@ A job owns Delta tables next to its result (``<join>__left``, ``<join>__right``,
 inspectable and time-travelable with ``lake show``. Each micro-batch:
 
 1. validates the records (null key, a json topic's value that is not a JSON object: quarantined);
-2. applies them to the state tables (table: latest value per key by (timestamp, offset); stream kinds:
-   event buffers and the right side's history);
+2. applies them to the state tables (table: a log of the accepted versions of each key, where the
+   latest by (timestamp, offset) wins, compacted to one row per key now and then; stream kinds: event
+   buffers and the right side's history);
 3. finds the affected result keys / the events that can be decided now, recomputes exactly those from
    state, and merges (table) or appends (stream kinds) them into the result;
 4. publishes the result's changes as a topic when configured, and appends a metrics row.
@@ -80,6 +81,7 @@ METRICS_SCHEMA = pa.schema(
         ("pending", pa.int64()),  # stream kinds: events waiting (for the right side / their window)
     ]
 )
+COMPACT_FILES = 64  # a table join's state log is compacted when it has this many data files
 # One record of a micro-batch as the engine receives it (``prepare`` adds ``side`` and ``reason``).
 INPUT_COLUMNS = ["side", "key", "value", "timestamp", "partition", "offset", "reason"]
 
@@ -342,17 +344,18 @@ class JoinJob:
         m.affected_keys = len(keys)
         if len(keys) == 0:
             return
-        for side, records in (("left", left), ("right", right)):
-            latest = latest_per_key(records)
-            if latest.num_rows == 0:
-                continue
-            table = f"{name}__{side}"
-            current = self.lake.read_keys(table, "key", latest["key"].combine_chunks())
-            self.lake.merge(table, latest.filter(is_newer(latest, current)), ["key"], txn=txn)
         sides = {}
-        for s in ("left", "right"):
-            rows = self.lake.read_keys(f"{name}__{s}", "key", keys, columns=["key", "value"])
-            sides[s] = rows.filter(pc.is_valid(rows["value"])).rename_columns(["key", f"{s}_value"])
+        for side, records in (("left", left), ("right", right)):
+            table = f"{name}__{side}"
+            state = latest_per_key(self.lake.read_keys(table, "key", keys))
+            latest = latest_per_key(records)
+            fresh = latest.filter(is_newer(latest, state))
+            if fresh.num_rows:
+                # the state is a log of accepted versions: appending costs what changed, not the table
+                self.lake.append(table, fresh, txn=txn)
+                state = latest_per_key(pa.concat_tables([state, fresh]))
+            live = state.filter(pc.is_valid(state["value"]))
+            sides[side] = live.select(["key", "value"]).rename_columns(["key", f"{side}_value"])
         join_type = {"inner": "inner", "left": "left outer", "outer": "full outer"}[self.spec.type]
         joined = sides["left"].join(sides["right"], "key", join_type=join_type, coalesce_keys=True)
         desired = self.projection.apply(joined, with_json=bool(self.spec.publish))
@@ -377,6 +380,15 @@ class JoinJob:
             ]
         )
         self.lake.merge(name, changes, ["key"], delete_column="__delete", txn=txn)
+        for side in ("left", "right"):
+            self._compact(f"{name}__{side}")
+
+    def _compact(self, table: str) -> None:
+        """Rewrite a state log as its latest version per key once it has many files. The content is
+        the same before and after, so a crash or replay around it changes nothing."""
+        if self.lake.add_actions(table).num_rows < COMPACT_FILES:
+            return
+        self.lake.overwrite(table, latest_per_key(self.lake.read_arrow(table)))
 
     # --- stream kinds: progress and decisions ------------------------------------------------
     def _progress(self, batch: pa.Table, txn: tuple[str, int]) -> None:

@@ -213,3 +213,19 @@ def test_sigkill_at_random_moments_then_restart_gives_the_oracle_and_no_duplicat
         last[r["key"]] = r["value"]
     published = {k: json.loads(v) for k, v in last.items() if v is not None}
     assert sorted((k.decode(), v["lv"], v["rv"]) for k, v in published.items()) == want
+
+
+def test_a_rewritten_topic_asks_for_reset_and_reset_rebuilds(spark, setup, capsys):
+    from spark_jobs.repair import repartition
+
+    cfg, lake, opts = setup
+    produce(lake, cfg, "L", [(f"k{i}", "x", T0) for i in range(8)])
+    assert main(["run", "t_inner", "--once", *opts]) == 0
+    assert repartition(lake, cfg, "L", "consistent_random").moved > 0
+    assert main(["run", "t_inner", "--once", *opts]) == 2
+    err = capsys.readouterr().err
+    assert "lake: error: join t_inner: topic L was rewritten at version 2 (WRITE" in err
+    assert "rerun with --reset" in err and "Traceback" not in err
+    produce(lake, cfg, "R", [("k1", "r", T0 + 1)])
+    assert main(["run", "t_inner", "--once", "--reset", *opts]) == 0
+    assert result_rows(lake, "t_inner") == [("k1", "x", "r")]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import shutil
 import signal
 import threading
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow.compute as pc
+from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -30,6 +32,8 @@ from spark_jobs.errors import UserError
 from spark_jobs.joins.engine import METRICS, BatchMetrics, JoinJob, state_tables
 from spark_jobs.lake import Lake
 from spark_jobs.repair import running_jobs
+
+REWRITTEN = r"delta source: commit (\d+) of \S*/tables/([^/\s]+) \((\w+)\) updates or deletes"
 
 
 def checkpoint_dir(lake: Lake, spec: JoinSpec) -> Path:
@@ -171,29 +175,40 @@ def run_join(
         with _signals_set(stop):
             query = writer.start()
             log(f"join {spec.name}: started ({'once' if once else f'every {trigger_seconds:g} s'})")
-            while query.isActive:
-                if stop.is_set():
-                    summary.stopped_by_signal = True
-                    with guard:  # wait for the batch in progress, then keep new ones out
-                        stopping[0] = True
-                    query.stop()
-                    break
-                query.awaitTermination(1)
+            try:
+                while query.isActive:
+                    if stop.is_set():
+                        summary.stopped_by_signal = True
+                        with guard:  # wait for the batch in progress, then keep new ones out
+                            stopping[0] = True
+                        query.stop()
+                        break
+                    query.awaitTermination(1)
+            except StreamingQueryException:
+                pass  # reported below, from query.exception()
         error = query.exception()
         if error is not None:
-            cause = _user_error(error)
+            cause = _user_error(error, spec)
             if cause:
                 raise UserError(cause)
             raise RuntimeError(f"join {spec.name} failed: {str(error).strip().splitlines()[0]}")
     return summary
 
 
-def _user_error(error: Any) -> str | None:
-    """A UserError raised inside foreachBatch reaches us as a StreamingQueryException; recover it."""
+def _user_error(error: Any, spec: JoinSpec) -> str | None:
+    """A UserError raised inside foreachBatch reaches us as a StreamingQueryException; recover it.
+    A rewritten topic (``lake topic repartition``) is one too: the job must start over."""
     text = str(error)
     marker = "spark_jobs.errors.UserError: "
     if marker in text:
         return text.split(marker, 1)[1].strip().splitlines()[0]
+    rewritten = re.search(REWRITTEN, text)
+    if rewritten:
+        version, topic, operation = rewritten.groups()
+        return (
+            f"join {spec.name}: topic {topic} was rewritten at version {version} ({operation}, e.g. by "
+            f"'lake topic repartition'); the join must start over: rerun with --reset"
+        )
     return None
 
 

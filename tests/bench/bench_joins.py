@@ -3,7 +3,7 @@
 For left 1,000,000 keys / right 100,000 keys, and again at 100,000 / 10,000: load the topics, run the
 first micro-batch (everything), then BATCHES micro-batches of 1,000 left + 100 right changes each
 (random keys, new values) through the engine's micro-batch entry point, and report the median batch
-latency. The baseline, measured in the same run at each size: recompute the whole join from the topics
+latency. A 10,000-key round first warms the JVM and the Python workers and is not reported. The baseline, measured in the same run at each size: recompute the whole join from the topics
 with Spark (latest value per key of both topics, join, select) and overwrite a result table, as a job
 without incremental state would every batch. `make bench` runs it; usage: bench_joins.py [BATCHES].
 """
@@ -113,6 +113,8 @@ def run_size(spark, root: Path, left_keys: int, right_keys: int) -> dict:
 def main() -> None:
     spark = get_spark(app_name="bench-joins")
     spark.range(1).collect()
+    with tempfile.TemporaryDirectory() as tmp:  # warm-up (JIT, Python workers), not reported
+        run_size(spark, Path(tmp), 10_000, 1_000)
     results = []
     for left_keys in (100_000, 1_000_000):
         with tempfile.TemporaryDirectory() as tmp:

@@ -386,6 +386,9 @@ def cmd_repartition(args) -> int:
     if result.restart:
         print(f"restart from scratch (their positions no longer apply): {', '.join(result.restart)}")
         print("  lookups rebuild themselves on their next refresh (lake backfill / lake check)")
+        for job in result.restart:
+            if job.startswith("join:"):
+                print(f"  {job}: lake run {job.removeprefix('join:')} --once --reset")
     return 0
 
 

@@ -38,7 +38,8 @@ def test_repartition_places_every_record_and_keeps_per_key_order(spark, lake, de
     refresh_lookup(spark, lake, demo_config, demo_config.lookup("accounts"))
     result = repartition(lake, demo_config, "customer_accounts")
     assert (result.records, result.moved, result.partitioner) == (4, 2, "murmur2")  # user_10 v1, user_1
-    assert result.restart == ["lookup:accounts"] == dependents(demo_config, "customer_accounts")
+    restart = ["lookup:accounts", "join:consents_with_mail", "join:consents_enriched_at_event_time"]
+    assert result.restart == restart == dependents(demo_config, "customer_accounts")
     assert records(lake, spec) == [
         'user_10|1|0|{"v":1}',
         'user_10|1|1|{"v":2}',

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -81,6 +81,8 @@ METRICS_SCHEMA = pa.schema(
         ("pending", pa.int64()),  # stream kinds: events waiting (for the right side / their window)
     ]
 )
+# A stream-stream pair (or an unmatched event) before ``select``: meta columns, then both values.
+PAIR_COLUMNS = [*JOIN_META_COLUMNS["stream-stream"], "left_value", "right_value"]
 COMPACT_FILES = 64  # a table join's state log is compacted when it has this many data files
 # One record of a micro-batch as the engine receives it (``prepare`` adds ``side`` and ``reason``).
 INPUT_COLUMNS = ["side", "key", "value", "timestamp", "partition", "offset", "reason"]
@@ -117,7 +119,6 @@ class BatchMetrics:
     deleted: int = 0
     appended: int = 0
     pending: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def text(self) -> str:
         return (
@@ -639,19 +640,7 @@ def _window_pairs(left: pa.Table, right: pa.Table, window_us: int) -> pa.Table:
     if pairs.num_rows:
         gap = pc.abs(pc.subtract(pairs["left_timestamp"], pairs["right_timestamp"]))
         pairs = pairs.filter(pc.less_equal(gap, pa.scalar(window_us, pa.duration("us"))))
-    return pairs.select(
-        [
-            "key",
-            "left_timestamp",
-            "left_partition",
-            "left_offset",
-            "right_timestamp",
-            "right_partition",
-            "right_offset",
-            "left_value",
-            "right_value",
-        ]
-    )
+    return pairs.select(PAIR_COLUMNS)
 
 
 def _unmatched(rows: pa.Table, side: str) -> pa.Table:
@@ -668,18 +657,7 @@ def _unmatched(rows: pa.Table, side: str) -> pa.Table:
         f"{side}_value": rows["value"],
         f"{other}_value": pa.nulls(n, pa.binary()),
     }
-    order = [
-        "key",
-        "left_timestamp",
-        "left_partition",
-        "left_offset",
-        "right_timestamp",
-        "right_partition",
-        "right_offset",
-        "left_value",
-        "right_value",
-    ]
-    return pa.table({c: cols[c] for c in order})
+    return pa.table({c: cols[c] for c in PAIR_COLUMNS})
 
 
 def _ids_in(rows: pa.Table, partitions: Any, offsets: Any) -> pa.Array:

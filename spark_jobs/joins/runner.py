@@ -33,6 +33,7 @@ from spark_jobs.joins.engine import METRICS, BatchMetrics, JoinJob, state_tables
 from spark_jobs.lake import Lake
 from spark_jobs.repair import running_jobs
 
+STOP_MARKER = "lake: stop requested, this micro-batch is left for the next run"
 REWRITTEN = r"delta source: commit (\d+) of \S*/tables/([^/\s]+) \((\w+)\) updates or deletes"
 
 
@@ -157,8 +158,11 @@ def run_join(
 
         def batch(frame: DataFrame, batch_id: int) -> None:
             with guard:
-                if stopping[0]:
-                    return  # stop requested: leave this batch to the next run (it is replayed)
+                if stopping[0] or stop.is_set():
+                    # Fail (not skip) the batch: Spark then does not commit it, and the next run
+                    # replays it from the checkpoint's offset log.
+                    stopping[0] = True
+                    raise RuntimeError(STOP_MARKER)
                 metrics = job.process(frame, batch_id)
                 summary.add(metrics)
                 beat({"last_batch_id": batch_id, "last_batch": metrics.text()})
@@ -178,7 +182,6 @@ def run_join(
             try:
                 while query.isActive:
                     if stop.is_set():
-                        summary.stopped_by_signal = True
                         with guard:  # wait for the batch in progress, then keep new ones out
                             stopping[0] = True
                         query.stop()
@@ -186,12 +189,13 @@ def run_join(
                     query.awaitTermination(1)
             except StreamingQueryException:
                 pass  # reported below, from query.exception()
+        summary.stopped_by_signal = stopping[0]
         error = query.exception()
-        if error is not None:
+        if error is not None and not (stopping[0] and STOP_MARKER in str(error)):
             cause = _user_error(error, spec)
             if cause:
                 raise UserError(cause)
-            raise RuntimeError(f"join {spec.name} failed: {str(error).strip().splitlines()[0]}")
+            raise RuntimeError(f"join {spec.name} failed: {str(error).strip().splitlines()[0]}") from error
     return summary
 
 

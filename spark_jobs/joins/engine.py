@@ -275,7 +275,6 @@ class JoinJob:
         self.projection = Projection(spark, config, spec)
         self.result_schema = self.projection.output_schema
         self.tables = state_tables(spec)
-        self.last: BatchMetrics | None = None
         self._create_tables()
 
     # --- setup ------------------------------------------------------------------------------
@@ -332,7 +331,6 @@ class JoinJob:
                 self._stream_stream_batch(left, right, txn, started_at, metrics)
         duration = (time.perf_counter() - started) * 1000
         self._metrics(metrics, txn, started_at, duration)
-        self.last = metrics
         self.log(f"join {self.spec.name} batch {batch_id}: {metrics.text()} ({duration:.0f} ms)")
         return metrics
 

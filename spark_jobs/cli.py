@@ -133,6 +133,20 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--reset", action="store_true", help="forget the join's state and result first")
     r.set_defaults(run=cmd_run)
 
+    sj = sub.add_parser(
+        "start",
+        parents=[common],
+        help="start a join's continuous job as a detached process (nothing happens if it runs)",
+    )
+    sj.add_argument("join")
+    sj.add_argument("--trigger", type=float, default=5.0, metavar="SECONDS", help="micro-batch interval")
+    sj.set_defaults(run=cmd_start)
+
+    sp = sub.add_parser("stop", parents=[common], help="stop a join's continuous job after its current batch")
+    sp.add_argument("join")
+    sp.add_argument("--timeout", type=float, default=120.0, metavar="SECONDS", help="how long to wait")
+    sp.set_defaults(run=cmd_stop)
+
     st = sub.add_parser("status", parents=[common], help="the joins: running?, last batch, inputs behind")
     st.add_argument("--json", action="store_true", help="one JSON object per join")
     st.set_defaults(run=cmd_status)
@@ -429,6 +443,29 @@ def cmd_run(args) -> int:
         log=_stderr,
     )
     print(summary.text())
+    return 0
+
+
+def cmd_start(args) -> int:
+    from spark_jobs.config import resolve_config_path
+    from spark_jobs.joins.supervise import start_detached
+
+    config, lake = _context(args)
+    spec = config.join(args.join)
+    if args.trigger <= 0:
+        raise UserError("--trigger must be a positive number of seconds")
+    state = start_detached(lake, str(resolve_config_path(args.config).resolve()), spec, args.trigger)
+    verb = "started" if state.started else "already running"
+    print(f"join {state.join}: {verb} (pid {state.pid}); log: {state.log}")
+    return 0
+
+
+def cmd_stop(args) -> int:
+    from spark_jobs.joins.supervise import stop_job
+
+    config, lake = _context(args)
+    state = stop_job(lake, config.join(args.join), args.timeout)
+    print(f"join {state.join}: " + (f"stopped (pid {state.pid})" if state.started else "was not running"))
     return 0
 
 

@@ -229,3 +229,26 @@ def test_a_rewritten_topic_asks_for_reset_and_reset_rebuilds(spark, setup, capsy
     produce(lake, cfg, "R", [("k1", "r", T0 + 1)])
     assert main(["run", "t_inner", "--once", "--reset", *opts]) == 0
     assert result_rows(lake, "t_inner") == [("k1", "x", "r")]
+
+
+@pytest.mark.slow
+def test_start_is_idempotent_and_stop_ends_the_detached_job(spark, setup, capsys):
+    cfg, lake, opts = setup
+    produce(lake, cfg, "L", [("a", "a1", T0)])
+    try:
+        assert main(["start", "t_left", "--trigger", "0.5", *opts]) == 0
+        started = capsys.readouterr().out
+        assert "join t_left: started (pid " in started
+        pid = int(started.split("(pid ")[1].split(")")[0])
+        assert main(["start", "t_left", *opts]) == 0
+        assert f"join t_left: already running (pid {pid})" in capsys.readouterr().out
+        produce(lake, cfg, "R", [("a", "r1", T0 + 1)])
+        assert _wait(lambda: result_rows(lake, "t_left") == [("a", "a1", "r1")], 120)
+        assert next(r for r in status(lake, cfg) if r["join"] == "t_left")["pid"] == pid
+    finally:
+        assert main(["stop", "t_left", *opts]) == 0
+    assert f"join t_left: stopped (pid {pid})" in capsys.readouterr().out
+    assert main(["stop", "t_left", *opts]) == 0
+    assert "join t_left: was not running" in capsys.readouterr().out
+    log = (lake.root / "_jobs" / "t_left.log").read_text()
+    assert "join t_left: stopped on request after" in log

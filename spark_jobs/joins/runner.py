@@ -15,6 +15,7 @@ import re
 import shutil
 import signal
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ from spark_jobs.joins.engine import METRICS, BatchMetrics, JoinJob, state_tables
 from spark_jobs.lake import Lake
 from spark_jobs.repair import running_jobs
 
+HEARTBEAT_SECONDS = 10  # a running job rewrites its registry entry at least this often
 STOP_MARKER = "lake: stop requested, this micro-batch is left for the next run"
 REWRITTEN = r"delta source: commit (\d+) of \S*/tables/([^/\s]+) \((\w+)\) updates or deletes"
 
@@ -82,11 +84,14 @@ def registered(lake: Lake, spec: JoinSpec, mode: str) -> Iterator[Callable[[dict
         "started_at": datetime.now(UTC).isoformat(),
     }
 
+    writing = threading.Lock()  # the query's batch thread and the main loop both beat
+
     def beat(extra: dict) -> None:
-        info.update(extra, heartbeat_at=datetime.now(UTC).isoformat())
-        tmp = entry.with_suffix(".tmp")
-        tmp.write_text(json.dumps(info))
-        tmp.replace(entry)
+        with writing:
+            info.update(extra, heartbeat_at=datetime.now(UTC).isoformat())
+            tmp = entry.with_suffix(".tmp")
+            tmp.write_text(json.dumps(info))
+            tmp.replace(entry)
 
     beat({})
     try:
@@ -176,6 +181,7 @@ def run_join(
             writer = writer.trigger(availableNow=True)
         else:
             writer = writer.trigger(processingTime=f"{trigger_seconds} seconds")
+        last_beat = [time.monotonic()]
         with _signals_set(stop):
             query = writer.start()
             log(f"join {spec.name}: started ({'once' if once else f'every {trigger_seconds:g} s'})")
@@ -187,6 +193,9 @@ def run_join(
                         query.stop()
                         break
                     query.awaitTermination(1)
+                    if time.monotonic() - last_beat[0] >= HEARTBEAT_SECONDS:  # alive, even when idle
+                        beat({})
+                        last_beat[0] = time.monotonic()
             except StreamingQueryException:
                 pass  # reported below, from query.exception()
         summary.stopped_by_signal = stopping[0]

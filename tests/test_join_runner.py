@@ -243,7 +243,9 @@ def test_start_is_idempotent_and_stop_ends_the_detached_job(spark, setup, capsys
         assert main(["start", "t_left", *opts]) == 0
         assert f"join t_left: already running (pid {pid})" in capsys.readouterr().out
         produce(lake, cfg, "R", [("a", "r1", T0 + 1)])
-        assert _wait(lambda: result_rows(lake, "t_left") == [("a", "a1", "r1")], 120)
+        assert _wait(
+            lambda: lake.exists("t_left") and result_rows(lake, "t_left") == [("a", "a1", "r1")], 120
+        )
         assert next(r for r in status(lake, cfg) if r["join"] == "t_left")["pid"] == pid
     finally:
         assert main(["stop", "t_left", *opts]) == 0

@@ -369,7 +369,8 @@ class _GX:
         self.ctx = gx.get_context(mode="file", project_root_dir=str(report_dir))
         self.ctx.variables.progress_bars = ProgressBarsConfig(globally=False, metric_calculations=False)
         self.ctx.variables.save()
-        self.ds = self.ctx.data_sources.add_or_update_spark(name="lake")
+        # the findings are persisted by us already; GE persisting them again only logs a warning
+        self.ds = self.ctx.data_sources.add_or_update_spark(name="lake", persist=False)
 
     def validate(self, name: str, df: DataFrame, expectations: list) -> list:
         gx = self.gx

@@ -54,6 +54,11 @@ QUARANTINE_SCHEMA = pa.schema(
 )
 
 
+def ensure_quarantine(lake: Lake) -> None:
+    """The one quarantine table every job (backfills, joins) writes its rejected input to."""
+    lake.create(QUARANTINE, QUARANTINE_SCHEMA, description="rejected input lines, with the reason")
+
+
 def lookup_table(lookup: LookupSpec) -> str:
     return f"lookup_{lookup.name}"
 
@@ -245,7 +250,7 @@ def _current_values(spark: SparkSession, lake: Lake, lookup: LookupSpec, from_to
 
 
 def _quarantine(lake: Lake, job: str, rejects: DataFrame) -> None:
-    lake.create(QUARANTINE, QUARANTINE_SCHEMA, description="rejected input lines, with the reason")
+    ensure_quarantine(lake)
     now = datetime.now(UTC)
     run_id = str(uuid.uuid4())
     rows = rejects.select("source", "line", F.hex("raw").alias("raw_hex"), "reason").toArrow()

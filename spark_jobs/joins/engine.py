@@ -34,7 +34,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.utils import AnalysisException
 
-from spark_jobs.backfill import QUARANTINE, QUARANTINE_SCHEMA
+from spark_jobs.backfill import QUARANTINE, ensure_quarantine
 from spark_jobs.config import JOIN_META_COLUMNS, JoinSpec, PipelineConfig
 from spark_jobs.errors import UserError
 from spark_jobs.lake import Lake, conform, table_arrow_schema
@@ -285,7 +285,7 @@ class JoinJob:
             ensure_topic(self.lake, self.config.topic(self.spec.publish))
         for name, schema in self.tables.items():
             self.lake.create(name, schema, change_feed=False, description=f"state of join {self.spec.name}")
-        self.lake.create(QUARANTINE, QUARANTINE_SCHEMA, description="rejected input lines, with the reason")
+        ensure_quarantine(self.lake)
         self.lake.create(METRICS, METRICS_SCHEMA, description="one row per join micro-batch")
         self.lake.create(self.spec.name, self.result_schema, description=f"result of join {self.spec.name}")
         existing = table_arrow_schema(self.lake.table(self.spec.name))
@@ -324,11 +324,11 @@ class JoinJob:
         if self.spec.kind == "table":
             self._table_batch(left, right, txn, started_at, metrics)
         else:
-            self._progress(batch, txn)
+            progress = self._progress(batch, txn)
             if self.spec.kind == "stream-table":
-                self._stream_table_batch(left, right, txn, started_at, metrics)
+                self._stream_table_batch(left, right, progress, txn, started_at, metrics)
             else:
-                self._stream_stream_batch(left, right, txn, started_at, metrics)
+                self._stream_stream_batch(left, right, progress, txn, started_at, metrics)
         duration = (time.perf_counter() - started) * 1000
         self._metrics(metrics, txn, started_at, duration)
         self.log(f"join {self.spec.name} batch {batch_id}: {metrics.text()} ({duration:.0f} ms)")
@@ -343,7 +343,7 @@ class JoinJob:
         m.affected_keys = len(keys)
         if len(keys) == 0:
             return
-        sides = {}
+        sides, appended = {}, []
         for side, records in (("left", left), ("right", right)):
             table = f"{name}__{side}"
             state = latest_per_key(self.lake.read_keys(table, "key", keys))
@@ -352,6 +352,7 @@ class JoinJob:
             if fresh.num_rows:
                 # the state is a log of accepted versions: appending costs what changed, not the table
                 self.lake.append(table, fresh, txn=txn)
+                appended.append(table)
                 state = latest_per_key(pa.concat_tables([state, fresh]))
             live = state.filter(pc.is_valid(state["value"]))
             sides[side] = live.select(["key", "value"]).rename_columns(["key", f"{side}_value"])
@@ -372,15 +373,15 @@ class JoinJob:
             self._publish(keys_out, values, txn, at)
         changes = pa.concat_tables(
             [
-                upserts.drop_columns([c for c in upserts.column_names if c == "__json"]).append_column(
+                _without_json(upserts).append_column(
                     "__delete", pa.array(np.zeros(upserts.num_rows, dtype=bool))
                 ),
                 _deletes_table(deletes, self.result_schema),
             ]
         )
         self.lake.merge(name, changes, ["key"], delete_column="__delete", txn=txn)
-        for side in ("left", "right"):
-            self._compact(f"{name}__{side}")
+        for table in appended:  # only appends add files
+            self._compact(table)
 
     def _compact(self, table: str) -> None:
         """Rewrite a state log as its latest version per key once it has many files. The content is
@@ -390,12 +391,13 @@ class JoinJob:
         self.lake.overwrite(table, latest_per_key(self.lake.read_arrow(table)))
 
     # --- stream kinds: progress and decisions ------------------------------------------------
-    def _progress(self, batch: pa.Table, txn: tuple[str, int]) -> None:
-        """Record the next offset and the largest timestamp seen per side and partition."""
-        if batch.num_rows == 0:
-            return
-        grouped = batch.group_by(["side", "partition"]).aggregate([("offset", "max"), ("timestamp", "max")])
+    def _progress(self, batch: pa.Table, txn: tuple[str, int]) -> list[dict[str, Any]]:
+        """Record the next offset and the largest timestamp seen per side and partition; returns the
+        progress after the batch."""
         current = self.lake.read_arrow(f"{self.spec.name}__progress")
+        if batch.num_rows == 0:
+            return current.to_pylist()
+        grouped = batch.group_by(["side", "partition"]).aggregate([("offset", "max"), ("timestamp", "max")])
         best: dict[tuple[str, int], tuple[int, Any]] = {
             (r["side"], r["partition"]): (r["next_offset"], r["max_timestamp"]) for r in current.to_pylist()
         }
@@ -415,8 +417,9 @@ class JoinJob:
             }
         )
         self.lake.merge(f"{self.spec.name}__progress", rows, ["side", "partition"], txn=txn)
+        return rows.to_pylist()
 
-    def _decide(self, txn: tuple[str, int]) -> dict[str, Any]:
+    def _decide(self, txn: tuple[str, int], progress: list[dict[str, Any]]) -> dict[str, Any]:
         """Has each side read all its topic holds, and the largest timestamp per side — recorded by
         the first attempt of a batch, so a replay decides the same."""
         table = f"{self.spec.name}__decisions"
@@ -425,7 +428,6 @@ class JoinJob:
             rows = rows.filter(pc.equal(rows["query_id"], txn[0])).to_pylist()
             if rows:
                 return rows[0] | {"recorded": True}
-        progress = self.lake.read_arrow(f"{self.spec.name}__progress").to_pylist()
         decision: dict[str, Any] = {"query_id": txn[0], "batch_id": txn[1]}
         maxima: dict[str, Any] = {}
         for side, topic in (("left", self.left_topic), ("right", self.right_topic)):
@@ -445,14 +447,20 @@ class JoinJob:
 
     # --- stream-table ---------------------------------------------------------------------------
     def _stream_table_batch(
-        self, left: pa.Table, right: pa.Table, txn: tuple[str, int], at: datetime, m: BatchMetrics
+        self,
+        left: pa.Table,
+        right: pa.Table,
+        progress: list[dict[str, Any]],
+        txn: tuple[str, int],
+        at: datetime,
+        m: BatchMetrics,
     ) -> None:
         name = self.spec.name
         m.ignored = left.num_rows - int(pc.sum(pc.is_valid(left["value"])).as_py() or 0)
         events = left.filter(pc.is_valid(left["value"]))
         if right.num_rows:
             self.lake.append(f"{name}__right_history", right, txn=txn)
-        decision = self._decide(txn)
+        decision = self._decide(txn, progress)
         pending = self.lake.read_arrow(f"{name}__pending")
         candidates = _distinct_events(pa.concat_tables([pending, events]))
         if decision["right_caught_up"]:
@@ -467,12 +475,7 @@ class JoinJob:
         out = self.projection.apply(rows, with_json=bool(self.spec.publish))
         out = out.sort_by([("timestamp", "ascending"), ("partition", "ascending"), ("offset", "ascending")])
         m.appended = out.num_rows
-        if out.num_rows:
-            self.lake.append(name, out.drop_columns([c for c in out.column_names if c == "__json"]), txn=txn)
-            if self.spec.publish:
-                self._publish(
-                    out["key"].combine_chunks(), out["__json"].combine_chunks().cast(pa.binary()), txn, at
-                )
+        self._append_events(out, txn, at)
         if pending.num_rows or waiting.num_rows:
             self.lake.overwrite(f"{name}__pending", waiting, txn=txn)
 
@@ -509,7 +512,13 @@ class JoinJob:
 
     # --- stream-stream --------------------------------------------------------------------------
     def _stream_stream_batch(
-        self, left: pa.Table, right: pa.Table, txn: tuple[str, int], at: datetime, m: BatchMetrics
+        self,
+        left: pa.Table,
+        right: pa.Table,
+        progress: list[dict[str, Any]],
+        txn: tuple[str, int],
+        at: datetime,
+        m: BatchMetrics,
     ) -> None:
         name, window = self.spec.name, int(self.spec.window_ms or 0) * 1000
         new = {}
@@ -517,7 +526,7 @@ class JoinJob:
             live = records.filter(pc.is_valid(records["value"]))
             m.ignored += records.num_rows - live.num_rows
             new[side] = live.append_column("matched", pa.array(np.zeros(live.num_rows, dtype=bool)))
-        decision = self._decide(txn)
+        decision = self._decide(txn, progress)
         old = {s: self.lake.read_arrow(f"{name}__{s}_buffer") for s in ("left", "right")}
         pairs = [
             _window_pairs(new["left"], pa.concat_tables([old["right"], new["right"]]), window),
@@ -547,17 +556,22 @@ class JoinJob:
         out = out.sort_by(order)
         m.appended = out.num_rows
         m.pending = buffers["left"].num_rows + buffers["right"].num_rows
-        if out.num_rows:
-            self.lake.append(name, out.drop_columns([c for c in out.column_names if c == "__json"]), txn=txn)
-            if self.spec.publish:
-                self._publish(
-                    out["key"].combine_chunks(), out["__json"].combine_chunks().cast(pa.binary()), txn, at
-                )
+        self._append_events(out, txn, at)
         for side in ("left", "right"):
             if old[side].num_rows or buffers[side].num_rows:
                 self.lake.overwrite(f"{name}__{side}_buffer", buffers[side], txn=txn)
 
     # --- shared writes ----------------------------------------------------------------------------
+    def _append_events(self, out: pa.Table, txn: tuple[str, int], at: datetime) -> None:
+        """Stream kinds: append the decided rows to the result, and publish them when configured."""
+        if out.num_rows == 0:
+            return
+        self.lake.append(self.spec.name, _without_json(out), txn=txn)
+        if self.spec.publish:
+            self._publish(
+                out["key"].combine_chunks(), out["__json"].combine_chunks().cast(pa.binary()), txn, at
+            )
+
     def _publish(self, keys: pa.Array, values: pa.Array, txn: tuple[str, int], at: datetime) -> None:
         spec = self.config.topic(self.spec.publish or "")
         if self.lake.committed(spec.name, txn):
@@ -579,7 +593,7 @@ class JoinJob:
                 "job": pa.array([self.spec.job] * bad.num_rows, pa.string()),
                 "source": source,
                 "line": bad["offset"],
-                "raw_hex": pc.fill_null(pc.binary_join_element_wise(_hex(bad["value"]), ""), ""),
+                "raw_hex": pc.fill_null(_hex(bad["value"]), ""),
                 "reason": pc.if_else(
                     pc.is_null(bad["key"]),
                     bad["reason"],
@@ -599,6 +613,11 @@ class JoinJob:
             **{f.name: getattr(m, f.name) for f in METRICS_SCHEMA if hasattr(m, f.name)},
         }
         self.lake.append(METRICS, pa.Table.from_pylist([row], METRICS_SCHEMA), txn=txn)
+
+
+def _without_json(table: pa.Table) -> pa.Table:
+    """``Projection.apply(..., with_json=True)`` output without its publishing column."""
+    return table.drop_columns([c for c in table.column_names if c == "__json"])
 
 
 def _watermark(decision: dict[str, Any], maxima: dict[str, Any]) -> Any:

@@ -84,8 +84,7 @@ METRICS_SCHEMA = pa.schema(
 # A stream-stream pair (or an unmatched event) before ``select``: meta columns, then both values.
 PAIR_COLUMNS = [*JOIN_META_COLUMNS["stream-stream"], "left_value", "right_value"]
 COMPACT_FILES = 64  # a table join's state log is compacted when it has this many data files
-# One record of a micro-batch as the engine receives it (``prepare`` adds ``side`` and ``reason``).
-INPUT_COLUMNS = ["side", "key", "value", "timestamp", "partition", "offset", "reason"]
+RECORD_COLUMNS = [name for name, _ in RECORD_FIELDS]
 
 
 def state_tables(spec: JoinSpec) -> dict[str, pa.Schema]:
@@ -205,6 +204,11 @@ def _meta_type(column: str) -> pa.DataType:
     return pa.int64()
 
 
+def side_records(frame: DataFrame, side: str) -> DataFrame:
+    """A topic's records as the engine takes them: ``side`` (left | right) and the record columns."""
+    return frame.select(F.lit(side).alias("side"), *RECORD_COLUMNS)
+
+
 def prepare(frame: DataFrame, formats: dict[str, str]) -> DataFrame:
     """Add ``reason`` (why a record goes to quarantine, else null) to a batch of both topics' records
     (``side``, ``key``, ``value``, ``timestamp``, ``partition``, ``offset``)."""
@@ -218,7 +222,7 @@ def prepare(frame: DataFrame, formats: dict[str, str]) -> DataFrame:
                 (F.col("side") == side) & value.isNotNull() & ~F.coalesce(is_object, F.lit(False)),
                 F.lit("value is not a JSON object"),
             )
-    return frame.select("side", "key", "value", "timestamp", "partition", "offset", reason.alias("reason"))
+    return frame.select("side", *RECORD_COLUMNS, reason.alias("reason"))
 
 
 def latest_per_key(records: pa.Table) -> pa.Table:
@@ -319,8 +323,8 @@ class JoinJob:
         good = batch.filter(pc.is_null(batch["reason"]))
         metrics.quarantined = bad.num_rows
         self._quarantine(bad, txn, started_at)
-        left = good.filter(pc.equal(good["side"], "left")).select([n for n, _ in RECORD_FIELDS])
-        right = good.filter(pc.equal(good["side"], "right")).select([n for n, _ in RECORD_FIELDS])
+        left = good.filter(pc.equal(good["side"], "left")).select(RECORD_COLUMNS)
+        right = good.filter(pc.equal(good["side"], "right")).select(RECORD_COLUMNS)
         if self.spec.kind == "table":
             self._table_batch(left, right, txn, started_at, metrics)
         else:
@@ -482,7 +486,7 @@ class JoinJob:
     def _as_of(self, events: pa.Table) -> pa.Table:
         """Each event with the right side's value as of its timestamp (equal timestamps count as
         earlier); ``right_value`` null when there is none or it was deleted."""
-        base = events.select(["key", "value", "timestamp", "partition", "offset"]).rename_columns(
+        base = events.select(RECORD_COLUMNS).rename_columns(
             ["key", "left_value", "timestamp", "partition", "offset"]
         )
         if events.num_rows == 0:
@@ -646,11 +650,10 @@ def _distinct_events(events: pa.Table) -> pa.Table:
 
 def _window_pairs(left: pa.Table, right: pa.Table, window_us: int) -> pa.Table:
     """Every (left, right) pair with the same key and |timestamps| <= window."""
-    names = ["key", "value", "timestamp", "partition", "offset"]
-    lhs = left.select(names).rename_columns(
+    lhs = left.select(RECORD_COLUMNS).rename_columns(
         ["key", "left_value", "left_timestamp", "left_partition", "left_offset"]
     )
-    rhs = right.select(names).rename_columns(
+    rhs = right.select(RECORD_COLUMNS).rename_columns(
         ["key", "right_value", "right_timestamp", "right_partition", "right_offset"]
     )
     pairs = lhs.join(rhs, "key", join_type="inner")

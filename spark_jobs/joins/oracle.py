@@ -17,7 +17,7 @@ from pyspark.sql import functions as F
 
 from spark_jobs.config import PipelineConfig
 from spark_jobs.errors import UserError
-from spark_jobs.joins.engine import Projection, prepare
+from spark_jobs.joins.engine import Projection, prepare, side_records
 from spark_jobs.joins.runner import consumed_versions
 from spark_jobs.lake import Lake, conform, table_arrow_schema, without_views
 
@@ -28,9 +28,7 @@ def _records(
     spark: SparkSession, lake: Lake, config: PipelineConfig, topic: str, side: str, version: int
 ) -> DataFrame:
     """A topic's valid records (as the engine accepts them) as of ``version``."""
-    df = lake.read(spark, topic, version).select(
-        F.lit(side).alias("side"), "key", "value", "timestamp", "partition", "offset"
-    )
+    df = side_records(lake.read(spark, topic, version), side)
     formats = {side: config.topic(topic).value_format}
     return prepare(df, formats).filter(F.col("reason").isNull()).drop("reason", "side")
 

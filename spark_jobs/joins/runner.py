@@ -26,11 +26,10 @@ from typing import Any
 import pyarrow.compute as pc
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 
 from spark_jobs.config import JoinSpec, PipelineConfig
 from spark_jobs.errors import UserError
-from spark_jobs.joins.engine import METRICS, BatchMetrics, JoinJob, state_tables
+from spark_jobs.joins.engine import METRICS, BatchMetrics, JoinJob, side_records, state_tables
 from spark_jobs.lake import Lake
 from spark_jobs.repair import running_jobs
 
@@ -133,9 +132,7 @@ def _topic_stream(spark: SparkSession, lake: Lake, topic: str, side: str, max_fi
     reader = spark.readStream.format("delta")
     if max_files:
         reader = reader.option("maxFilesPerTrigger", max_files)
-    return reader.load(lake.uri(topic)).select(
-        F.lit(side).alias("side"), "key", "value", "timestamp", "partition", "offset"
-    )
+    return side_records(reader.load(lake.uri(topic)), side)
 
 
 def run_join(

@@ -83,6 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--dry-run", action="store_true", help="print the summary, write nothing")
     b.add_argument("--max-rejects", type=int, default=0, metavar="N", help="fail above N bad lines")
     b.add_argument("--json", action="store_true", help="print the summary as JSON")
+    b.add_argument("--summary-json", metavar="FILE", help="also write the summary as JSON to FILE")
     b.set_defaults(run=cmd_backfill)
 
     q = sub.add_parser(
@@ -93,6 +94,12 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("suites", nargs="*", metavar="SUITE", help="default: all suites of the pipeline")
     q.add_argument("--report-dir", help="where Data Docs and summaries go (default: <root>/reports/quality)")
     q.add_argument("--json", action="store_true", help="print the JSON summary")
+    q.add_argument("--summary-json", metavar="FILE", help="also write the JSON summary to FILE")
+    q.add_argument(
+        "--exit-zero",
+        action="store_true",
+        help="exit 0 when the checks ran, passed or not (a gate decides later)",
+    )
     q.set_defaults(run=cmd_check)
 
     tp = sub.add_parser("topic", parents=[common], help="topic maintenance (repartition)")
@@ -150,6 +157,28 @@ def build_parser() -> argparse.ArgumentParser:
     st = sub.add_parser("status", parents=[common], help="the joins: running?, last batch, inputs behind")
     st.add_argument("--json", action="store_true", help="one JSON object per join")
     st.set_defaults(run=cmd_status)
+
+    he = sub.add_parser(
+        "health",
+        parents=[common],
+        help="exit 1 (and say why) when a join's job is down, stuck, or too far behind its inputs",
+    )
+    he.add_argument("joins", nargs="*", metavar="JOIN", help="default: every join of the pipeline")
+    he.add_argument(
+        "--max-behind", type=int, metavar="N", help="versions (default: airflow.max_versions_behind)"
+    )
+    he.set_defaults(run=cmd_health)
+
+    af = sub.add_parser(
+        "airflow",
+        parents=[common],
+        help="run an airflow command with this repo's DAGs, lake root and Spark master (see README)",
+        description="Runs 'airflow ARGS' with AIRFLOW_HOME (default ./.airflow, or $LAKE_AIRFLOW_HOME), "
+        "the dags/ folder, no example DAGs, the lake root and the Spark connection configured. "
+        "Example: lake airflow standalone",
+    )
+    af.add_argument("airflow_args", nargs=argparse.REMAINDER, metavar="ARGS")
+    af.set_defaults(run=cmd_airflow)
 
     au = sub.add_parser(
         "audit",
@@ -281,8 +310,8 @@ def cmd_backfill(args) -> int:
     config.lookup(args.lookup)  # fail fast, before Spark starts
     if args.max_rejects < 0:
         raise UserError("--max-rejects must not be negative")
-    if args.source and not os.path.isfile(args.source):
-        raise UserError(f"{args.source}: no such file")
+    if args.source:
+        args.source = local_source(args.source)
 
     _stderr("starting Spark ...")
     spark = get_spark(app_name=f"backfill-{args.lookup}")
@@ -300,7 +329,31 @@ def cmd_backfill(args) -> int:
             log=_stderr,
         )
     print(json.dumps(summary.as_dict()) if args.json else summary.text())
+    if args.summary_json:
+        _write_json(args.summary_json, summary.as_dict())
     return 0
+
+
+def local_source(source: str) -> str:
+    """A dump given as a path or a ``file://`` URI, checked to exist."""
+    if source.startswith("file://"):
+        source = source.removeprefix("file://")
+    elif "://" in source:
+        raise UserError(f"{source}: only local files and file:// URIs can be backfilled from")
+    if not os.path.isfile(source):
+        raise UserError(f"{source}: no such file")
+    return source
+
+
+def _write_json(path: str, data: dict) -> None:
+    import json
+    from pathlib import Path
+
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=2), encoding="utf-8")
+    tmp.replace(target)
 
 
 def cmd_check(args) -> int:
@@ -335,6 +388,8 @@ def cmd_check(args) -> int:
         raise UserError(
             f"could not run the quality suites: {type(exc).__name__}: {str(exc).splitlines()[0]}"
         ) from exc
+    if args.summary_json:
+        _write_json(args.summary_json, report.as_dict())
     if args.json:
         print(json.dumps(report.as_dict(), indent=2))
     else:
@@ -343,7 +398,7 @@ def cmd_check(args) -> int:
         print(f"\nsummary: {report.summary_html}")
         if report.data_docs:
             print(f"Data Docs: {report.data_docs}")
-    return 0 if report.success else 1
+    return 0 if report.success or args.exit_zero else 1
 
 
 class SparkProgress:
@@ -494,6 +549,31 @@ def cmd_status(args) -> int:
         )
         print(f"{row['join']} ({row['kind']}): {state}; versions behind: {lag}; {last}")
     return 0
+
+
+def cmd_health(args) -> int:
+    from spark_jobs.joins.supervise import health
+
+    config, lake = _context(args)
+    for name in args.joins:
+        config.join(name)
+    limit = config.airflow.max_versions_behind if args.max_behind is None else args.max_behind
+    if limit < 0:
+        raise UserError("--max-behind must not be negative")
+    problems = health(lake, config, limit, args.joins or None)
+    for problem in problems:
+        print(f"UNHEALTHY: {problem}")
+    if not problems:
+        print(
+            f"healthy: {', '.join(args.joins or config.joins) or 'no joins'} (limit {limit} versions behind)"
+        )
+    return 1 if problems else 0
+
+
+def cmd_airflow(args) -> int:
+    from spark_jobs.orchestration.environment import run_airflow
+
+    return run_airflow(args.airflow_args, root=args.root, config=args.config)
 
 
 def cmd_audit(args) -> int:

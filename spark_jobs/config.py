@@ -20,7 +20,8 @@ DEFAULT_CONFIG = "demo.yaml"
 KEY_FORMATS = ("string", "bytes")
 VALUE_FORMATS = ("json", "string")
 PARTITIONERS = ("murmur2", "consistent_random")
-TOP_LEVEL_KEYS = ("pipeline", "description", "topics", "lookups", "joins", "quality")
+TOP_LEVEL_KEYS = ("pipeline", "description", "topics", "lookups", "joins", "quality", "airflow")
+DEFAULT_ROOT = "lakehouse"
 JOIN_TYPES = {
     "table": ("inner", "left", "outer"),
     "stream-table": ("inner", "left"),
@@ -89,6 +90,22 @@ class QualitySpec:
 
 
 @dataclass(frozen=True)
+class AirflowSpec:
+    """How the pipeline's DAGs run (README, "Airflow"). Schedules are cron expressions, presets such
+    as ``@daily``, or ``null`` for manual runs only."""
+
+    schedule: str | None = "@daily"  # the pipeline DAG: backfill -> quality gate -> joins
+    quality_schedule: str | None = "@hourly"  # the quality DAG (also runs when a lookup changes)
+    health_schedule: str | None = "*/15 * * * *"  # the streams DAG's health check
+    max_versions_behind: int = 10  # health fails when a join's input is further behind than this
+    owner: str = "data-platform"
+    retries: int = 2  # Spark tasks; the delay doubles from retry_delay_seconds on each retry
+    retry_delay_seconds: int = 60
+    spark_conn_id: str = "lake_spark"  # the Airflow connection naming the Spark master
+    paused_at_creation: bool = True  # the pipeline and streams DAGs (they start jobs)
+
+
+@dataclass(frozen=True)
 class JoinSpec:
     """A continuous join of two topics (README, "Joins")."""
 
@@ -116,6 +133,7 @@ class PipelineConfig:
     lookups: dict[str, LookupSpec] = field(default_factory=dict)
     quality: QualitySpec = field(default_factory=lambda: QualitySpec({}))
     joins: dict[str, JoinSpec] = field(default_factory=dict)
+    airflow: AirflowSpec = field(default_factory=AirflowSpec)
 
     def _declared(self, kind: str, items: dict[str, Any], name: str) -> Any:
         try:
@@ -139,6 +157,11 @@ class PipelineConfig:
         """The partitioner a backfill uses by default: the one of the topics it is joined with."""
         first = lookup.joined_with[0] if lookup.joined_with else lookup.topic
         return self.topics[first].partitioner
+
+
+def resolve_root(root: str | os.PathLike[str] | None = None) -> Path:
+    """``--root`` wins, then ``LAKE_ROOT``, then ``./lakehouse``."""
+    return Path(root or os.environ.get("LAKE_ROOT") or DEFAULT_ROOT).absolute()
 
 
 def bundled_config_path(name: str = DEFAULT_CONFIG) -> Path:
@@ -261,7 +284,8 @@ def load_config(path: str | os.PathLike[str] | None = None) -> PipelineConfig:
                 join.publish, left.partitions, left.key_format, "json", "murmur2"
             )
         joins[join_name] = join
-    return PipelineConfig(source, name, description, topics, lookups, quality, joins)
+    airflow = _airflow(doc, data.get("airflow") or {})
+    return PipelineConfig(source, name, description, topics, lookups, quality, joins, airflow)
 
 
 def mapping(doc: LocatedYaml, path: tuple[str, ...], value: Any, allowed: tuple[str, ...]) -> dict:
@@ -343,6 +367,28 @@ def _quality(doc: LocatedYaml, raw: Any, base: Path) -> QualitySpec:
             raise doc.error(path, "suite names use letters, digits, '_', '-' or '.'")
         suites[name] = (base / text_value(doc, path, file)).resolve()
     return QualitySpec(suites)
+
+
+def _airflow(doc: LocatedYaml, raw: Any) -> AirflowSpec:
+    defaults = AirflowSpec()
+    raw = mapping(doc, ("airflow",), raw, tuple(AirflowSpec.__dataclass_fields__))
+    values: dict[str, Any] = {}
+    for key, value in raw.items():
+        path = ("airflow", key)
+        default = getattr(defaults, key)
+        if key.endswith("schedule"):
+            if value is not None:
+                value = text_value(doc, path, value)
+        elif isinstance(default, bool):
+            if not isinstance(value, bool):
+                raise doc.error(path, f"must be true or false, got {value!r}")
+        elif isinstance(default, int):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise doc.error(path, f"must be a non-negative integer, got {value!r}")
+        else:
+            value = text_value(doc, path, value)
+        values[key] = value
+    return AirflowSpec(**values)
 
 
 def _topic(doc: LocatedYaml, name: str, spec: Any) -> TopicSpec:

@@ -1,8 +1,10 @@
 """The Spark session seam: the only place a SparkSession is built.
 
 ``local[2]`` by default; ``LAKE_SPARK_MASTER`` (or the ``master`` argument) for a real cluster, e.g.
-``spark://host:7077``. Few shuffle partitions (``LAKE_SHUFFLE_PARTITIONS``, default 4), UTC session
-time zone, quiet logs, UI off unless ``LAKE_SPARK_UI=1``, and the ``delta`` data source registered.
+``spark://host:7077``. Under ``spark-submit`` (Airflow's SparkSubmitOperator) the JVM exists already
+and the deploy settings it was given (master, app name, driver memory and options) stand.
+Few shuffle partitions (``LAKE_SHUFFLE_PARTITIONS``, default 4), UTC session time zone, quiet logs,
+UI off unless ``LAKE_SPARK_UI=1``, and the ``delta`` data source registered.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import sys
 from pathlib import Path
 
 DEFAULT_MASTER = "local[2]"
+# Settings spark-submit decides for a submitted application; a session built inside one keeps them.
+DEPLOY_KEYS = ("spark.master", "spark.app.name", "spark.driver.memory", "spark.driver.extraJavaOptions")
 
 
 def _log4j_config() -> str:
@@ -41,6 +45,19 @@ def spark_conf(master: str | None = None, app_name: str = "lake") -> dict[str, s
     }
 
 
+def submit_conf() -> dict[str, str]:
+    """``--conf`` settings for spark-submit: the session's settings except the deploy ones, which
+    spark-submit takes from its connection (master) and arguments. The driver's JVM options go too:
+    in client mode spark-submit starts the driver JVM with them."""
+    conf = spark_conf()
+    return {k: v for k, v in conf.items() if k not in DEPLOY_KEYS[:2]}
+
+
+def submitted() -> bool:
+    """True inside an application started by spark-submit (its JVM gateway is given to Python)."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
 def get_spark(master: str | None = None, app_name: str = "lake"):
     """Return the process's SparkSession, building it on first use.
 
@@ -62,6 +79,8 @@ def get_spark(master: str | None = None, app_name: str = "lake"):
             raise RuntimeError(f"a Spark session with master {current} already exists")
         register(active)
         return active
+    if submitted():
+        conf = {k: v for k, v in conf.items() if k not in DEPLOY_KEYS}
     builder = SparkSession.builder
     for key, value in conf.items():
         builder = builder.config(key, value)

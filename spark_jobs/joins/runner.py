@@ -259,6 +259,13 @@ def reset_join(lake: Lake, config: PipelineConfig, name: str) -> list[str]:
     return removed
 
 
+def _registry(lake: Lake, spec: JoinSpec) -> dict[str, Any]:
+    try:
+        return json.loads((jobs_dir(lake) / f"{spec.name}.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
 def status(lake: Lake, config: PipelineConfig) -> list[dict[str, Any]]:
     """Per join: running or not, last batch, how far behind its inputs are."""
     running = running_jobs(lake)
@@ -267,6 +274,7 @@ def status(lake: Lake, config: PipelineConfig) -> list[dict[str, Any]]:
     for spec in config.joins.values():
         row: dict[str, Any] = {"join": spec.name, "kind": spec.kind, "running": spec.job in running}
         row["pid"] = running.get(spec.job)
+        row["heartbeat_at"] = _registry(lake, spec).get("heartbeat_at") if row["pid"] else None
         consumed = consumed_versions(lake, spec)
         behind: dict[str, int | None] = {}
         for side, topic in (("left", spec.left), ("right", spec.right)):

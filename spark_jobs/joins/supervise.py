@@ -15,9 +15,10 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
-from spark_jobs.config import JoinSpec
+from spark_jobs.config import JoinSpec, PipelineConfig
 from spark_jobs.errors import UserError
 from spark_jobs.lake import Lake
 from spark_jobs.repair import running_jobs
@@ -43,9 +44,16 @@ def _tail(path: Path, lines: int = 5) -> str:
 
 
 def start_detached(
-    lake: Lake, config_path: str, spec: JoinSpec, trigger_seconds: float, timeout: float = 180.0
+    lake: Lake,
+    config_path: str,
+    spec: JoinSpec,
+    trigger_seconds: float,
+    timeout: float = 180.0,
+    env: dict[str, str] | None = None,
 ) -> JobState:
-    """Start the join's continuous job unless it runs; return once it has registered."""
+    """Start the join's continuous job unless it runs; return once it has registered. ``env`` adds
+    to the job's environment (e.g. ``LAKE_SPARK_MASTER``: on a cluster the job is a client-mode
+    driver here and its executors run on the cluster)."""
     log = log_path(lake, spec)
     pid = running_jobs(lake).get(spec.job)
     if pid:
@@ -69,7 +77,12 @@ def start_detached(
         out.write(f"\n== {time.strftime('%Y-%m-%dT%H:%M:%S%z')} lake start {spec.name}\n".encode())
         out.flush()
         proc = subprocess.Popen(
-            command, stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=out,
+            start_new_session=True,
+            env={**os.environ, **(env or {})},
         )
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -109,3 +122,43 @@ def _alive(pid: int) -> bool:
             return stat.read().split()[2] != "Z"
     except OSError:
         return False
+
+
+STALE_AFTER_SECONDS = 60  # six missed heartbeats: the process lives but its query is stuck
+
+
+def health(
+    lake: Lake, config: PipelineConfig, max_versions_behind: int, joins: list[str] | None = None
+) -> list[str]:
+    """What is wrong with the pipeline's continuous joins, one plain sentence each (empty: healthy).
+
+    A join is unhealthy when its job is not running, has not heartbeaten for a minute, or an input
+    topic has more than ``max_versions_behind`` versions it has not read yet."""
+    from spark_jobs.joins.runner import status
+
+    problems = []
+    now = datetime.now(UTC)
+    for row in status(lake, config):
+        name = row["join"]
+        if joins is not None and name not in joins:
+            continue
+        spec = config.join(name)
+        if not row["running"]:
+            last = f"last batch {row['last_batch_at']}" if row["last_batch_at"] else "no batch yet"
+            problems.append(f"join {name} is down ({last}); start it with 'lake start {name}'")
+            continue
+        if row["heartbeat_at"]:
+            silent = (now - datetime.fromisoformat(row["heartbeat_at"])).total_seconds()
+            if silent > STALE_AFTER_SECONDS:
+                problems.append(
+                    f"join {name} (pid {row['pid']}) has not heartbeaten for {silent:.0f} s; "
+                    f"see {log_path(lake, spec)}"
+                )
+        for side, behind in row["versions_behind"].items():
+            if behind is not None and behind > max_versions_behind:
+                topic = spec.left if side == "left" else spec.right
+                problems.append(
+                    f"join {name}: its {side} input {topic} is {behind} versions behind "
+                    f"(limit {max_versions_behind})"
+                )
+    return problems

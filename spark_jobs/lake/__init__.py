@@ -30,23 +30,18 @@ from deltalake import CommitProperties, DeltaTable, QueryBuilder, Transaction, w
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 from deltalake.transaction import AddAction
 
+from spark_jobs.config import resolve_root
 from spark_jobs.errors import UserError
 
 if TYPE_CHECKING:
     import pyarrow.dataset as pads
     from pyspark.sql import DataFrame, SparkSession
 
-DEFAULT_ROOT = "lakehouse"
 CDF = {"delta.enableChangeDataFeed": "true"}
 CONFLICT_RETRIES = 8
 KEY_LOOKUP_LIMIT = 20_000  # read_keys: above this many values a scan is cheaper than the IN list
 
 Txn = tuple[str, int]  # (application id, batch id)
-
-
-def resolve_root(root: str | os.PathLike[str] | None = None) -> Path:
-    """``--root`` wins, then ``LAKE_ROOT``, then ``./lakehouse``."""
-    return Path(root or os.environ.get("LAKE_ROOT") or DEFAULT_ROOT).absolute()
 
 
 def table_arrow_schema(dt: DeltaTable) -> pa.Schema:

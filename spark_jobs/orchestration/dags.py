@@ -1,0 +1,358 @@
+"""The DAG factory: four DAGs per pipeline file, built from its config (README, "Airflow").
+
+- ``<pipeline>_pipeline``: backfill every lookup -> run the quality suites -> the quality gate ->
+  make sure the continuous joins run. Scheduled (``airflow.schedule``).
+- ``<pipeline>_manual_backfill``: a person's backfill of one lookup, with a form of typed params;
+  then the suites and a summary; an Asset event for the lookup it changed.
+- ``<pipeline>_quality``: the suites on a schedule and whenever a lookup Asset changes.
+- ``<pipeline>_streams``: health check (scheduled), start and stop of the continuous joins.
+
+Building them is cheap and has no side effects: the pipeline YAML is read, nothing else (no Spark, no
+lake access, no Great Expectations). Spark work is ``spark-submit`` of ``lake`` commands through
+the SparkSubmitOperator; the Python tasks are in :mod:`spark_jobs.orchestration.tasks`.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from datetime import datetime, timedelta
+from pathlib import Path
+
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.providers.standard.operators.python import BranchPythonOperator, PythonOperator
+from airflow.sdk import DAG, Asset, AssetAny, AssetOrTimeSchedule, CronTriggerTimetable, Param
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+from spark_jobs.config import PARTITIONERS, PipelineConfig, load_config, resolve_root
+from spark_jobs.errors import UserError
+from spark_jobs.orchestration import tasks
+from spark_jobs.orchestration.environment import pipeline_files
+from spark_jobs.session import submit_conf
+
+APPLICATION = str(Path(__file__).resolve().parents[1] / "_submit" / "lake_app.py")
+START_DATE = datetime(2026, 1, 1)
+JOIN_TRIGGER_SECONDS = 5.0
+
+
+def lookup_asset(config: PipelineConfig, root: Path, lookup: str) -> Asset:
+    """The Asset of a lookup's Delta table (what data-aware DAGs wait for)."""
+    return Asset(
+        name=f"{config.name}.lookup_{lookup}", uri=f"file://{root}/tables/lookup_{lookup}", group="lake"
+    )
+
+
+class LakeSubmitOperator(SparkSubmitOperator):
+    """``spark-submit`` of a ``lake`` command. A user error of ``lake`` (exit 2: bad input, unknown
+    name, a dump with too many bad lines) fails the task at once with its one-line message: retrying
+    would not fix it. Other failures (Spark, the machine) are retried with backoff."""
+
+    def execute(self, context):
+        try:
+            return super().execute(context)
+        except AirflowException as err:
+            code = re.search(r"Error code is: (\d+)", str(err))
+            if code and int(code.group(1)) == UserError.exit_code:
+                lines = [line for line in str(err).splitlines() if line.startswith("lake: error:")]
+                raise AirflowFailException(lines[-1] if lines else "lake: user error (see the log)") from None
+            raise
+
+
+class _Builder:
+    """Shared pieces of one pipeline's DAGs."""
+
+    def __init__(self, config_path: Path, root: Path):
+        self.config = load_config(config_path)
+        self.config_path = str(config_path)
+        self.root = str(root)
+        self.af = self.config.airflow
+        self.tags = ["lakehouse", f"pipeline:{self.config.name}"]
+
+    def default_args(self) -> dict:
+        return {
+            "owner": self.af.owner,
+            "retries": self.af.retries,
+            "retry_delay": timedelta(seconds=self.af.retry_delay_seconds),
+            "retry_exponential_backoff": 2.0,
+            "max_retry_delay": timedelta(minutes=30),
+            "on_failure_callback": functools.partial(tasks.alert_on_failure, self.root),
+        }
+
+    def dag(self, suffix: str, schedule, doc: str, kind: str, **kwargs) -> DAG:
+        return DAG(
+            dag_id=f"{self.config.name}_{suffix}",
+            description=f"{self.config.name}: {doc.splitlines()[0]}",
+            doc_md=doc,
+            schedule=schedule,
+            start_date=START_DATE,
+            catchup=False,
+            max_active_runs=1,
+            default_args=self.default_args(),
+            tags=[*self.tags, kind],
+            **kwargs,
+        )
+
+    def spark(self, task_id: str, args, doc: str, **kwargs) -> SparkSubmitOperator:
+        """A ``lake`` command submitted to the pipeline's Spark connection (retried with backoff)."""
+        return LakeSubmitOperator(
+            task_id=task_id,
+            application=APPLICATION,
+            application_args=args,
+            conn_id=self.af.spark_conn_id,
+            conf=submit_conf(),
+            name=f"{self.config.name}-{task_id}",
+            spark_binary="spark-submit",
+            doc_md=doc,
+            **kwargs,
+        )
+
+    def common(self) -> list[str]:
+        return ["--root", self.root, "--config", self.config_path]
+
+    def python(self, task_id: str, func, doc: str, retries: int = 0, **kwargs) -> PythonOperator:
+        """A short task in the worker (no Spark). Decisions are not retried: waiting changes nothing."""
+        return PythonOperator(task_id=task_id, python_callable=func, doc_md=doc, retries=retries, **kwargs)
+
+    def run_suites(self) -> SparkSubmitOperator:
+        summary = tasks.RUN_DIR_TEMPLATE.format(root=self.root) + f"/{tasks.QUALITY_JSON}"
+        return self.spark(
+            "run_quality_suites",
+            ["check", *self.common(), "--exit-zero", "--summary-json", summary],
+            "Runs every quality suite of the pipeline (completeness of the lookups, co-partitioning "
+            "of joined topics, key format) with Great Expectations. Records the run in `quality_runs`, "
+            "writes the summary page and the Data Docs under `<root>/reports/quality`. Passing or not "
+            "is decided by the next task.",
+        )
+
+    def gate(self) -> PythonOperator:
+        return self.python(
+            "quality_gate",
+            tasks.quality_gate,
+            "**The gate.** Passes only when every expectation passed. On failure the log lists each "
+            "check in plain words (e.g. the missing keys and where they are referenced) with the path "
+            "of the report page and the Data Docs, and nothing downstream runs.",
+            op_kwargs={"root": self.root},
+        )
+
+
+def pipeline_dag(b: _Builder) -> DAG:
+    config = b.config
+    doc = (
+        f"Backfill, check, then stream: the main run of pipeline `{config.name}`.\n\n"
+        f"{config.description}\n\n"
+        "1. **backfill_&lt;lookup&gt;**: loads each lookup's dump into its topic (only what changes), "
+        "with the partitioner of the topics it is joined with.\n"
+        "2. **run_quality_suites**: completeness, co-partitioning, key format.\n"
+        "3. **quality_gate**: fails the run, with the plain-words summary and the report path, when a "
+        "check failed. Then the joins are *not* started.\n"
+        "4. **ensure_joins_running**: starts each continuous join that is not running; healthy ones are "
+        "left alone.\n\n"
+        f"Config: `{b.config_path}`; lake root: `{b.root}`."
+    )
+    with b.dag(
+        "pipeline", config.airflow.schedule, doc, "pipeline", is_paused_upon_creation=b.af.paused_at_creation
+    ) as dag:
+        backfills = [
+            b.spark(
+                f"backfill_{name}",
+                ["backfill", name, *b.common()],
+                f"Backfills lookup `{name}` (topic `{lookup.topic}`) from "
+                f"`{lookup.backfill.source or '(no source configured)'}`.",
+            )
+            for name, lookup in config.lookups.items()
+            if lookup.backfill.source is not None
+        ]
+        suites = b.run_suites()
+        gate = b.gate()
+        ensure = b.python(
+            "ensure_joins_running",
+            tasks.ensure_joins_running,
+            "Starts each continuous join of the pipeline that is not running (a detached, supervised "
+            "process with pid and heartbeat under `<root>/_jobs`); running ones are left alone, so "
+            f"re-runs never start a second copy. Joins: {', '.join(config.joins) or 'none'}.",
+            retries=b.af.retries,
+            op_kwargs={
+                "config_path": b.config_path,
+                "root": b.root,
+                "conn_id": b.af.spark_conn_id,
+                "trigger": JOIN_TRIGGER_SECONDS,
+            },
+        )
+        if backfills:
+            backfills >> suites
+        suites >> gate >> ensure
+    return dag
+
+
+def manual_backfill_dag(b: _Builder) -> DAG:
+    config = b.config
+    lookups = list(config.lookups)
+    doc = (
+        f"A person's backfill of one lookup of pipeline `{config.name}`, then the quality suites.\n\n"
+        "Trigger it with the form (*Trigger DAG*) or `airflow dags trigger "
+        f'{config.name}_manual_backfill --conf \'{{"lookup": "{lookups[0] if lookups else "NAME"}", '
+        '"dry_run": true}\'`. The log of **report** says what changed (new / changed / unchanged / '
+        "rejected) and what the suites found; the run fails when a suite fails. A real (not dry) "
+        "backfill that wrote records updates the lookup's Asset, which runs the quality DAG."
+    )
+    params = {
+        "lookup": Param(
+            lookups[0] if lookups else "",
+            type="string",
+            enum=lookups or [""],
+            title="Lookup",
+            description="The lookup to backfill.",
+        ),
+        "source": Param(
+            "",
+            type="string",
+            title="Dump file or URI",
+            description="A local path or file:// URI. Empty: the dump named in the pipeline config.",
+        ),
+        "partitioner": Param(
+            "default",
+            type="string",
+            enum=["default", *PARTITIONERS],
+            title="Partitioner override",
+            description="default: the partitioner of the topics the lookup is joined with (murmur2 for "
+            "Java clients). Override only if you know the consumers' partitioner.",
+        ),
+        "dry_run": Param(
+            False, type="boolean", title="Dry run", description="Only count what would change; write nothing."
+        ),
+        "max_rejects": Param(
+            0,
+            type="integer",
+            minimum=0,
+            title="Bad lines allowed",
+            description="Fail (writing nothing) when the dump has more bad lines than this. Accepted bad "
+            "lines are quarantined and counted, never dropped silently.",
+        ),
+    }
+    with b.dag("manual_backfill", None, doc, "backfill", params=params, is_paused_upon_creation=False) as dag:
+        args = b.python(
+            "validate_params",
+            tasks.backfill_args,
+            "Checks the params (the lookup exists, the dump file exists) and builds the `lake backfill` "
+            "command line.",
+            op_kwargs={"config_path": b.config_path, "root": b.root},
+        )
+        backfill = b.spark(
+            "backfill",
+            args.output,
+            "Runs `lake backfill` with the params: only keys that are new or changed are written, in one "
+            "commit; bad lines are quarantined and counted.",
+        )
+        publish = [
+            b.python(
+                f"publish_lookup_{name}",
+                tasks.publish_lookup,
+                f"Records an update of the Asset of lookup `{name}` when this run wrote to it (skipped "
+                "otherwise), so data-aware DAGs such as the quality DAG run after it.",
+                op_kwargs={"root": b.root, "lookup": name},
+                outlets=[lookup_asset(config, Path(b.root), name)],
+            )
+            for name in lookups
+        ]
+        suites = b.run_suites()
+        report = b.python(
+            "report",
+            tasks.report_backfill,
+            "The backfill's summary (new / changed / unchanged / rejected) and the suites' results; "
+            "fails when a suite failed, with the report path.",
+            op_kwargs={"root": b.root},
+        )
+        args >> backfill >> suites >> report
+        backfill >> publish
+    return dag
+
+
+def quality_dag(b: _Builder) -> DAG:
+    config = b.config
+    assets = [lookup_asset(config, Path(b.root), name) for name in config.lookups]
+    schedule: object = b.af.quality_schedule
+    if assets:
+        on_assets = AssetAny(*assets)
+        schedule = (
+            AssetOrTimeSchedule(
+                timetable=CronTriggerTimetable(b.af.quality_schedule, timezone="UTC"), assets=on_assets
+            )
+            if b.af.quality_schedule
+            else on_assets
+        )
+    doc = (
+        f"The quality suites of pipeline `{config.name}`, on a schedule (`{b.af.quality_schedule}`) and "
+        "whenever a lookup's Asset is updated. It never starts anything: its result is the "
+        "`quality_runs` table, the summary page and the Data Docs under `<root>/reports/quality`; "
+        "the run fails (and alerts) when a check fails."
+    )
+    with b.dag("quality", schedule, doc, "quality", is_paused_upon_creation=False) as dag:
+        b.run_suites() >> b.gate()
+    return dag
+
+
+def streams_dag(b: _Builder) -> DAG:
+    config = b.config
+    joins = list(config.joins)
+    doc = (
+        f"The continuous joins of pipeline `{config.name}` ({', '.join(joins) or 'none'}).\n\n"
+        f"Scheduled (`{b.af.health_schedule}`) it checks their health: the run fails, and the failure "
+        "callbacks alert, when a job is down, has stopped heartbeating, or an input is more than "
+        f"{b.af.max_versions_behind} versions behind. Triggered with `action` = `start` it starts the "
+        "joins that are not running (never a second copy); `stop` stops them after their current "
+        "micro-batch, for maintenance."
+    )
+    params = {
+        "action": Param("health", type="string", enum=["health", "start", "stop"], title="Action"),
+        "join": Param(
+            "all", type="string", enum=["all", *joins], title="Join", description="all: every join"
+        ),
+    }
+    common = {"config_path": b.config_path, "root": b.root}
+    with b.dag(
+        "streams",
+        b.af.health_schedule,
+        doc,
+        "streams",
+        params=params,
+        is_paused_upon_creation=b.af.paused_at_creation,
+    ) as dag:
+        choose = BranchPythonOperator(
+            task_id="choose_action",
+            python_callable=tasks.choose_action,
+            doc_md="Picks the task the `action` param names (`health` on scheduled runs).",
+            retries=0,
+        )
+        health = b.python(
+            "check_health",
+            tasks.check_health,
+            "Fails when a join is down, stuck, or its input is too many versions behind.",
+            op_kwargs={**common, "max_versions_behind": b.af.max_versions_behind},
+        )
+        start = b.python(
+            "start_joins",
+            tasks.ensure_joins_running,
+            "Starts the chosen joins that are not running; running ones are left alone.",
+            retries=b.af.retries,
+            op_kwargs={**common, "conn_id": b.af.spark_conn_id, "trigger": JOIN_TRIGGER_SECONDS},
+        )
+        stop = b.python(
+            "stop_joins",
+            tasks.stop_joins,
+            "Stops the chosen joins after their current micro-batch.",
+            op_kwargs=common,
+        )
+        choose >> [health, start, stop]
+    return dag
+
+
+def build_dags(root: str | None = None, config: str | None = None) -> dict[str, DAG]:
+    """All DAGs of every configured pipeline (``$LAKE_PIPELINES``), keyed by dag_id."""
+    lake_root = resolve_root(root)
+    dags: dict[str, DAG] = {}
+    for path in pipeline_files(config):
+        b = _Builder(path, lake_root)
+        for make in (pipeline_dag, manual_backfill_dag, quality_dag, streams_dag):
+            dag = make(b)
+            dags[dag.dag_id] = dag
+    return dags

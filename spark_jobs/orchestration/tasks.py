@@ -1,0 +1,248 @@
+"""What the DAGs' Python tasks do when they run (the DAG files only reference these functions).
+
+None of them starts Spark: Spark work goes through ``spark-submit`` (the SparkSubmitOperator tasks),
+and these tasks read what those wrote, decide, and start or stop the detached join jobs. Each Spark
+task of a run writes its JSON summary under ``<root>/_airflow/<dag_id>/<run_id>/`` so that the next
+task reads that run's result, not another run's.
+
+Failures a person must act on raise ``AirflowFailException`` (no retry: the data will not change by
+waiting) with a one-line message; the details are in the task log.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+RUN_DIR_TEMPLATE = "{root}/_airflow/{{{{ dag.dag_id }}}}/{{{{ run_id }}}}"
+QUALITY_JSON = "quality.json"
+BACKFILL_JSON = "backfill.json"
+ALERTS = "_airflow/alerts.jsonl"
+
+
+def run_dir(root: str, context: dict) -> Path:
+    """The folder :data:`RUN_DIR_TEMPLATE` renders to for this task's DAG run."""
+    return Path(root) / "_airflow" / context["dag"].dag_id / context["run_id"]
+
+
+def _fail(message: str):
+    from airflow.sdk.exceptions import AirflowFailException
+
+    log.error(message)
+    return AirflowFailException(message)
+
+
+def _skip(message: str):
+    from airflow.sdk.exceptions import AirflowSkipException
+
+    log.info(message)
+    return AirflowSkipException(message)
+
+
+def _read_json(path: Path, what: str) -> dict:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise _fail(f"{path}: the {what} task wrote no summary (see its log)") from None
+
+
+def _lake(config_path: str, root: str):
+    from spark_jobs.config import load_config
+    from spark_jobs.lake import Lake
+
+    return load_config(config_path), Lake(root)
+
+
+# --- the quality gate -----------------------------------------------------------------------------
+
+
+def quality_lines(report: dict) -> list[str]:
+    """The suite's plain-words summary, one line per expectation, then where the pages are."""
+    lines = [
+        f"{'PASS' if r['success'] else 'FAIL'}  {r['suite']} / {r['check']}: {r['description']}"
+        for r in report["results"]
+    ]
+    lines.append(f"report: {report.get('summary_html')}")
+    if report.get("data_docs"):
+        lines.append(f"Data Docs: {report['data_docs']}")
+    return lines
+
+
+def quality_gate(root: str, **context: Any) -> dict:
+    """Pass when every expectation of the run's suites passed; otherwise fail the run with the
+    failed checks' plain-words summary and the report's path."""
+    report = _read_json(run_dir(root, context) / QUALITY_JSON, "run_quality_suites")
+    for line in quality_lines(report):
+        log.info(line)
+    failed = [r for r in report["results"] if not r["success"]]
+    if failed:
+        summary = " | ".join(f"{r['check']}: {r['description']}" for r in failed)
+        raise _fail(
+            f"quality gate FAILED ({len(failed)} check(s)): {summary} -- report: {report['summary_html']}"
+        )
+    log.info("quality gate passed: %d check(s), run %s", len(report["results"]), report["run_id"])
+    return {"run_id": report["run_id"], "checks": len(report["results"]), "report": report["summary_html"]}
+
+
+# --- the continuous joins -------------------------------------------------------------------------
+
+
+def connection_master(conn_id: str) -> str:
+    """The Spark master an Airflow connection names, read the way SparkSubmitHook reads it."""
+    from airflow.sdk import BaseHook
+
+    conn = BaseHook.get_connection(conn_id)
+    if conn.conn_type == "spark" and conn.host and ("://" in conn.host or not conn.port):
+        master = conn.host
+    else:
+        master = f"{conn.conn_type}://{conn.host or ''}"
+    return f"{master}:{conn.port}" if conn.port else master
+
+
+def _chosen_joins(config, context: dict) -> list[str]:
+    chosen = (context.get("params") or {}).get("join", "all")
+    return list(config.joins) if chosen in (None, "all") else [chosen]
+
+
+def ensure_joins_running(config_path: str, root: str, conn_id: str, trigger: float, **context: Any) -> dict:
+    """Start each join's continuous job unless it runs (then it is left alone). The jobs run detached
+    from this worker, registered with pid and heartbeat under ``<root>/_jobs``."""
+    from spark_jobs.joins.supervise import start_detached
+
+    config, lake = _lake(config_path, root)
+    master = connection_master(conn_id)
+    outcome = {}
+    for name in _chosen_joins(config, context):
+        state = start_detached(
+            lake, config_path, config.join(name), trigger, env={"LAKE_SPARK_MASTER": master}
+        )
+        verb = "started" if state.started else "already running, left alone"
+        log.info("join %s: %s (pid %s, master %s); log %s", name, verb, state.pid, master, state.log)
+        outcome[name] = {"pid": state.pid, "started": state.started}
+    if not outcome:
+        log.info("pipeline %s declares no joins", config.name)
+    return outcome
+
+
+def stop_joins(config_path: str, root: str, **context: Any) -> dict:
+    """Stop the joins' jobs after their current micro-batch (maintenance)."""
+    from spark_jobs.joins.supervise import stop_job
+
+    config, lake = _lake(config_path, root)
+    outcome = {}
+    for name in _chosen_joins(config, context):
+        state = stop_job(lake, config.join(name))
+        log.info("join %s: %s", name, f"stopped (pid {state.pid})" if state.started else "was not running")
+        outcome[name] = {"pid": state.pid, "stopped": state.started}
+    return outcome
+
+
+def check_health(config_path: str, root: str, max_versions_behind: int, **context: Any) -> str:
+    """Fail (so the failure callbacks alert) when a join is down, stuck, or too far behind."""
+    from spark_jobs.joins.supervise import health
+
+    config, lake = _lake(config_path, root)
+    joins = _chosen_joins(config, context)
+    problems = health(lake, config, max_versions_behind, joins)
+    if problems:
+        raise _fail(f"{len(problems)} problem(s): " + "; ".join(problems))
+    message = f"healthy: {', '.join(joins) or 'no joins'} (limit {max_versions_behind} versions behind)"
+    log.info(message)
+    return message
+
+
+def choose_action(**context: Any) -> str:
+    """The streams DAG's branch: the task named by the ``action`` param (``health`` when scheduled)."""
+    return {"start": "start_joins", "stop": "stop_joins"}.get(context["params"]["action"], "check_health")
+
+
+# --- the manual backfill --------------------------------------------------------------------------
+
+
+def backfill_args(config_path: str, root: str, **context: Any) -> list[str]:
+    """Check the trigger's params and turn them into the ``lake backfill`` arguments."""
+    from spark_jobs.cli import local_source
+    from spark_jobs.config import load_config
+    from spark_jobs.errors import UserError
+
+    params = context["params"]
+    config = load_config(config_path)
+    try:
+        config.lookup(params["lookup"])
+        source = local_source(params["source"]) if params.get("source") else None
+    except UserError as err:
+        raise _fail(f"params: {err}") from None
+    args = ["backfill", params["lookup"], "--root", root, "--config", config_path]
+    args += ["--summary-json", str(run_dir(root, context) / BACKFILL_JSON)]
+    if source:
+        args += ["--from", source]
+    if params.get("partitioner") not in (None, "", "default"):
+        args += ["--partitioner", params["partitioner"]]
+    if params.get("dry_run"):
+        args.append("--dry-run")
+    args += ["--max-rejects", str(int(params.get("max_rejects") or 0))]
+    log.info("lake %s", " ".join(args))
+    return args
+
+
+def report_backfill(root: str, **context: Any) -> dict:
+    """Say what the backfill did and what the suites found; fail when a suite failed."""
+    summary = _read_json(run_dir(root, context) / BACKFILL_JSON, "backfill")
+    verb = "would write" if summary["dry_run"] else "wrote"
+    log.info(
+        "backfill %s from %s (%s): %d new, %d changed, %d unchanged, %d rejected; %s %d records to %s%s",
+        summary["lookup"],
+        summary["source"],
+        summary["partitioner"],
+        summary["new"],
+        summary["changed"],
+        summary["unchanged"],
+        summary["rejected"],
+        verb,
+        summary["written"],
+        summary["topic"],
+        " [dry run: nothing written]" if summary["dry_run"] else "",
+    )
+    gate = quality_gate(root, **context)
+    keys = ("lookup", "source", "dry_run", "new", "changed", "unchanged", "rejected", "written")
+    return {**{k: summary[k] for k in keys}, "quality": gate}
+
+
+def publish_lookup(root: str, lookup: str, **context: Any) -> str:
+    """Succeed (so Airflow records an event on this task's lookup Asset) only when this run's
+    backfill wrote to that lookup; skip otherwise."""
+    params = context["params"]
+    if params["lookup"] != lookup:
+        raise _skip(f"this run backfilled {params['lookup']}, not {lookup}")
+    summary = _read_json(run_dir(root, context) / BACKFILL_JSON, "backfill")
+    if summary["dry_run"] or not summary["written"]:
+        raise _skip(f"lookup {lookup} unchanged ({'dry run' if summary['dry_run'] else 'nothing written'})")
+    return f"lookup {lookup}: {summary['written']} records written"
+
+
+# --- alerts ---------------------------------------------------------------------------------------
+
+
+def alert_on_failure(root: str, context: dict) -> None:
+    """The DAGs' ``on_failure_callback``: one ERROR line in the task log and one JSON line in
+    ``<root>/_airflow/alerts.jsonl`` (hook a notifier in here: e-mail, Slack, a pager)."""
+    ti = context.get("task_instance") or context.get("ti")
+    error = context.get("exception")
+    alert = {
+        "at": datetime.now(UTC).isoformat(),
+        "dag_id": getattr(ti, "dag_id", None),
+        "task_id": getattr(ti, "task_id", None),
+        "run_id": context.get("run_id"),
+        "try_number": getattr(ti, "try_number", None),
+        "error": str(error).splitlines()[0] if error else None,
+    }
+    log.error("ALERT %s.%s failed: %s", alert["dag_id"], alert["task_id"], alert["error"])
+    path = Path(root) / ALERTS
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a", encoding="utf-8") as out:
+        out.write(json.dumps(alert) + "\n")

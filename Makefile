@@ -5,7 +5,7 @@ BIN   := $(VENV)/bin
 export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 
 .DEFAULT_GOAL := help
-.PHONY: help setup demo test lint bench lock clean
+.PHONY: help setup demo pipeline airflow cluster-start cluster-stop test lint bench lock clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -13,14 +13,27 @@ help: ## list the targets
 setup: ## install Java (if missing) and the locked Python environment into .venv
 	@bash infra/setup.sh
 
-demo: setup ## the main job on the embedded default: topics -> gate -> backfill -> gate -> joins -> audit
+demo: setup ## the demo story (topics, gate, backfill, joins, audit), then the same pipeline through Airflow
 	@$(BIN)/lake demo
+	@bash infra/airflow-pipeline.sh
+
+pipeline: setup ## the demo pipeline through Airflow only: pipeline DAG, joins, health check, stop
+	@bash infra/airflow-pipeline.sh
+
+airflow: setup ## Airflow 3 standalone on http://localhost:8080 with this repo's DAGs (Ctrl-C stops it)
+	@$(BIN)/lake airflow standalone
+
+cluster-start: setup ## a Spark standalone master + 2 workers on this machine (infra/spark-cluster.sh)
+	@bash infra/spark-cluster.sh start
+
+cluster-stop: ## stop the standalone cluster
+	@bash infra/spark-cluster.sh stop
 
 test: setup ## the test suite, exactly as CI runs it
 	@$(BIN)/python -m pytest -m "not bench" -q
 
 lint: setup ## ruff + mypy on spark_jobs/
-	@$(BIN)/ruff check spark_jobs tests && $(BIN)/ruff format --check spark_jobs tests && $(BIN)/mypy
+	@$(BIN)/ruff check spark_jobs tests dags && $(BIN)/ruff format --check spark_jobs tests dags && $(BIN)/mypy
 
 bench: setup ## benchmarks (minutes); figures go to bench-results/ and belong in the README
 	@mkdir -p bench-results
@@ -36,4 +49,4 @@ lock: ## re-resolve requirements.lock from pyproject.toml (needs network)
 	  --generate-hashes -q -o requirements.lock --custom-compile-command "make lock"
 
 clean: ## remove the demo lake and caches (keeps .venv)
-	rm -rf lakehouse bench-results .pytest_cache .hypothesis
+	rm -rf lakehouse bench-results .pytest_cache .hypothesis .airflow

@@ -27,7 +27,7 @@ def spark_conf(master: str | None = None, app_name: str = "lake") -> dict[str, s
     ui = os.environ.get("LAKE_SPARK_UI", "0") == "1"
     log4j = f"-Dlog4j.configurationFile=file:{_log4j_config()}"
     jvm = os.environ.get("LAKE_JVM_OPTS", "-XX:+UseParallelGC")
-    return {
+    conf = {
         "spark.master": master or os.environ.get("LAKE_SPARK_MASTER") or DEFAULT_MASTER,
         "spark.app.name": app_name,
         "spark.sql.shuffle.partitions": os.environ.get("LAKE_SHUFFLE_PARTITIONS", "4"),
@@ -43,6 +43,9 @@ def spark_conf(master: str | None = None, app_name: str = "lake") -> dict[str, s
         "spark.pyspark.python": sys.executable,
         "spark.executorEnv.PYSPARK_PYTHON": sys.executable,
     }
+    if os.environ.get("LAKE_SPARK_CORES_MAX"):  # on a shared cluster: cores per application
+        conf["spark.cores.max"] = os.environ["LAKE_SPARK_CORES_MAX"]
+    return conf
 
 
 def submit_conf() -> dict[str, str]:

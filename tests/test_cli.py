@@ -109,6 +109,10 @@ def test_malformed_config_is_one_line_naming_file_line_and_key(tmp_path, capsys,
         (["run", "consents_with_mail", "--once", "--continuous"], None, "not allowed with argument"),
         (["run", "consents_with_mail", "--continuous", "--trigger", "0"], None, "--trigger must be a positive"),
         (["audit", "consents_with_mail"], None, "has no result yet: run 'lake run consents_with_mail --once'"),
+        (["backfill", "accounts", "--from", "s3://bucket/dump"], None, "s3://bucket/dump: only local files and file:// URIs"),
+        (["backfill", "accounts", "--from", "file:///no/such/dump"], None, "/no/such/dump: no such file"),
+        (["health", "nope"], None, "unknown join 'nope'"),
+        (["health", "--max-behind", "-1"], None, "--max-behind must not be negative"),
     ],
 )  # fmt: skip
 def test_user_errors_are_one_line_exit_2_and_write_nothing(tmp_path, args, stdin, message):
@@ -122,6 +126,18 @@ def test_user_errors_are_one_line_exit_2_and_write_nothing(tmp_path, args, stdin
     assert message in err
     after = sorted(p.name for p in (root / "tables" / "customer_accounts" / "_delta_log").iterdir())
     assert after == before
+
+
+def test_health_says_which_join_is_down_and_exits_1(tmp_path):
+    root = tmp_path / "lake"
+    lake_cli(root, "demo", "--topics-only")
+    code, out, err = lake_cli(root, "health", "consents_with_mail")
+    assert (code, err) == (1, "")
+    assert out == (
+        "UNHEALTHY: join consents_with_mail is down (no batch yet); start it with 'lake start consents_with_mail'\n"
+    )
+    code, out, _ = lake_cli(root, "health", "--max-behind", "3")
+    assert code == 1 and out.count("UNHEALTHY: ") == 2
 
 
 @pytest.mark.slow

@@ -1,0 +1,314 @@
+"""Airflow orchestration: DAG integrity (parsed the way Airflow parses them) and end-to-end runs of the
+DAGs with ``airflow dags test`` through ``lake airflow`` (SQLite under a temporary AIRFLOW_HOME).
+
+The end-to-end runs submit real Spark applications with ``spark-submit`` (the SparkSubmitOperator),
+so each takes one to three minutes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from airflowkit import ALL_MAILS, Airflow, asset_events, demo_topics, mails, output, ran, running, wait_for
+
+from spark_jobs.config import bundled_config_path, load_config
+
+REPO = Path(__file__).resolve().parents[1]
+DEMO_DUMP = REPO / "spark_jobs" / "demo_data" / "customer_accounts.dump"
+JOINS = ("consents_with_mail", "consents_enriched_at_event_time")
+
+
+# --- DAG integrity ----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def facts(tmp_path_factory):
+    """What Airflow's DagBag makes of dags/, gathered in a separate process (Airflow sets up logging
+    and settings on import)."""
+    tmp = tmp_path_factory.mktemp("dagbag")
+    out = tmp / "facts.json"
+    env = {**os.environ, "AIRFLOW_HOME": str(tmp / "home"), "LAKE_ROOT": str(tmp / "lake")}
+    env.pop("LAKE_PIPELINES", None)
+    env.pop("LAKE_CONFIG", None)
+    done = subprocess.run(
+        [sys.executable, str(REPO / "tests" / "airflow" / "dag_facts.py"), str(REPO / "dags"), str(out)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    data = json.loads(out.read_text())
+    data["lake_root_created"] = (tmp / "lake").exists()
+    return data
+
+
+def test_every_dag_file_imports_cheaply_and_without_side_effects(facts):
+    assert facts["import_errors"] == {}
+    assert facts["files"]["lakehouse.py"]["dags"] == [
+        "consents_manual_backfill",
+        "consents_pipeline",
+        "consents_quality",
+        "consents_streams",
+    ]
+    for name, parsed in facts["files"].items():
+        assert parsed["seconds"] < 1.0, f"{name} took {parsed['seconds']:.2f} s to parse"
+    assert facts["heavy_modules"] == []  # no Spark, Great Expectations, delta-rs, Arrow at parse time
+    assert facts["lake_root_created"] is False  # no lake access
+
+
+def test_every_dag_has_tags_docs_owner_retries_and_failure_alerts(facts):
+    for dag_id, dag in facts["dags"].items():
+        assert "lakehouse" in dag["tags"] and "pipeline:consents" in dag["tags"], dag_id
+        assert dag["doc_md"] and dag["catchup"] is False, dag_id
+        for task_id, task in dag["tasks"].items():
+            where = f"{dag_id}.{task_id}"
+            assert task["owner"] == "data-platform", where
+            assert task["doc_md"], where
+            assert task["has_failure_callback"], where
+            if task["type"] == "LakeSubmitOperator":  # Spark work: retried, with backoff
+                assert (task["retries"], task["backoff"]) == (2, 2.0), where
+
+
+def test_the_pipeline_dag_is_backfill_then_suites_then_gate_then_joins(facts):
+    dag = facts["dags"]["consents_pipeline"]
+    assert dag["schedule"] == "@daily" and dag["paused"] is True
+    edges = {t: task["downstream"] for t, task in dag["tasks"].items()}
+    assert edges == {
+        "backfill_accounts": ["run_quality_suites"],
+        "run_quality_suites": ["quality_gate"],
+        "quality_gate": ["ensure_joins_running"],
+        "ensure_joins_running": [],
+    }
+    types = {t: task["type"] for t, task in dag["tasks"].items()}
+    assert types["backfill_accounts"] == types["run_quality_suites"] == "LakeSubmitOperator"
+    assert dag["tasks"]["quality_gate"]["retries"] == 0  # a failed check is not retried
+
+
+def test_manual_backfill_params_are_typed_and_it_publishes_the_lookup_asset(facts, tmp_path):
+    dag = facts["dags"]["consents_manual_backfill"]
+    assert dag["schedule"] is None and dag["paused"] is False
+    assert dag["params"] == {
+        "lookup": {
+            "type": "string",
+            "enum": ["accounts"],
+            "title": "Lookup",
+            "description": "The lookup to backfill.",
+        },
+        "source": {
+            "type": "string",
+            "title": "Dump file or URI",
+            "description": "A local path or file:// URI. Empty: the dump named in the pipeline config.",
+        },
+        "partitioner": {
+            "type": "string",
+            "enum": ["default", "murmur2", "consistent_random"],
+            "title": "Partitioner override",
+            "description": "default: the partitioner of the topics the lookup is joined with (murmur2 for "
+            "Java clients). Override only if you know the consumers' partitioner.",
+        },
+        "dry_run": {
+            "type": "boolean",
+            "title": "Dry run",
+            "description": "Only count what would change; write nothing.",
+        },
+        "max_rejects": {
+            "type": "integer",
+            "minimum": 0,
+            "title": "Bad lines allowed",
+            "description": "Fail (writing nothing) when the dump has more bad lines than this. Accepted bad "
+            "lines are quarantined and counted, never dropped silently.",
+        },
+    }
+    tasks = dag["tasks"]
+    assert tasks["validate_params"]["downstream"] == ["backfill"]
+    assert tasks["backfill"]["downstream"] == ["publish_lookup_accounts", "run_quality_suites"]
+    assert tasks["run_quality_suites"]["downstream"] == ["report"]
+    root = Path(facts["dags"]["consents_manual_backfill"]["tasks"]["publish_lookup_accounts"]["outlets"][0])
+    assert str(root).endswith("/lake/tables/lookup_accounts")
+
+
+def test_quality_dag_runs_on_schedule_or_asset_and_streams_dag_offers_the_lifecycle(facts):
+    quality = facts["dags"]["consents_quality"]
+    assert quality["timetable"] == "AssetOrTimeSchedule"
+    assert {t: task["downstream"] for t, task in quality["tasks"].items()} == {
+        "run_quality_suites": ["quality_gate"],
+        "quality_gate": [],
+    }
+    streams = facts["dags"]["consents_streams"]
+    assert streams["schedule"] == "*/15 * * * *"
+    assert streams["params"]["action"] == {
+        "type": "string",
+        "enum": ["health", "start", "stop"],
+        "title": "Action",
+        "description": None,
+    }
+    assert streams["params"]["action"]["enum"] == ["health", "start", "stop"]
+    assert streams["params"]["join"]["enum"] == ["all", *JOINS]
+    assert streams["tasks"]["choose_action"]["downstream"] == ["check_health", "start_joins", "stop_joins"]
+
+
+def test_the_airflow_section_of_a_pipeline_is_validated(tmp_path):
+    from spark_jobs.errors import UserError
+
+    text = bundled_config_path().read_text()
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        text.replace("../", str(bundled_config_path().parent) + "/../") + "airflow:\n  retries: -1\n"
+    )
+    with pytest.raises(
+        UserError, match=r"bad.yaml:\d+: airflow.retries: must be a non-negative integer, got -1"
+    ):
+        load_config(bad)
+    bad.write_text(
+        text.replace("../", str(bundled_config_path().parent) + "/../") + "airflow:\n  shedule: x\n"
+    )
+    with pytest.raises(UserError, match=r"airflow.shedule: unknown setting"):
+        load_config(bad)
+
+
+# --- end to end with `airflow dags test` ------------------------------------------------------------
+
+
+@pytest.fixture
+def incomplete(tmp_path):
+    """The demo pipeline whose configured dump lacks the oldest customers (user_9, user_10)."""
+    base = bundled_config_path().parent
+    text = bundled_config_path().read_text().replace("pipeline: consents", "pipeline: consents_incomplete")
+    text = text.replace("../demo_data/customer_accounts.dump", str(tmp_path / "accounts-1-8.dump"))
+    text = text.replace("../../expectations/", str(base / "../../expectations") + "/")
+    lines = DEMO_DUMP.read_text().splitlines()
+    (tmp_path / "accounts-1-8.dump").write_text(
+        "\n".join(line for line in lines if line.split(";")[0] not in ("user_9", "user_10")) + "\n"
+    )
+    config = tmp_path / "incomplete.yaml"
+    config.write_text(text)
+    af = Airflow(tmp_path / "airflow", tmp_path / "lake", config)
+    assert af("db", "migrate").returncode == 0
+    demo_topics(af)
+    yield af
+    af.stop_joins()
+
+
+@pytest.fixture
+def demo(tmp_path):
+    af = Airflow(tmp_path / "airflow", tmp_path / "lake")
+    assert af("db", "migrate").returncode == 0
+    demo_topics(af)
+    yield af
+    af.stop_joins()
+
+
+def test_pipeline_fails_at_the_gate_on_incomplete_data_then_a_manual_backfill_completes_it(
+    incomplete, tmp_path
+):
+    af = incomplete
+    result = af.test_dag("consents_incomplete_pipeline")
+    text = output(result)
+    assert result.returncode == 1, text[-3000:]
+    assert ran(result, "backfill_accounts") and ran(result, "quality_gate")
+    assert (
+        "quality gate FAILED (1 check(s)): completeness:customer_consents->accounts: Every key that "
+        "customer_consents references exists in lookup accounts. FAILED: 2 keys missing in accounts: user_10 "
+        "(referenced by 1 record(s) of customer_consents, first at partition 1 offset 2"
+    ) in text
+    assert "user_9 (referenced by 1 record(s) of customer_consents" in text
+    assert f"report: {af.root}/reports/quality/runs/" in text
+    assert f"Data Docs: file://{af.root}/reports/quality/gx/" in text
+    # the joins were not started: no task ran, no job registered, no result
+    assert not ran(result, "ensure_joins_running")
+    assert running(af.lake) == {} and not (af.root / "_jobs").exists()
+    assert not any(af.lake.exists(j) for j in JOINS)
+    alerts = [json.loads(line) for line in (af.root / "_airflow" / "alerts.jsonl").read_text().splitlines()]
+    assert [(a["dag_id"], a["task_id"]) for a in alerts] == [("consents_incomplete_pipeline", "quality_gate")]
+
+    # a person backfills the missing customers by hand: a dry run first (nothing written), ...
+    dump = tmp_path / "from-crm.dump"
+    dump.write_text('user_9;"user9@example.com"\nnot a line\nuser_10;"user10@example.com"\n')
+    before = af.lake.version("customer_accounts")
+    dry = af.test_dag(
+        "consents_incomplete_manual_backfill",
+        {"lookup": "accounts", "source": f"file://{dump}", "dry_run": True, "max_rejects": 1},
+    )
+    text = output(dry)
+    assert dry.returncode == 1, text[-3000:]  # the suites still fail: nothing was written
+    assert (
+        "2 new, 0 changed, 0 unchanged, 1 rejected; would write 2 records to customer_accounts [dry run: nothing written]"
+        in text
+    )
+    assert af.lake.version("customer_accounts") == before
+    assert asset_events(af.home) == []  # publish_lookup_accounts skipped
+
+    # ... then for real: the report passes and the lookup's Asset is updated
+    real = af.test_dag(
+        "consents_incomplete_manual_backfill", {"lookup": "accounts", "source": str(dump), "max_rejects": 1}
+    )
+    text = output(real)
+    assert real.returncode == 0, text[-3000:]
+    assert "2 new, 0 changed, 0 unchanged, 1 rejected; wrote 2 records to customer_accounts" in text
+    assert "quality gate passed: 5 check(s)" in text
+    assert asset_events(af.home) == [
+        (
+            "consents_incomplete.lookup_accounts",
+            f"file://{af.root}/tables/lookup_accounts",
+            "consents_incomplete_manual_backfill",
+            "publish_lookup_accounts",
+        )
+    ]
+    quarantined = [r for r in af.lake.read_arrow("quarantine").to_pylist() if r["job"] == "backfill:accounts"]
+    assert [(r["line"], r["raw_hex"]) for r in quarantined] == [(2, b"not a line".hex().upper())]
+
+
+def test_manual_backfill_params_are_checked_before_any_spark_work(demo, tmp_path):
+    unknown = demo.test_dag("consents_manual_backfill", {"lookup": "nope"})
+    assert unknown.returncode != 0
+    assert "'nope' is not one of ['accounts']" in output(unknown)
+    missing = demo.test_dag(
+        "consents_manual_backfill", {"lookup": "accounts", "source": str(tmp_path / "none.dump")}
+    )
+    text = output(missing)
+    assert missing.returncode == 1
+    assert f"params: {tmp_path / 'none.dump'}: no such file" in text
+    assert not ran(missing, "backfill")
+    assert "Spark-Submit cmd" not in text
+
+
+def test_pipeline_passes_the_gate_and_starts_the_joins_once_then_streams_health_and_stop(demo):
+    af = demo
+    result = af.test_dag("consents_pipeline")
+    text = output(result)
+    assert result.returncode == 0, text[-3000:]
+    assert "backfill accounts from" in text and "2 new keys, 0 changed, 8 unchanged" in text
+    assert "quality gate passed: 5 check(s)" in text
+    jobs = running(af.lake)
+    assert sorted(jobs) == sorted(f"join:{j}" for j in JOINS)
+    assert "master local[2]" in text
+    # the continuous table join catches up: every consent has its customer's e-mail
+    wait_for(lambda: mails(af.lake, "consents_with_mail") == ALL_MAILS, 240, "consents_with_mail")
+
+    # start again (the streams DAG): nothing new starts, the same processes run on
+    again = af.test_dag("consents_streams", {"action": "start"})
+    assert again.returncode == 0, output(again)[-3000:]
+    assert output(again).count("already running, left alone") == 2
+    assert running(af.lake) == jobs
+
+    healthy = af.test_dag("consents_streams")  # the scheduled action: the health check
+    assert healthy.returncode == 0, output(healthy)[-3000:]
+    assert f"healthy: {', '.join(JOINS)} (limit 10 versions behind)" in output(healthy)
+
+    stopped = af.test_dag("consents_streams", {"action": "stop"})
+    assert stopped.returncode == 0, output(stopped)[-3000:]
+    assert running(af.lake) == {}
+
+    down = af.test_dag("consents_streams")
+    text = output(down)
+    assert down.returncode == 1
+    assert "join consents_with_mail is down (last batch " in text
+    alerts = [json.loads(line) for line in (af.root / "_airflow" / "alerts.jsonl").read_text().splitlines()]
+    assert [(a["dag_id"], a["task_id"]) for a in alerts] == [("consents_streams", "check_health")]
+    assert alerts[0]["error"].startswith("2 problem(s): join consents_with_mail is down")

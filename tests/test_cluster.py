@@ -1,0 +1,113 @@
+"""Spark as a distributed engine: a standalone master with two workers (infra/spark-cluster.sh, from
+the pyspark installation), a join submitted to it with spark-submit, and the pipeline DAG run against
+it through Airflow. Slow (a few minutes), and part of CI."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+from airflowkit import ALL_MAILS, Airflow, demo_topics, mails, output, running, wait_for
+
+from spark_jobs.session import submit_conf
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = str(REPO / "infra" / "spark-cluster.sh")
+APP = str(REPO / "spark_jobs" / "_submit" / "lake_app.py")
+PORT, UI = 17077, 18090  # not the defaults, so a developer's own cluster is left alone
+MASTER = f"spark://127.0.0.1:{PORT}"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("spark-cluster")
+    env = {
+        **os.environ,
+        "SPARK_CLUSTER_DIR": str(folder),
+        "SPARK_MASTER_PORT": str(PORT),
+        "SPARK_MASTER_WEBUI_PORT": str(UI),
+    }
+    started = subprocess.run([SCRIPT, "start"], env=env, capture_output=True, text=True, timeout=300)
+    try:
+        assert started.returncode == 0, started.stdout + started.stderr
+        assert f"cluster up: {MASTER} with 2 workers" in started.stdout
+        yield folder
+    finally:
+        subprocess.run([SCRIPT, "stop"], env=env, capture_output=True, timeout=120)
+
+
+def master_state() -> dict:
+    with urllib.request.urlopen(f"http://127.0.0.1:{UI}/json/", timeout=5) as reply:
+        return json.load(reply)
+
+
+def apps(kind: str) -> dict[str, str]:
+    return {a["name"]: a["state"] for a in master_state()[kind]}
+
+
+def test_a_join_submitted_to_the_standalone_cluster_runs_on_its_workers(cluster, tmp_path):
+    state = master_state()
+    assert (state["status"], state["aliveworkers"]) == ("ALIVE", 2)
+    root = tmp_path / "lake"
+    af = Airflow(tmp_path / "airflow", root)
+    demo_topics(af)
+    conf = [arg for key, value in submit_conf().items() for arg in ("--conf", f"{key}={value}")]
+    submit = Path(sys.executable).with_name("spark-submit")
+    done = subprocess.run(
+        [str(submit), "--master", MASTER, "--name", "cluster-join", "--conf", "spark.cores.max=2", *conf, APP]
+        + ["run", "consents_with_mail", "--once", "--root", str(root)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (
+        "join consents_with_mail: processed 1 micro-batch(es): 18 input records, 10 upserted" in done.stdout
+    )
+    # the demo's accounts topic lacks user_9 and user_10 until it is backfilled
+    assert mails(af.lake, "consents_with_mail") == {**ALL_MAILS, "user_9": None, "user_10": None}
+    assert apps("completedapps") == {"cluster-join": "FINISHED"}
+    # its executors ran in the workers' JVMs (one work folder per application and worker)
+    app_dirs = sorted(p.parent.name for p in cluster.glob("worker*/app-*/*/stderr"))
+    assert len(app_dirs) >= 2 and {p.name for p in cluster.glob("worker*") if list(p.glob("app-*"))} == {
+        "worker1",
+        "worker2",
+    }
+
+
+def test_the_pipeline_dag_runs_against_the_cluster(cluster, tmp_path):
+    af = Airflow(
+        tmp_path / "airflow",
+        tmp_path / "lake",
+        env={"LAKE_SPARK_MASTER": MASTER, "LAKE_SPARK_CORES_MAX": "1"},
+    )
+    assert af("db", "migrate").returncode == 0
+    demo_topics(af)
+    try:
+        result = af.test_dag("consents_pipeline")
+        text = output(result)
+        assert result.returncode == 0, text[-3000:]
+        assert f"Spark-Submit cmd: spark-submit --master {MASTER} " in text
+        assert "quality gate passed: 5 check(s)" in text
+        assert (
+            f"join consents_with_mail: started (pid {running(af.lake)['join:consents_with_mail']}, master {MASTER})"
+            in text
+        )
+        wait_for(lambda: mails(af.lake, "consents_with_mail") == ALL_MAILS, 300, "the join on the cluster")
+        active = apps("activeapps")
+        assert active == {
+            "join-consents_with_mail": "RUNNING",
+            "join-consents_enriched_at_event_time": "RUNNING",
+        }
+        done = set(apps("completedapps"))
+        assert {"consents-backfill_accounts", "consents-run_quality_suites"} <= done
+    finally:
+        af.stop_joins()
+    assert running(af.lake) == {}

@@ -66,6 +66,10 @@ def test_a_join_submitted_to_the_standalone_cluster_runs_on_its_workers(cluster,
         capture_output=True,
         text=True,
         timeout=600,
+        env={
+            **os.environ,
+            "PATH": f"{submit.parent}{os.pathsep}{os.environ['PATH']}",
+        },  # as `lake airflow` does
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert (

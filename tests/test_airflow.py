@@ -276,6 +276,9 @@ def test_manual_backfill_params_are_checked_before_any_spark_work(demo, tmp_path
     assert f"params: {tmp_path / 'none.dump'}: no such file" in text
     assert not ran(missing, "backfill")
     assert "Spark-Submit cmd" not in text
+    relative = demo.test_dag("consents_manual_backfill", {"lookup": "accounts", "source": "accounts.dump"})
+    assert relative.returncode == 1
+    assert "params: source must be an absolute path or a file:// URI, got 'accounts.dump'" in output(relative)
 
 
 def test_pipeline_passes_the_gate_and_starts_the_joins_once_then_streams_health_and_stop(demo):

@@ -174,7 +174,10 @@ def backfill_args(config_path: str, root: str, **context: Any) -> list[str]:
     config = load_config(config_path)
     try:
         config.lookup(params["lookup"])
-        source = local_source(params["source"]) if params.get("source") else None
+        source = params.get("source") or None
+        if source and not (source.startswith("/") or "://" in source):
+            raise UserError(f"source must be an absolute path or a file:// URI, got {source!r}")
+        source = local_source(source) if source else None
     except UserError as err:
         raise _fail(f"params: {err}") from None
     args = ["backfill", params["lookup"], "--root", root, "--config", config_path]

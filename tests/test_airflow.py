@@ -315,3 +315,16 @@ def test_pipeline_passes_the_gate_and_starts_the_joins_once_then_streams_health_
     alerts = [json.loads(line) for line in (af.root / "_airflow" / "alerts.jsonl").read_text().splitlines()]
     assert [(a["dag_id"], a["task_id"]) for a in alerts] == [("consents_streams", "check_health")]
     assert alerts[0]["error"].startswith("2 problem(s): join consents_with_mail is down")
+
+
+def test_two_pipeline_files_with_one_name_are_refused(tmp_path, monkeypatch):
+    from spark_jobs.errors import UserError
+    from spark_jobs.orchestration.environment import unique_pipelines
+
+    demo = str(bundled_config_path())
+    monkeypatch.setenv("LAKE_PIPELINES", f"{demo}:{demo}")
+    with pytest.raises(
+        UserError, match="pipeline 'consents' is also declared by .*pipeline names must differ"
+    ):
+        unique_pipelines()
+    assert "airflow" not in sys.modules  # the check itself needs no Airflow

@@ -27,7 +27,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from spark_jobs.config import PARTITIONERS, PipelineConfig, load_config, resolve_root
 from spark_jobs.errors import UserError
 from spark_jobs.orchestration import tasks
-from spark_jobs.orchestration.environment import pipeline_files
+from spark_jobs.orchestration.environment import unique_pipelines
 from spark_jobs.session import submit_conf
 
 APPLICATION = str(Path(__file__).resolve().parents[1] / "_submit" / "lake_app.py")
@@ -350,7 +350,7 @@ def build_dags(root: str | None = None, config: str | None = None) -> dict[str, 
     """All DAGs of every configured pipeline (``$LAKE_PIPELINES``), keyed by dag_id."""
     lake_root = resolve_root(root)
     dags: dict[str, DAG] = {}
-    for path in pipeline_files(config):
+    for path in unique_pipelines(config):
         b = _Builder(path, lake_root)
         for make in (pipeline_dag, manual_backfill_dag, quality_dag, streams_dag):
             dag = make(b)

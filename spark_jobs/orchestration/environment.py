@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 from spark_jobs.config import load_config, resolve_config_path, resolve_root
+from spark_jobs.errors import UserError
 
 REPO = Path(__file__).resolve().parents[2]
 DAGS_FOLDER = REPO / "dags"
@@ -34,6 +35,20 @@ def pipeline_files(config: str | None = None) -> list[Path]:
     return [resolve_config_path(config).absolute()]
 
 
+def unique_pipelines(config: str | None = None) -> list[Path]:
+    """:func:`pipeline_files`, checked to declare different pipeline names (they prefix DAG ids)."""
+    seen: dict[str, Path] = {}
+    for path in pipeline_files(config):
+        name = load_config(path).name
+        if name in seen:
+            raise UserError(
+                f"{path}: pipeline '{name}' is also declared by {seen[name]}; "
+                "pipeline names must differ (they prefix the DAG ids)"
+            )
+        seen[name] = path
+    return list(seen.values())
+
+
 def airflow_home() -> Path:
     return Path(os.environ.get("LAKE_AIRFLOW_HOME") or Path.cwd() / ".airflow").absolute()
 
@@ -43,7 +58,7 @@ def airflow_env(
 ) -> dict[str, str]:
     env = dict(os.environ)
     home = home or airflow_home()
-    pipelines = pipeline_files(config)
+    pipelines = unique_pipelines(config)
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     env["AIRFLOW_HOME"] = str(home)
     env["AIRFLOW__CORE__DAGS_FOLDER"] = str(DAGS_FOLDER)

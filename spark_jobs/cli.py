@@ -311,6 +311,8 @@ def cmd_backfill(args) -> int:
     if args.max_rejects < 0:
         raise UserError("--max-rejects must not be negative")
     if args.source:
+        from spark_jobs.dumps import local_source
+
         args.source = local_source(args.source)
 
     _stderr("starting Spark ...")
@@ -332,17 +334,6 @@ def cmd_backfill(args) -> int:
     if args.summary_json:
         _write_json(args.summary_json, summary.as_dict())
     return 0
-
-
-def local_source(source: str) -> str:
-    """A dump given as a path or a ``file://`` URI, checked to exist."""
-    if source.startswith("file://"):
-        source = source.removeprefix("file://")
-    elif "://" in source:
-        raise UserError(f"{source}: only local files and file:// URIs can be backfilled from")
-    if not os.path.isfile(source):
-        raise UserError(f"{source}: no such file")
-    return source
 
 
 def _write_json(path: str, data: dict) -> None:

@@ -29,6 +29,17 @@ class _Range(InputPartition):
         super().__init__((path, start, end, first_line))
 
 
+def local_source(source: str) -> str:
+    """A dump given as a path or a ``file://`` URI, checked to exist."""
+    if source.startswith("file://"):
+        source = source.removeprefix("file://")
+    elif "://" in source:
+        raise UserError(f"{source}: only local files and file:// URIs can be backfilled from")
+    if not os.path.isfile(source):
+        raise UserError(f"{source}: no such file")
+    return source
+
+
 def line_ranges(path: str, range_bytes: int = RANGE_BYTES) -> list[tuple[int, int, int]]:
     """(start, end, first line number) of newline-aligned byte ranges covering the file."""
     size = os.path.getsize(path)

@@ -166,8 +166,8 @@ def choose_action(**context: Any) -> str:
 
 def backfill_args(config_path: str, root: str, **context: Any) -> list[str]:
     """Check the trigger's params and turn them into the ``lake backfill`` arguments."""
-    from spark_jobs.cli import local_source
     from spark_jobs.config import load_config
+    from spark_jobs.dumps import local_source
     from spark_jobs.errors import UserError
 
     params = context["params"]

@@ -69,7 +69,13 @@ def ensure_lookup(lake: Lake, config: PipelineConfig, lookup: LookupSpec) -> Non
 
 
 def refresh_lookup(spark: SparkSession, lake: Lake, config: PipelineConfig, lookup: LookupSpec) -> int:
-    """Apply the topic's records committed since the last refresh; returns the keys merged."""
+    """Apply the topic's records committed since the last refresh; returns the keys merged.
+    One refresh of a lookup at a time (a backfill and a quality run may overlap)."""
+    with lake.lock(f"lookup-{lookup.name}"):
+        return _refresh_lookup(spark, lake, config, lookup)
+
+
+def _refresh_lookup(spark: SparkSession, lake: Lake, config: PipelineConfig, lookup: LookupSpec) -> int:
     ensure_lookup(lake, config, lookup)
     table = lookup_table(lookup)
     app = f"lookup:{lookup.name}"

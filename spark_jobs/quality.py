@@ -425,6 +425,19 @@ def run_suites(
             f"unknown suite(s) {', '.join(unknown)} (declared: {', '.join(config.quality.suites) or 'none'})"
         )
     suites = [load_suite(config.quality.suites[n], config) for n in names]
+    # one quality run at a time per lake: runs share the Great Expectations project and the lookups
+    with lake.lock("quality", log):
+        return _run_suites(spark, lake, config, suites, report_dir, log)
+
+
+def _run_suites(
+    spark: SparkSession,
+    lake: Lake,
+    config: PipelineConfig,
+    suites: list[Suite],
+    report_dir: Path | None,
+    log,
+) -> QualityReport:
     report_dir = (report_dir or lake.root / "reports" / "quality").absolute()
     report_dir.mkdir(parents=True, exist_ok=True)
     for topic in config.topics.values():

@@ -133,3 +133,34 @@ def test_append_files_commits_once_and_cleans_up_on_failure(lake):
     # a replayed bulk batch commits nothing and leaves no stray files
     assert lake.append_files("p", parts(fail=False), txn=("bulk", 1)) is None
     assert len(list(lake.path("p").rglob("*.parquet"))) == 2
+
+
+def test_lock_makes_a_second_holder_wait_and_says_so(tmp_path):
+    import threading
+
+    from spark_jobs.lake import Lake
+
+    lake = Lake(tmp_path / "lake")
+    events: list[str] = []
+    waiting = threading.Event()
+
+    def second():
+        with lake.lock("quality", log=lambda m: (events.append(m), waiting.set())):
+            events.append("second holds")
+
+    with lake.lock("quality"):
+        events.append("first holds")
+        thread = threading.Thread(target=second)
+        thread.start()
+        assert waiting.wait(10)
+        events.append("first releases")
+    thread.join(10)
+    assert events == [
+        "first holds",
+        "waiting for another process to finish quality ...",
+        "first releases",
+        "second holds",
+    ]
+    with lake.lock("quality"):  # free again, and a different name never waits on it
+        with lake.lock("lookup-accounts"):
+            pass

@@ -13,12 +13,14 @@ Optimistic-concurrency conflicts are retried on a fresh snapshot.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -140,6 +142,25 @@ class Lake:
 
     def exists(self, name: str) -> bool:
         return DeltaTable.is_deltatable(self.uri(name))
+
+    @contextmanager
+    def lock(self, name: str, log: Callable[[str], None] | None = None) -> Iterator[None]:
+        """Hold ``<root>/_locks/<name>.lock`` exclusively (waiting for another holder) while the block
+        runs: work that several processes may start at once (Airflow DAGs overlapping) runs one at a
+        time. The lock dies with its process, so a killed holder never leaves it taken."""
+        folder = self.root / "_locks"
+        folder.mkdir(parents=True, exist_ok=True)
+        with open(folder / f"{name}.lock", "w") as handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                if log:
+                    log(f"waiting for another process to finish {name} ...")
+                fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
 
     def tables(self) -> list[str]:
         if not self.tables_dir.is_dir():

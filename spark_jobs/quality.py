@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import html
 import json
+import os
 import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -461,9 +462,8 @@ def _run_suites(
     runs.mkdir(exist_ok=True)
     stem = f"{run_time.strftime('%Y%m%dT%H%M%SZ')}-{run_id[:8]}"
     report.summary_html = str(runs / f"{stem}.html")
-    page = render_summary(report)
     for target in (runs / f"{stem}.html", report_dir / "summary.html"):
-        target.write_text(page, encoding="utf-8")
+        target.write_text(render_summary(report, _docs_href(docs, target)), encoding="utf-8")
     as_json = json.dumps(report.as_dict(), indent=2)
     for target in (runs / f"{stem}.json", report_dir / "summary.json"):
         target.write_text(as_json, encoding="utf-8")
@@ -568,7 +568,15 @@ def _record(lake: Lake, report: QualityReport, suites: list[Suite]) -> None:
     lake.append(QUALITY_RUNS, pa.Table.from_pylist(rows, schema=QUALITY_RUNS_SCHEMA))
 
 
-def render_summary(report: QualityReport) -> str:
+def _docs_href(docs: str | None, page: Path) -> str | None:
+    """The Data Docs link as seen from ``page``: relative, so it works on disk (file://) and when the
+    reports are served over http (the Airflow UI's "Data quality" view)."""
+    if not docs or not docs.startswith("file://"):
+        return docs
+    return os.path.relpath(docs.removeprefix("file://"), page.parent)
+
+
+def render_summary(report: QualityReport, docs_href: str | None = None) -> str:
     """The page a person opens first: each expectation, passed or failed, with the offending keys."""
     status = "All checks passed" if report.success else "Some checks FAILED"
     parts = [
@@ -581,9 +589,10 @@ def render_summary(report: QualityReport) -> str:
         f"<p class='{'ok' if report.success else 'bad'}'><strong>{status}</strong> "
         f"(run {html.escape(report.run_id)} at {html.escape(report.run_time)})</p>",
     ]
-    if report.data_docs:
+    docs_href = docs_href or report.data_docs
+    if docs_href:
         parts.append(
-            f"<p>Full validation results: <a href='{html.escape(report.data_docs)}'>"
+            f"<p>Full validation results: <a href='{html.escape(docs_href)}'>"
             "Great Expectations Data Docs</a></p>"
         )
     for r in report.results:

@@ -219,6 +219,7 @@ def test_pipeline_fails_at_the_gate_on_incomplete_data_then_a_manual_backfill_co
     ) in text
     assert "user_9 (referenced by 1 record(s) of customer_consents" in text
     assert f"report: {af.root}/reports/quality/runs/" in text
+    assert "report in the browser: http://localhost:8080/lake-reports/quality/runs/" in text
     assert f"Data Docs: file://{af.root}/reports/quality/gx/" in text
     # the joins were not started: no task ran, no job registered, no result
     assert not ran(result, "ensure_joins_running")
@@ -264,7 +265,31 @@ def test_pipeline_fails_at_the_gate_on_incomplete_data_then_a_manual_backfill_co
     assert [(r["line"], r["raw_hex"]) for r in quarantined] == [(2, b"not a line".hex().upper())]
 
 
+@pytest.mark.filterwarnings("ignore:Using `httpx` with `starlette.testclient`")
+def test_reports_are_served_under_lake_reports_and_nothing_else_is(tmp_path):
+    from fastapi.testclient import TestClient
+
+    from spark_jobs.orchestration.reports import create_app, report_url
+
+    runs = tmp_path / "lake" / "reports" / "quality" / "runs"
+    runs.mkdir(parents=True)
+    (runs / "r1.html").write_text("<h1>Data quality</h1>")
+    (tmp_path / "lake" / "secret.txt").write_text("not a report")
+    client = TestClient(create_app(str(tmp_path / "lake")))
+    page = client.get("/quality/runs/r1.html")
+    assert (page.status_code, page.text) == (200, "<h1>Data quality</h1>")
+    for path in ("/../secret.txt", "/%2e%2e/secret.txt", "/quality/runs/none.html"):
+        assert client.get(path).status_code == 404, path
+    root = str(tmp_path / "lake")
+    assert report_url(str(runs / "r1.html"), root, "http://host:8080/") == (
+        "http://host:8080/lake-reports/quality/runs/r1.html"
+    )
+    assert report_url(str(tmp_path / "elsewhere.html"), root, "http://host:8080") is None
+
+
 def test_manual_backfill_params_are_checked_before_any_spark_work(demo, tmp_path):
+    plugins = demo("plugins")
+    assert plugins.returncode == 0 and "lake_reports" in plugins.stdout, output(plugins)[-2000:]
     unknown = demo.test_dag("consents_manual_backfill", {"lookup": "nope"})
     assert unknown.returncode != 0
     assert "'nope' is not one of ['accounts']" in output(unknown)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+from pathlib import Path
 
 import pytest
 
@@ -145,6 +146,10 @@ def test_reports_say_it_in_plain_words_and_history_is_recorded(broken):
         assert words in pages
     summary = (root / "reports" / "summary.html").read_text()
     assert "Some checks FAILED" in summary and "user_6  (referenced by 1 record(s)" in summary
+    # Data Docs links are relative to each page, so they work on disk and served over http
+    assert "<a href='gx/uncommitted/data_docs/local_site/index.html'>" in summary
+    run_page = Path(report.summary_html).read_text()
+    assert "<a href='../gx/uncommitted/data_docs/local_site/index.html'>" in run_page
     assert json.loads((root / "reports" / "summary.json").read_text())["success"] is False
     runs = lake.read_arrow(QUALITY_RUNS).to_pylist()
     assert len(runs) == len(report.results) == 7

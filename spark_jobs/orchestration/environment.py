@@ -3,7 +3,7 @@ where Airflow keeps its state, which DAGs it loads, which lake and pipelines the
 master the ``SparkSubmitOperator`` tasks submit to.
 
 - ``AIRFLOW_HOME``: ``$LAKE_AIRFLOW_HOME`` or ``./.airflow`` (git-ignored), with its SQLite database.
-- DAGs: this repo's ``dags/`` folder; no example DAGs.
+- DAGs: this repo's ``dags/`` folder; no example DAGs; the plugin serving the reports.
 - ``LAKE_ROOT`` (absolute) and ``LAKE_PIPELINES`` (pipeline files, ``:``-separated; default: the
   ``--config`` / ``$LAKE_CONFIG`` pipeline, else the bundled demo).
 - The Spark connection of each pipeline (``airflow.spark_conn_id``, default ``lake_spark``) as an
@@ -24,6 +24,7 @@ from spark_jobs.errors import UserError
 
 REPO = Path(__file__).resolve().parents[2]
 DAGS_FOLDER = REPO / "dags"
+PLUGINS_FOLDER = Path(__file__).with_name("airflow_plugins")
 DEFAULT_MASTER = "local[2]"  # the same default as the Spark session seam
 
 
@@ -63,6 +64,7 @@ def airflow_env(
     env["AIRFLOW_HOME"] = str(home)
     env["AIRFLOW__CORE__DAGS_FOLDER"] = str(DAGS_FOLDER)
     env["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
+    env["AIRFLOW__CORE__PLUGINS_FOLDER"] = str(PLUGINS_FOLDER)  # serves the reports, see reports.py
     env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = f"sqlite:///{home / 'airflow.db'}"
     # a local, single-user Airflow: no login page (never set this on a shared deployment)
     env.setdefault("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS", "True")

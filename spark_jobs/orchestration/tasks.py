@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -61,13 +62,20 @@ def _lake(config_path: str, root: str):
 # --- the quality gate -----------------------------------------------------------------------------
 
 
-def quality_lines(report: dict) -> list[str]:
-    """The suite's plain-words summary, one line per expectation, then where the pages are."""
+def quality_lines(report: dict, root: str) -> list[str]:
+    """The suite's plain-words summary, one line per expectation, then where the pages are: on disk,
+    and served by Airflow (the lake_reports plugin) at the UI's address."""
+    from spark_jobs.orchestration.reports import report_url
+
     lines = [
         f"{'PASS' if r['success'] else 'FAIL'}  {r['suite']} / {r['check']}: {r['description']}"
         for r in report["results"]
     ]
     lines.append(f"report: {report.get('summary_html')}")
+    base = os.environ.get("AIRFLOW__API__BASE_URL") or "http://localhost:8080"
+    url = report_url(report.get("summary_html"), root, base)
+    if url:
+        lines.append(f"report in the browser: {url}")
     if report.get("data_docs"):
         lines.append(f"Data Docs: {report['data_docs']}")
     return lines
@@ -77,7 +85,7 @@ def quality_gate(root: str, **context: Any) -> dict:
     """Pass when every expectation of the run's suites passed; otherwise fail the run with the
     failed checks' plain-words summary and the report's path."""
     report = _read_json(run_dir(root, context) / QUALITY_JSON, "run_quality_suites")
-    for line in quality_lines(report):
+    for line in quality_lines(report, root):
         log.info(line)
     failed = [r for r in report["results"] if not r["success"]]
     if failed:

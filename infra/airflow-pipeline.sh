@@ -26,7 +26,7 @@ dag_test() {
   echo "-- airflow dags test $dag $*"
   local from; from=$(wc -l <"$LOG")
   if airflow dags test "$dag" "$@"; then status=0; else status=$?; fi
-  tail -n +"$((from + 1))" "$LOG" | grep -E "\[DAG TEST\] (starting|end) task|PASS |FAIL |quality gate|backfill [a-z_]+ from|join [a-z_]+: |healthy|problem\(s\)|DagRun Finished" \
+  tail -n +"$((from + 1))" "$LOG" | grep -E "\[DAG TEST\] (starting|end) task|PASS |FAIL |quality gate|backfill [a-z_]+ from|join [a-z_]+: |healthy|problem\(s\)|report in the browser|DagRun Finished" \
     | grep -Ev "(PASS|FAIL)  .*SparkSubmitHook|Done\. Returned" \
     | sed -E 's/^[0-9TZ:.-]+ \[[a-z ]+\] //; s/ +\[[A-Za-z_.]+\] loc=.*$//; s/ map_index=-1.*$//' | cut -c1-300
   return $status

@@ -26,6 +26,18 @@ JOIN_TYPES = {
     "table": ("inner", "left", "outer"),
     "stream-table": ("inner", "left"),
     "stream-stream": ("inner", "left", "outer"),
+    "fk": ("inner", "left"),
+    "list": ("left", "inner"),  # the first is the default
+    "derive": ("inner",),
+}
+# The settings each kind takes besides kind/left/type/select/publish.
+JOIN_SETTINGS = {
+    "table": ("right",),
+    "stream-table": ("right",),
+    "stream-stream": ("right", "window"),
+    "fk": ("right", "foreign_key"),
+    "list": ("right", "list", "element_id", "elements", "as"),
+    "derive": ("key",),
 }
 # Columns every result of a kind carries besides ``select``'s (so ``select`` may not use these names).
 JOIN_META_COLUMNS = {
@@ -40,7 +52,11 @@ JOIN_META_COLUMNS = {
         "right_partition",
         "right_offset",
     ),
+    "fk": ("key",),
+    "list": ("key",),
+    "derive": ("key", "master_key"),
 }
+FIELD_PATH_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 COLUMN_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 WINDOW_RE = re.compile(
     r"^\s*(\d+)\s*(ms|milliseconds?|s|secs?|seconds?|m|mins?|minutes?|h|hours?|d|days?)\s*$", re.I
@@ -107,21 +123,34 @@ class AirflowSpec:
 
 @dataclass(frozen=True)
 class JoinSpec:
-    """A continuous join of two topics (README, "Joins")."""
+    """A continuous join of two topics, or a lookup derived from one (README, "Joins")."""
 
     name: str
-    kind: str  # table | stream-table | stream-stream
+    kind: str  # table | stream-table | stream-stream | fk | list | derive
     left: str
-    right: str
+    right: str | None  # None for derive (one master topic)
     type: str  # inner | left | outer (as the kind allows)
     select: dict[str, str]  # output column -> Spark SQL expression over left.<field> / right.<field>
     where: dict[str, str]  # output column -> "file:line: joins.<name>.select.<column>" for errors
     window_ms: int | None = None  # stream-stream: |left.timestamp - right.timestamp| <= window
     publish: str | None = None  # topic receiving the result changelog, if any
+    # fk: the foreign key; derive: the derived key; list: the list -- each a Spark SQL expression
+    # over ``left`` (a bare field path such as ``merchant_id`` or ``address.id`` is read from the JSON)
+    by: str | None = None
+    element_id: str | None = None  # list: the id's path inside object elements (scalars: the element)
+    elements: dict[str, str] = field(default_factory=dict)  # list: column -> expr over element/right
+    list_as: str = "elements"  # list: the enriched list's column
 
     @property
     def job(self) -> str:
         return f"join:{self.name}"
+
+    @property
+    def sides(self) -> tuple[tuple[str, str], ...]:
+        """``(side, topic)`` of every input."""
+        if self.right is None:
+            return (("left", self.left),)
+        return (("left", self.left), ("right", self.right))
 
 
 @dataclass(frozen=True)
@@ -440,36 +469,53 @@ def _join(
         raise doc.error(path, "join names use letters, digits and '_' (they name the result table)")
     if name in topics or name.startswith("lookup_") or name in ("quarantine", "quality_runs", "join_metrics"):
         raise doc.error(path, "the name is taken by a topic or a table of the lake; choose another")
-    spec = mapping(doc, path, spec, ("kind", "left", "right", "type", "select", "window", "publish"))
+    if not isinstance(spec, dict):
+        raise doc.error(path, "must be a mapping")
     kind = choice(doc, (*path, "kind"), spec.get("kind"), tuple(JOIN_TYPES))
-    sides = {}
-    for side in ("left", "right"):
+    spec = mapping(doc, path, spec, ("kind", "left", "type", "select", "publish", *JOIN_SETTINGS[kind]))
+    sides: dict[str, str | None] = {"right": None}
+    for side in ("left", "right") if "right" in JOIN_SETTINGS[kind] else ("left",):
         topic = spec.get(side)
         if topic not in topics:
             raise doc.error((*path, side), f"must name a declared topic, got {topic!r}")
         sides[side] = topic
     if sides["left"] == sides["right"]:
         raise doc.error((*path, "right"), "must be a different topic than left")
-    join_type = choice(doc, (*path, "type"), spec.get("type", "inner"), JOIN_TYPES[kind])
-    select_raw = spec.get("select")
-    if not isinstance(select_raw, dict) or not select_raw:
-        raise doc.error((*path, "select"), "must be a mapping of output column to a Spark SQL expression")
-    select, where = {}, {}
-    for column, expr in select_raw.items():
-        col_path = (*path, "select", column)
-        if not COLUMN_RE.match(column):
-            raise doc.error(col_path, "output columns use letters, digits and '_'")
-        if column in JOIN_META_COLUMNS[kind]:
-            raise doc.error(col_path, f"'{column}' is a column every {kind} result has; choose another name")
-        select[column] = text_value(doc, col_path, expr)
-        where[column] = doc.where(col_path)
+    join_type = choice(doc, (*path, "type"), spec.get("type", JOIN_TYPES[kind][0]), JOIN_TYPES[kind])
+    meta = JOIN_META_COLUMNS[kind]
+    select, where = _expressions(
+        doc, path, "select", spec.get("select"), meta, f"every {kind} result", required=kind != "list"
+    )
     window = None
     if kind == "stream-stream":
         if "window" not in spec:
             raise doc.error((*path, "window"), "is required for a stream-stream join, e.g. '10 minutes'")
         window = window_ms(doc, (*path, "window"), spec["window"])
-    elif "window" in spec:
-        raise doc.error((*path, "window"), f"applies to stream-stream joins only, not {kind}")
+    by_key = {"fk": "foreign_key", "derive": "key", "list": "list"}.get(kind)
+    by = None
+    if by_key:
+        if by_key not in spec:
+            raise doc.error((*path, by_key), f"is required for a {kind} join")
+        by = text_value(doc, (*path, by_key), spec[by_key])
+        where[f"__{by_key}"] = doc.where((*path, by_key))
+    element_id, list_as = None, "elements"
+    elements: dict[str, str] = {}
+    if kind == "list":
+        if "element_id" in spec:
+            element_id = text_value(doc, (*path, "element_id"), spec["element_id"])
+            if not FIELD_PATH_RE.match(element_id):
+                raise doc.error(
+                    (*path, "element_id"), f"must be a field path such as 'id', got {element_id!r}"
+                )
+        list_as = spec.get("as", "elements")
+        if not isinstance(list_as, str) or not COLUMN_RE.match(list_as) or list_as in (*meta, *select):
+            raise doc.error(
+                (*path, "as"), f"must be a new column name of letters, digits and '_', got {list_as!r}"
+            )
+        elements, element_where = _expressions(
+            doc, path, "elements", spec.get("elements"), ("id", "matched"), "every element", required=True
+        )
+        where |= {f"elements.{c}": w for c, w in element_where.items()}
     publish = spec.get("publish", False)
     if publish is True:
         publish = f"{name}_changelog"
@@ -481,4 +527,44 @@ def _join(
         raise doc.error(
             (*path, "publish"), f"topic '{publish}' is declared already; publish needs its own topic"
         )
-    return JoinSpec(name, kind, sides["left"], sides["right"], join_type, select, where, window, publish)
+    return JoinSpec(
+        name,
+        kind,
+        str(sides["left"]),
+        sides["right"],
+        join_type,
+        select,
+        where,
+        window,
+        publish,
+        by,
+        element_id,
+        elements,
+        list_as,
+    )
+
+
+def _expressions(
+    doc: LocatedYaml,
+    path: tuple[str, ...],
+    key: str,
+    raw: Any,
+    reserved: tuple[str, ...],
+    owner: str,
+    required: bool,
+) -> tuple[dict[str, str], dict[str, str]]:
+    """A mapping of output column -> Spark SQL expression, and each column's location."""
+    if raw is None and not required:
+        return {}, {}
+    if not isinstance(raw, dict) or not raw:
+        raise doc.error((*path, key), "must be a mapping of output column to a Spark SQL expression")
+    exprs, where = {}, {}
+    for column, expr in raw.items():
+        col_path = (*path, key, column)
+        if not COLUMN_RE.match(column):
+            raise doc.error(col_path, "output columns use letters, digits and '_'")
+        if column in reserved:
+            raise doc.error(col_path, f"'{column}' is a column {owner} has; choose another name")
+        exprs[column] = text_value(doc, col_path, expr)
+        where[column] = doc.where(col_path)
+    return exprs, where

@@ -10,7 +10,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from spark_jobs.config import load_config
-from spark_jobs.joins.engine import JoinJob
+from spark_jobs.joins.keyed import job_for
 from spark_jobs.topics import produce_records
 
 PIPELINE = """
@@ -70,13 +70,13 @@ class Feeder:
     def __init__(self, spark, lake, config, name: str, query_id: str = "test-query"):
         self.spark, self.lake, self.config = spark, lake, config
         self.spec = config.join(name)
-        self.job = JoinJob(spark, lake, config, self.spec, query_id)
+        self.job = job_for(spark, lake, config, self.spec, query_id)
         self.seen: set[tuple[str, int, int]] = set()
         self.batch_id = 0
 
     def pending_records(self) -> pa.Table:
         parts = []
-        for side, topic in (("left", self.spec.left), ("right", self.spec.right)):
+        for side, topic in self.spec.sides:
             rows = self.lake.read_arrow(topic, columns=["key", "value", "timestamp", "partition", "offset"])
             rows = rows.sort_by([("partition", "ascending"), ("offset", "ascending")])
             keep = [

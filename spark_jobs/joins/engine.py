@@ -79,12 +79,36 @@ METRICS_SCHEMA = pa.schema(
         ("deleted", pa.int64()),
         ("appended", pa.int64()),
         ("pending", pa.int64()),  # stream kinds: events waiting (for the right side / their window)
+        ("null_keys", pa.int64()),  # fk / derive: live left rows whose foreign / derived key is null
+        ("elements_joined", pa.int64()),  # list: elements looked up in the right table (added, updated)
+        ("elements_retracted", pa.int64()),  # list: elements removed from their lists
+        ("elements_kept", pa.int64()),  # list: elements of recomputed rows reused without a lookup
     ]
 )
 # A stream-stream pair (or an unmatched event) before ``select``: meta columns, then both values.
 PAIR_COLUMNS = [*JOIN_META_COLUMNS["stream-stream"], "left_value", "right_value"]
 COMPACT_FILES = 64  # a table join's state log is compacted when it has this many data files
 RECORD_COLUMNS = [name for name, _ in RECORD_FIELDS]
+# fk / derive: the left state keeps each version's foreign (derived) key; list: its items and ids.
+BY_FIELDS = {
+    "fk": [("by", pa.binary())],
+    "derive": [("by", pa.binary())],
+    "list": [("items", pa.list_(pa.string())), ("ids", pa.list_(pa.binary()))],
+}
+# The subscription store: which left key pointed at which foreign (derived) key, per accepted version.
+SUBS_SCHEMA = pa.schema(
+    [("by", pa.binary()), ("key", pa.binary()), ("timestamp", TS), ("offset", pa.int64())]
+)
+# A list join's element cache: per (left key, element id) the right value it was joined with.
+ELEMENTS_SCHEMA = pa.schema(
+    [
+        ("key", pa.binary()),
+        ("id", pa.binary()),
+        ("right_value", pa.binary()),
+        ("member", pa.bool_()),  # false: the element left the list
+        ("seq", pa.int64()),  # the table version the row was written in (the latest wins)
+    ]
+)
 
 
 def state_tables(spec: JoinSpec) -> dict[str, pa.Schema]:
@@ -92,6 +116,13 @@ def state_tables(spec: JoinSpec) -> dict[str, pa.Schema]:
     name = spec.name
     if spec.kind == "table":
         return {f"{name}__left": STATE_SCHEMA, f"{name}__right": STATE_SCHEMA}
+    if spec.kind in BY_FIELDS:
+        tables = {f"{name}__left": pa.schema([*RECORD_FIELDS, *BY_FIELDS[spec.kind]])}
+        if spec.kind == "list":
+            return tables | {f"{name}__right": STATE_SCHEMA, f"{name}__elements": ELEMENTS_SCHEMA}
+        if spec.kind == "fk":
+            tables[f"{name}__right"] = STATE_SCHEMA
+        return tables | {f"{name}__subs": SUBS_SCHEMA}
     tables = {f"{name}__progress": PROGRESS_SCHEMA, f"{name}__decisions": DECISIONS_SCHEMA}
     if spec.kind == "stream-table":
         tables |= {f"{name}__right_history": STATE_SCHEMA, f"{name}__pending": STATE_SCHEMA}
@@ -118,13 +149,25 @@ class BatchMetrics:
     deleted: int = 0
     appended: int = 0
     pending: int = 0
+    null_keys: int = 0
+    elements_joined: int = 0
+    elements_retracted: int = 0
+    elements_kept: int = 0
 
     def text(self) -> str:
-        return (
+        text = (
             f"in {self.input_left}+{self.input_right}, quarantined {self.quarantined}, "
             f"affected {self.affected_keys}, upserted {self.upserted}, deleted {self.deleted}, "
             f"appended {self.appended}, pending {self.pending}"
         )
+        if self.null_keys:
+            text += f", null key {self.null_keys}"
+        if self.elements_joined or self.elements_retracted or self.elements_kept:
+            text += (
+                f", elements joined {self.elements_joined}, retracted {self.elements_retracted}, "
+                f"kept {self.elements_kept}"
+            )
+        return text
 
 
 class Projection:
@@ -138,15 +181,11 @@ class Projection:
         self.spark = spark
         self.spec = spec
         self.meta = list(JOIN_META_COLUMNS[spec.kind])
-        self.formats = {
-            "left": config.topic(spec.left).value_format,
-            "right": config.topic(spec.right).value_format,
-        }
+        self.formats = {side: config.topic(topic).value_format for side, topic in spec.sides}
         empty = pa.table(
             {
                 **{c: pa.array([], _meta_type(c)) for c in self.meta},
-                "left_value": pa.array([], pa.binary()),
-                "right_value": pa.array([], pa.binary()),
+                **{f"{side}_value": pa.array([], pa.binary()) for side in self.formats},
             }
         )
         self.output_schema = self._check(empty)
@@ -159,7 +198,7 @@ class Projection:
 
     def _frame(self, rows: pa.Table | DataFrame) -> DataFrame:
         df = self.spark.createDataFrame(rows) if isinstance(rows, pa.Table) else rows
-        return df.select(*self.meta, self._side("left").alias("left"), self._side("right").alias("right"))
+        return df.select(*self.meta, *[self._side(side).alias(side) for side in self.formats])
 
     def frame(self, rows: DataFrame) -> DataFrame:
         """The result's columns of a Spark DataFrame of meta columns, ``left_value``, ``right_value``."""
@@ -195,7 +234,7 @@ class Projection:
 
 
 def _meta_type(column: str) -> pa.DataType:
-    if column == "key":
+    if column.endswith("key"):
         return pa.binary()
     if column.endswith("timestamp"):
         return TS
@@ -274,23 +313,26 @@ class JoinJob:
     ):
         self.spark, self.lake, self.config, self.spec, self.log = spark, lake, config, spec, log
         self._query_id = query_id
-        self.left_topic, self.right_topic = config.topic(spec.left), config.topic(spec.right)
-        self.formats = {"left": self.left_topic.value_format, "right": self.right_topic.value_format}
-        self.projection = Projection(spark, config, spec)
+        self.left_topic = config.topic(spec.left)
+        self.right_topic = config.topic(spec.right) if spec.right else None
+        self.formats = {side: config.topic(topic).value_format for side, topic in spec.sides}
+        self.projection = self._projection()
         self.result_schema = self.projection.output_schema
         self.tables = state_tables(spec)
+        self._appended: set[str] = set()  # state logs appended to in this batch
         self._create_tables()
 
     # --- setup ------------------------------------------------------------------------------
     def _create_tables(self) -> None:
-        for topic in (self.left_topic, self.right_topic):
-            ensure_topic(self.lake, topic)
+        for _, topic in self.spec.sides:
+            ensure_topic(self.lake, self.config.topic(topic))
         if self.spec.publish:
             ensure_topic(self.lake, self.config.topic(self.spec.publish))
         for name, schema in self.tables.items():
             self.lake.create(name, schema, change_feed=False, description=f"state of join {self.spec.name}")
         ensure_quarantine(self.lake)
         self.lake.create(METRICS, METRICS_SCHEMA, description="one row per join micro-batch")
+        self.lake.add_missing_columns(METRICS, METRICS_SCHEMA)  # lakes made before a column existed
         self.lake.create(self.spec.name, self.result_schema, description=f"result of join {self.spec.name}")
         existing = table_arrow_schema(self.lake.table(self.spec.name))
         if [(f.name, str(f.type)) for f in existing] != [(f.name, str(f.type)) for f in self.result_schema]:
@@ -299,6 +341,9 @@ class JoinJob:
                 f"from the configured select ({', '.join(self.result_schema.names)}); "
                 f"rerun with --reset to rebuild it"
             )
+
+    def _projection(self) -> Any:
+        return Projection(self.spark, self.config, self.spec)
 
     @property
     def query_id(self) -> str:
@@ -309,9 +354,10 @@ class JoinJob:
         """Run one micro-batch: ``frame`` holds both topics' new records with a ``side`` column."""
         started = time.perf_counter()
         started_at = datetime.now(UTC)
+        by_fields = BY_FIELDS.get(self.spec.kind, [])
         batch = conform(
-            prepare(frame, self.formats).toArrow(),
-            pa.schema([("side", pa.string()), *RECORD_FIELDS, ("reason", pa.string())]),
+            self._prepared(frame).toArrow(),
+            pa.schema([("side", pa.string()), *RECORD_FIELDS, ("reason", pa.string()), *by_fields]),
             f"join {self.spec.name} input",
         )
         txn = (self.query_id, int(batch_id))
@@ -323,10 +369,13 @@ class JoinJob:
         good = batch.filter(pc.is_null(batch["reason"]))
         metrics.quarantined = bad.num_rows
         self._quarantine(bad, txn, started_at)
-        left = good.filter(pc.equal(good["side"], "left")).select(RECORD_COLUMNS)
+        left_columns = RECORD_COLUMNS + [f for f, _ in by_fields]
+        left = good.filter(pc.equal(good["side"], "left")).select(left_columns)
         right = good.filter(pc.equal(good["side"], "right")).select(RECORD_COLUMNS)
         if self.spec.kind == "table":
             self._table_batch(left, right, txn, started_at, metrics)
+        elif self.spec.kind in BY_FIELDS:
+            self._keyed_batch(left, right, txn, started_at, metrics)
         else:
             progress = self._progress(batch, txn)
             if self.spec.kind == "stream-table":
@@ -338,6 +387,15 @@ class JoinJob:
         self.log(f"join {self.spec.name} batch {batch_id}: {metrics.text()} ({duration:.0f} ms)")
         return metrics
 
+    def _prepared(self, frame: DataFrame) -> DataFrame:
+        """The batch with ``reason`` (and, for the kinds that need them, the left records' keys)."""
+        return prepare(frame, self.formats)
+
+    def _keyed_batch(
+        self, left: pa.Table, right: pa.Table, txn: tuple[str, int], at: datetime, m: BatchMetrics
+    ) -> None:
+        raise NotImplementedError(f"join kind {self.spec.kind} runs as spark_jobs.joins.keyed.job_for(...)")
+
     # --- table -----------------------------------------------------------------------------
     def _table_batch(
         self, left: pa.Table, right: pa.Table, txn: tuple[str, int], at: datetime, m: BatchMetrics
@@ -347,52 +405,82 @@ class JoinJob:
         m.affected_keys = len(keys)
         if len(keys) == 0:
             return
-        sides, appended = {}, []
+        sides = {}
         for side, records in (("left", left), ("right", right)):
-            table = f"{name}__{side}"
-            state = latest_per_key(self.lake.read_keys(table, "key", keys))
-            latest = latest_per_key(records)
-            fresh = latest.filter(is_newer(latest, state))
-            if fresh.num_rows:
-                # the state is a log of accepted versions: appending costs what changed, not the table
-                self.lake.append(table, fresh, txn=txn)
-                appended.append(table)
-                state = latest_per_key(pa.concat_tables([state, fresh]))
+            state, _ = self._apply(f"{name}__{side}", records, keys, txn)
             live = state.filter(pc.is_valid(state["value"]))
             sides[side] = live.select(["key", "value"]).rename_columns(["key", f"{side}_value"])
         join_type = {"inner": "inner", "left": "left outer", "outer": "full outer"}[self.spec.type]
         joined = sides["left"].join(sides["right"], "key", join_type=join_type, coalesce_keys=True)
         desired = self.projection.apply(joined, with_json=bool(self.spec.publish))
-        current = self.lake.read_keys(name, "key", keys)
-        upserts, deletes = _diff(desired, current, self.projection.output_schema.names)
-        m.upserted, m.deleted = upserts.num_rows, len(deletes)
-        if self.spec.publish and (upserts.num_rows or len(deletes)):
-            keys_out = pa.concat_arrays([upserts["key"].combine_chunks(), deletes])
-            values = pa.concat_arrays(
+        changes = self._changes(desired, keys)
+        self._write_changes([changes], txn, at, m)
+
+    def _apply(
+        self, table: str, records: pa.Table, keys: pa.Array, txn: tuple[str, int]
+    ) -> tuple[pa.Table, pa.Table]:
+        """Append the batch's records that are newer than a state log's latest version of their key;
+        returns the latest version of ``keys`` after that (tombstones included), and the appended."""
+        state = latest_per_key(self.lake.read_keys(table, "key", keys))
+        latest = latest_per_key(records)
+        fresh = latest.filter(is_newer(latest, state))
+        if fresh.num_rows:
+            # the state is a log of accepted versions: appending costs what changed, not the table
+            self.lake.append(table, fresh, txn=txn)
+            self._appended.add(table)
+            state = latest_per_key(pa.concat_tables([state, fresh]))
+        return state, fresh
+
+    def _changes(self, desired: pa.Table, keys: pa.Array) -> tuple[pa.Table, pa.Array]:
+        """The upserts (new or different rows of ``desired``) and deletes (result keys among ``keys``
+        that ``desired`` no longer has) that make the result hold ``desired`` for ``keys``."""
+        current = self.lake.read_keys(self.spec.name, "key", keys)
+        return _diff(desired, current, self.result_schema.names)
+
+    def _write_changes(
+        self,
+        changes: list[tuple[pa.Table, pa.Array]],
+        txn: tuple[str, int],
+        at: datetime,
+        m: BatchMetrics,
+    ) -> None:
+        """Publish and merge the result's changes in one commit each, then compact the state logs the
+        batch appended to."""
+        upserts = pa.concat_tables([u for u, _ in changes]) if changes else None
+        deletes = pa.concat_arrays([d for _, d in changes]) if changes else pa.array([], pa.binary())
+        m.upserted, m.deleted = (upserts.num_rows if upserts is not None else 0), len(deletes)
+        if upserts is not None and (upserts.num_rows or len(deletes)):
+            if self.spec.publish:
+                keys_out = pa.concat_arrays([upserts["key"].combine_chunks(), deletes])
+                values = pa.concat_arrays(
+                    [
+                        upserts["__json"].combine_chunks().cast(pa.binary()),
+                        pa.nulls(len(deletes), pa.binary()),
+                    ]
+                )
+                self._publish(keys_out, values, txn, at)
+            merged = pa.concat_tables(
                 [
-                    upserts["__json"].combine_chunks().cast(pa.binary()),
-                    pa.nulls(len(deletes), pa.binary()),
+                    _without_json(upserts).append_column(
+                        "__delete", pa.array(np.zeros(upserts.num_rows, dtype=bool))
+                    ),
+                    _deletes_table(deletes, self.result_schema),
                 ]
             )
-            self._publish(keys_out, values, txn, at)
-        changes = pa.concat_tables(
-            [
-                _without_json(upserts).append_column(
-                    "__delete", pa.array(np.zeros(upserts.num_rows, dtype=bool))
-                ),
-                _deletes_table(deletes, self.result_schema),
-            ]
-        )
-        self.lake.merge(name, changes, ["key"], delete_column="__delete", txn=txn)
-        for table in appended:  # only appends add files
+            self.lake.merge(self.spec.name, merged, ["key"], delete_column="__delete", txn=txn)
+        for table in sorted(self._appended):  # only appends add files
             self._compact(table)
+        self._appended.clear()
 
     def _compact(self, table: str) -> None:
         """Rewrite a state log as its latest version per key once it has many files. The content is
         the same before and after, so a crash or replay around it changes nothing."""
         if self.lake.add_actions(table).num_rows < COMPACT_FILES:
             return
-        self.lake.overwrite(table, latest_per_key(self.lake.read_arrow(table)))
+        self.lake.overwrite(table, self._compacted(table, self.lake.read_arrow(table)))
+
+    def _compacted(self, table: str, rows: pa.Table) -> pa.Table:  # noqa: ARG002 (kinds override)
+        return latest_per_key(rows)
 
     # --- stream kinds: progress and decisions ------------------------------------------------
     def _progress(self, batch: pa.Table, txn: tuple[str, int]) -> list[dict[str, Any]]:
@@ -434,7 +522,8 @@ class JoinJob:
                 return rows[0] | {"recorded": True}
         decision: dict[str, Any] = {"query_id": txn[0], "batch_id": txn[1]}
         maxima: dict[str, Any] = {}
-        for side, topic in (("left", self.left_topic), ("right", self.right_topic)):
+        for side, name in self.spec.sides:
+            topic = self.config.topic(name)
             seen = np.zeros(topic.partitions, dtype=np.int64)
             stamps = [r["max_timestamp"] for r in progress if r["side"] == side]
             for r in progress:

@@ -18,6 +18,7 @@ from pyspark.sql import functions as F
 from spark_jobs.config import PipelineConfig
 from spark_jobs.errors import UserError
 from spark_jobs.joins.engine import Projection, prepare, side_records
+from spark_jobs.joins.keyed import BY_SETTING, LeftKeys, ListProjection
 from spark_jobs.joins.runner import consumed_versions
 from spark_jobs.lake import Lake, conform, table_arrow_schema, without_views
 
@@ -25,12 +26,22 @@ SAMPLE = 10
 
 
 def _records(
-    spark: SparkSession, lake: Lake, config: PipelineConfig, topic: str, side: str, version: int
+    spark: SparkSession,
+    lake: Lake,
+    config: PipelineConfig,
+    topic: str,
+    side: str,
+    version: int,
+    keys: LeftKeys | None = None,
 ) -> DataFrame:
-    """A topic's valid records (as the engine accepts them) as of ``version``."""
+    """A topic's valid records (as the engine accepts them) as of ``version``; with ``keys``, the
+    left records' foreign / derived key (``by``) or list (``items``, ``ids``)."""
     df = side_records(lake.read(spark, topic, version), side)
     formats = {side: config.topic(topic).value_format}
-    return prepare(df, formats).filter(F.col("reason").isNull()).drop("reason", "side")
+    df = prepare(df, formats)
+    if keys is not None:
+        df = keys.add(df)
+    return df.filter(F.col("reason").isNull()).drop("reason", "side")
 
 
 def _latest(records: DataFrame) -> DataFrame:
@@ -45,15 +56,15 @@ def expected(
     consumed, else the topics' current versions)."""
     spec = config.join(name)
     versions = (
-        versions
-        or consumed_versions(lake, spec)
-        or {
-            "left": lake.version(spec.left),
-            "right": lake.version(spec.right),
-        }
+        versions or consumed_versions(lake, spec) or {side: lake.version(topic) for side, topic in spec.sides}
     )
-    left = _records(spark, lake, config, spec.left, "left", versions["left"])
-    right = _records(spark, lake, config, spec.right, "right", versions["right"])
+    keys = LeftKeys(spark, config, spec) if spec.kind in BY_SETTING else None
+    left = _records(spark, lake, config, spec.left, "left", versions["left"], keys)
+    right = _records(spark, lake, config, spec.right, "right", versions["right"]) if spec.right else None
+    if spec.kind in BY_SETTING:
+        table = _keyed(spark, config, spec, left, right).toArrow()
+        return conform(table, table_arrow_schema(lake.table(spec.name)), f"oracle of {spec.name}")
+    assert right is not None
     projection = Projection(spark, config, spec)
     how = {"inner": "inner", "left": "left", "outer": "full"}[spec.type]
     if spec.kind == "table":
@@ -94,6 +105,45 @@ def expected(
         rows = _stream_stream(spark, lake, spec, left, right)
     table = projection.frame(rows).toArrow()
     return conform(table, table_arrow_schema(lake.table(spec.name)), f"oracle of {spec.name}")
+
+
+def _keyed(
+    spark: SparkSession, config: PipelineConfig, spec: Any, left: DataFrame, right: DataFrame | None
+) -> DataFrame:
+    """fk, derive and list as plain batch joins of the latest live records."""
+    lhs = _latest(left).filter(F.col("value").isNotNull())
+    rhs = None
+    if right is not None:
+        rhs = (
+            _latest(right)
+            .filter(F.col("value").isNotNull())
+            .select("key", F.col("value").alias("right_value"))
+        )
+    if spec.kind == "fk":
+        assert rhs is not None
+        rows = lhs.select("key", F.col("value").alias("left_value"), F.col("by").alias("fk"))
+        rows = rows.join(
+            rhs.withColumnRenamed("key", "fk"), "fk", "inner" if spec.type == "inner" else "left"
+        ).drop("fk")
+        return Projection(spark, config, spec).frame(rows)
+    if spec.kind == "derive":
+        newest = Window.partitionBy("by").orderBy(F.col("timestamp").desc(), F.col("offset").desc())
+        rows = (
+            lhs.filter(F.col("by").isNotNull())
+            .withColumn("_rn", F.row_number().over(newest))
+            .filter("_rn = 1")
+            .select(
+                F.col("by").alias("key"), F.col("key").alias("master_key"), F.col("value").alias("left_value")
+            )
+        )
+        return Projection(spark, config, spec).frame(rows)
+    assert rhs is not None
+    elements = lhs.select("key", F.posexplode(F.arrays_zip("items", "ids")).alias("pos", "e")).select(
+        "key", "pos", F.col("e.items").alias("item"), F.col("e.ids").alias("id")
+    )
+    elements = elements.join(rhs.withColumnRenamed("key", "id"), "id", "left")
+    rows = lhs.select("key", F.col("value").alias("left_value"))
+    return ListProjection(spark, config, spec).frame(rows, elements)
 
 
 def _stream_stream(

@@ -29,7 +29,8 @@ from pyspark.sql import DataFrame, SparkSession
 
 from spark_jobs.config import JoinSpec, PipelineConfig
 from spark_jobs.errors import UserError
-from spark_jobs.joins.engine import METRICS, BatchMetrics, JoinJob, side_records, state_tables
+from spark_jobs.joins.engine import METRICS, BatchMetrics, side_records, state_tables
+from spark_jobs.joins.keyed import job_for
 from spark_jobs.lake import Lake
 from spark_jobs.repair import running_jobs
 
@@ -53,14 +54,14 @@ def query_id(checkpoint: Path) -> str:
 
 def consumed_versions(lake: Lake, spec: JoinSpec) -> dict[str, int] | None:
     """The topic versions the last committed micro-batch read up to, from the Spark checkpoint
-    (``offsets/<n>`` holds one line per source, in the order left, right)."""
+    (``offsets/<n>`` holds one line per source, in the order left, right; derive joins have one)."""
     checkpoint = checkpoint_dir(lake, spec)
     commits = [int(p.name) for p in (checkpoint / "commits").glob("[0-9]*")] if checkpoint.is_dir() else []
     if not commits:
         return None
     lines = (checkpoint / "offsets" / str(max(commits))).read_text().splitlines()
-    offsets = [json.loads(line) for line in lines[2:4]]
-    return {"left": int(offsets[0]["version"]), "right": int(offsets[1]["version"])}
+    offsets = [json.loads(line) for line in lines[2 : 2 + len(spec.sides)]]
+    return {side: int(offset["version"]) for (side, _), offset in zip(spec.sides, offsets, strict=True)}
 
 
 @contextmanager
@@ -154,7 +155,7 @@ def run_join(
     stop = stop or threading.Event()
     summary = RunSummary(spec.name)
     with registered(lake, spec, "once" if once else "continuous") as beat:
-        job = JoinJob(spark, lake, config, spec, lambda: query_id(checkpoint), log)
+        job = job_for(spark, lake, config, spec, lambda: query_id(checkpoint), log)
         guard = threading.Lock()
         stopping = [False]
 
@@ -169,9 +170,8 @@ def run_join(
                 summary.add(metrics)
                 beat({"last_batch_id": batch_id, "last_batch": metrics.text()})
 
-        stream = _topic_stream(spark, lake, spec.left, "left", max_files).unionByName(
-            _topic_stream(spark, lake, spec.right, "right", max_files)
-        )
+        streams = [_topic_stream(spark, lake, topic, side, max_files) for side, topic in spec.sides]
+        stream = streams[0] if len(streams) == 1 else streams[0].unionByName(streams[1])
         writer = stream.writeStream.queryName(f"join_{spec.name}").foreachBatch(batch)
         writer = writer.option("checkpointLocation", str(checkpoint))
         if once:
@@ -277,7 +277,7 @@ def status(lake: Lake, config: PipelineConfig) -> list[dict[str, Any]]:
         row["heartbeat_at"] = _registry(lake, spec).get("heartbeat_at") if row["pid"] else None
         consumed = consumed_versions(lake, spec)
         behind: dict[str, int | None] = {}
-        for side, topic in (("left", spec.left), ("right", spec.right)):
+        for side, topic in spec.sides:
             latest = lake.version(topic) if lake.exists(topic) else None
             if latest is None:
                 behind[side] = None

@@ -156,7 +156,7 @@ def health(
                 )
         for side, behind in row["versions_behind"].items():
             if behind is not None and behind > max_versions_behind:
-                topic = spec.left if side == "left" else spec.right
+                topic = dict(spec.sides)[side]
                 problems.append(
                     f"join {name}: its {side} input {topic} is {behind} versions behind "
                     f"(limit {max_versions_behind})"

@@ -30,6 +30,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable, QueryBuilder, Transaction, write_deltalake
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
+from deltalake.schema import Field as DeltaField
 from deltalake.transaction import AddAction
 
 from spark_jobs.config import resolve_root
@@ -206,6 +207,14 @@ class Lake:
             if self.exists(name):  # created concurrently by another process
                 return self.table(name)
             raise
+
+    def add_missing_columns(self, name: str, schema: pa.Schema) -> list[str]:
+        """Add the (nullable) columns of ``schema`` that the table lacks; returns their names."""
+        have = set(table_arrow_schema(self.table(name)).names)
+        missing = [f.with_nullable(True) for f in schema if f.name not in have]
+        if missing:
+            self.table(name).alter.add_columns([DeltaField.from_arrow(f) for f in missing])
+        return [f.name for f in missing]
 
     def version(self, name: str) -> int:
         return self.table(name).version()

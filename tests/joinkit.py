@@ -191,3 +191,116 @@ def _us(ts) -> int:
 
 def topic_history(lake, topic: str) -> list[dict]:
     return lake.read_arrow(topic, columns=["key", "value", "timestamp", "partition", "offset"]).to_pylist()
+
+
+# --- fk, list and derive -----------------------------------------------------------------------
+KEYED_PIPELINE = """
+pipeline: keyed-test
+topics:
+  P: {partitions: 3}
+  M: {partitions: 2}
+  PE: {partitions: 2}
+  A: {partitions: 3}
+joins:
+  fk_inner: {kind: fk, left: P, right: M, foreign_key: m, type: inner, select: {lv: left.v, rv: right.v}}
+  fk_left:
+    kind: fk
+    left: P
+    right: M
+    foreign_key: m
+    type: left
+    select: {lv: left.v, rv: right.v}
+    publish: true
+  list_left:
+    kind: list
+    left: PE
+    right: A
+    list: ids
+    select: {lv: left.v}
+    elements: {rv: right.v}
+    as: items
+  list_inner:
+    kind: list
+    left: PE
+    right: A
+    list: ids
+    type: inner
+    select: {lv: left.v}
+    elements: {rv: right.v}
+    as: items
+  derive:
+    kind: derive
+    left: M
+    key: v
+    select: {id: "cast(master_key as string)", n: "cast(left.n as int)"}
+"""
+
+
+def jv(**fields) -> bytes:
+    """A JSON value (None values are written as JSON null)."""
+    return json.dumps(fields).encode()
+
+
+def fk_rows(lake, name: str) -> list[tuple]:
+    return result_rows(lake, name)
+
+
+def list_rows(lake, name: str) -> list[tuple]:
+    """(key, lv, [(id, matched, rv), ...]) per result row, by key."""
+    out = []
+    for r in lake.read_arrow(name).to_pylist():
+        items = [(e["id"], e["matched"], e["rv"]) for e in r["items"]]
+        out.append((r["key"].decode(), r["lv"], items))
+    return sorted(out)
+
+
+def derive_rows(lake, name: str = "derive") -> list[tuple]:
+    rows = lake.read_arrow(name).to_pylist()
+    return sorted((r["key"].decode(), r["id"], r["n"]) for r in rows)
+
+
+def _latest_live(records: list[dict]) -> dict:
+    best: dict = {}
+    for r in records:
+        k = r["key"]
+        if k not in best or (r["timestamp"], r["offset"]) > (best[k]["timestamp"], best[k]["offset"]):
+            best[k] = r
+    return {k: r for k, r in best.items() if r["value"] is not None}
+
+
+def model_fk(left: list[dict], right: list[dict], how: str) -> list[tuple]:
+    rhs = {k: json.loads(r["value"])["v"] for k, r in _latest_live(right).items()}
+    rows = []
+    for k, r in _latest_live(left).items():
+        value = json.loads(r["value"])
+        fk = value.get("m")
+        rv = rhs.get(str(fk).encode()) if fk is not None else None
+        matched = fk is not None and str(fk).encode() in rhs
+        if how == "inner" and not matched:
+            continue
+        rows.append((k.decode(), value["v"], rv))
+    return sorted(rows, key=lambda t: tuple((x is None, x) for x in t))
+
+
+def model_list(left: list[dict], right: list[dict], how: str) -> list[tuple]:
+    rhs = {k.decode(): json.loads(r["value"])["v"] for k, r in _latest_live(right).items()}
+    rows = []
+    for k, r in _latest_live(left).items():
+        value = json.loads(r["value"])
+        items = [(i, i in rhs, rhs.get(i)) for i in value["ids"]]
+        if how == "inner":
+            items = [e for e in items if e[1]]
+        rows.append((k.decode(), value["v"], items))
+    return sorted(rows)
+
+
+def model_derive(master: list[dict]) -> list[tuple]:
+    newest: dict = {}
+    for k, r in _latest_live(master).items():
+        value = json.loads(r["value"])
+        d = value.get("v")
+        if d is None:
+            continue
+        if d not in newest or (r["timestamp"], r["offset"]) > newest[d][0]:
+            newest[d] = ((r["timestamp"], r["offset"]), k.decode(), value.get("n"))
+    return sorted((d, k, n) for d, (_, k, n) in newest.items())

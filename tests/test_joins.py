@@ -36,7 +36,7 @@ def assert_oracle(spark, lake, cfg, name):
 @pytest.mark.parametrize(
     ("join", "message"),
     [
-        ("{kind: fk, left: L, right: R, select: {a: left.v}}", "kind: must be one of table, stream-table"),
+        ("{kind: nope, left: L, right: R, select: {a: left.v}}", "kind: must be one of table, stream-table"),
         (
             "{kind: stream-table, left: L, right: R, type: outer, select: {a: left.v}}",
             "type: must be one of inner, left",

@@ -132,7 +132,8 @@ class ListProjection:
         frame = self._checked(
             spark.createDataFrame(rows.empty_table()), spark.createDataFrame(elements.empty_table())
         )
-        self.output_schema = to_arrow_schema(frame.schema, timezone="UTC")
+        schema = to_arrow_schema(frame.schema, timezone="UTC")
+        self.output_schema = pa.schema([f.with_nullable(True) for f in schema])  # deletes carry nulls
 
     def _value(self, side: str, column: str) -> Column:
         raw = F.col(column)
@@ -226,7 +227,8 @@ def latest_by(rows: pa.Table, keys: list[str], order: list[str]) -> pa.Table:
     return ordered.filter(pa.concat_arrays([change, pa.array([True])]))
 
 
-def chunks(keys: pa.Array, size: int = CHUNK_KEYS) -> Iterator[pa.Array]:
+def chunks(keys: pa.Array, size: int | None = None) -> Iterator[pa.Array]:
+    size = size or CHUNK_KEYS
     for start in range(0, len(keys), size):
         yield keys.slice(start, size)
 

@@ -15,7 +15,22 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from joinkit import T0, model_table, produce, result_rows, topic_history, write_config
+from joinkit import (
+    KEYED_PIPELINE,
+    T0,
+    derive_rows,
+    fk_rows,
+    jv,
+    list_rows,
+    model_derive,
+    model_fk,
+    model_list,
+    model_table,
+    produce,
+    result_rows,
+    topic_history,
+    write_config,
+)
 
 from spark_jobs.cli import main
 from spark_jobs.joins.runner import run_join, status
@@ -254,3 +269,60 @@ def test_start_is_idempotent_and_stop_ends_the_detached_job(spark, setup, capsys
     assert "join t_left: was not running" in capsys.readouterr().out
     log = (lake.root / "_jobs" / "t_left.log").read_text()
     assert "join t_left: stopped on request after" in log
+
+
+@pytest.mark.parametrize("name", ["fk_left", "list_left", "derive"])
+def test_fk_list_and_derive_restart_mid_stream_exactly_once(spark, tmp_path, name, capsys):
+    cfg = write_config(tmp_path, KEYED_PIPELINE)
+    lake = Lake(tmp_path / "lake")
+    opts = ["--root", str(tmp_path / "lake"), "--config", cfg.source]
+    def commit(i):
+        produce(lake, cfg, "M", [(f"m{i % 2}", jv(v=f"name{i}", n=i), T0 + i)])
+        produce(lake, cfg, "P", [(f"p{i}", jv(v=f"item{i}", m=f"m{i % 2}"), T0 + i)])
+        produce(lake, cfg, "A", [(f"a{i}", jv(v=f"city{i}"), T0 + i)])
+        produce(lake, cfg, "PE", [("ann", jv(v="Ann", ids=[f"a{j}" for j in range(i + 1)]), T0 + i)])
+
+    commit(0)
+    assert run_join(spark, lake, cfg, name, once=True).batches == 1  # the snapshot
+    for i in range(1, 4):  # three more commits per topic; --max-files 1 reads one per micro-batch
+        commit(i)
+    stop = threading.Event()
+
+    def log(line):
+        if " batch " in line:
+            stop.set()
+
+    first = run_join(spark, lake, cfg, name, once=True, max_files=1, log=log, stop=stop)
+    assert first.stopped_by_signal and first.batches == 1
+    rest = run_join(spark, lake, cfg, name, once=True, max_files=1)
+    assert rest.batches == 2 and first.input_rows + rest.input_rows == (3 if name == "derive" else 6)
+    if name == "fk_left":
+        want = model_fk(topic_history(lake, "P"), topic_history(lake, "M"), "left")
+        assert (
+            fk_rows(lake, name)
+            == want
+            == [
+                ("p0", "item0", "name2"),
+                ("p1", "item1", "name3"),
+                ("p2", "item2", "name2"),
+                ("p3", "item3", "name3"),
+            ]
+        )
+    elif name == "list_left":
+        want = model_list(topic_history(lake, "PE"), topic_history(lake, "A"), "left")
+        assert (
+            list_rows(lake, name) == want == [("ann", "Ann", [(f"a{j}", True, f"city{j}") for j in range(4)])]
+        )
+    else:
+        assert (
+            derive_rows(lake)
+            == model_derive(topic_history(lake, "M"))
+            == [
+                ("name2", "m0", 2),
+                ("name3", "m1", 3),
+            ]
+        )
+    no_noop_changes(lake, name)
+    assert main(["audit", name, *opts]) == 0
+    assert "identical" in capsys.readouterr().out
+    assert main(["status", *opts]) == 0

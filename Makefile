@@ -13,8 +13,8 @@ help: ## list the targets
 setup: ## install Java (if missing) and the locked Python environment into .venv
 	@bash infra/setup.sh
 
-demo: setup ## the demo story (topics, gate, backfill, joins, audit), then the same pipeline through Airflow
-	@$(BIN)/lake demo
+demo: setup ## the demo stories (consents: gate, backfill, joins; marketplace: fk; people: list), then Airflow
+	@$(BIN)/lake demo consents marketplace people
 	@bash infra/airflow-pipeline.sh
 
 pipeline: setup ## the demo pipeline through Airflow only: pipeline DAG, joins, health check, stop

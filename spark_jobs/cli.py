@@ -197,6 +197,13 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[common],
         help="the demo: topics -> quality gate (fails) -> backfill -> gate (passes) -> joins -> audit",
     )
+    d.add_argument(
+        "stories",
+        nargs="*",
+        metavar="STORY",
+        help="consents (the default: gate, backfill, table and stream-table joins), marketplace "
+        "(foreign-key and derive joins), people (list join); each uses its bundled pipeline",
+    )
     d.add_argument("--topics-only", action="store_true", help="only write and print the demo topics")
     d.set_defaults(run=cmd_demo)
 
@@ -615,6 +622,76 @@ def cmd_topics(args) -> int:
 
 
 def cmd_demo(args) -> int:
+    from spark_jobs.demo_stories import STORIES
+
+    stories = args.stories or ["consents"]
+    for story in stories:
+        if story != "consents" and story not in STORIES:
+            known = ", ".join(["consents", *STORIES])
+            raise UserError(f"unknown demo story '{story}' (known: {known})")
+    status = 0
+    if "consents" in stories:
+        status = _demo_consents(args)
+    keyed = [s for s in stories if s != "consents"]
+    if keyed and not args.topics_only and status == 0:
+        status = _demo_stories(args, [STORIES[s] for s in keyed])
+    return status
+
+
+def _demo_stories(args, stories) -> int:
+    """The foreign-key, derive and list joins on small readable data, step by step."""
+    from spark_jobs.demo_stories import run_story
+    from spark_jobs.joins.oracle import audit
+    from spark_jobs.joins.runner import run_join
+    from spark_jobs.lake import Lake
+    from spark_jobs.session import get_spark
+    from spark_jobs.show import render, table_rows
+
+    lake = Lake(args.root)
+    print(f"lake root: {lake.root}\n(starting Spark for the joins ...)", flush=True)
+    spark = get_spark(app_name="demo")
+
+    def run(config, name: str) -> None:
+        summary = run_join(spark, lake, config, name, once=True, log=_batch_line)
+        if summary.batches == 0:
+            print(f"join {name}: nothing new", flush=True)
+
+    def show(name: str, columns: list[str]) -> None:
+        _, rows = table_rows(lake, name)
+        rows = [{c: _demo_cell(v) for c, v in row.items()} for row in rows]
+        for line in render(columns, rows, as_json=False):
+            print("  " + line.replace("\t", "  |  "))
+
+    clean = True
+    for story in stories:
+        print(f"\n== the {story.name} pipeline ({story.pipeline})", flush=True)
+        config = run_story(story, lake, run, show)
+        for name in story.show:
+            report = audit(spark, lake, config, name)
+            print(report.text())
+            clean = clean and report.clean
+    return 0 if clean else 1
+
+
+def _batch_line(line: str) -> None:
+    if " batch " in line:
+        print("  " + line, flush=True)
+
+
+def _demo_cell(value):
+    """A result cell for the demo's tables: an enriched list as `id: fields` items."""
+    from spark_jobs.show import shown
+
+    if isinstance(value, list):
+        items = []
+        for e in value:
+            fields = [str(v) for k, v in e.items() if k not in ("id", "matched") and v is not None]
+            items.append(f"{e['id']}: {', '.join(fields)}" if e.get("matched") else f"{e['id']}: (unknown)")
+        return "[" + "; ".join(items) + "]"
+    return "null" if value is None else shown(value)
+
+
+def _demo_consents(args) -> int:
     """The product's main job on the embedded default: topics -> quality gate (fails: the lookup
     misses old customers) -> backfill -> quality gate (passes)."""
     from spark_jobs import demo

@@ -180,3 +180,49 @@ def test_make_demo_story_fails_the_gate_then_backfills_and_passes(tmp_path):
     late = [line.split() for line in second.splitlines() if line.startswith("  user_9")]
     assert [row[2] for row in late] == ["null", "user9@example.com"]
     assert audits.count(": identical") == 2
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_demo_marketplace_and_people_show_fk_moves_fan_out_and_list_edits(tmp_path):
+    code, out, err = lake_cli(tmp_path / "lake", "demo", "marketplace", "people")
+    assert code == 0, err
+
+    def table(step: str, join: str) -> list[list[str]]:
+        block = out.split(step)[1].split(f"{join}:\n")[1]
+        lines = []
+        for line in block.splitlines()[1:]:
+            if not line.startswith("  "):
+                break
+            lines.append([cell.strip() for cell in line.strip().split("  |  ")])
+        return lines
+
+    moved = table("marketplace 3. FK change", "display_products")
+    assert moved[1] == ["p2", "Spirit level", "24.50", "m2", "Bolt Supplies", "Bergen"]
+    fanned = table("marketplace 4. merchant update fans out", "display_products")
+    assert fanned == [
+        ["p1", "Claw hammer", "19.90", "m1", "Acme Tools & Co", "Trondheim"],
+        ["p2", "Spirit level", "24.50", "m2", "Bolt Supplies", "Bergen"],
+        ["p3", "Cordless drill", "89.00", "m2", "Bolt Supplies", "Bergen"],
+        ["p4", "Gift card", "25.00", "null", "null", "null"],
+    ]
+    assert "join display_products batch 3: in 0+1, quarantined 0, affected 1, upserted 1" in out
+    assert table("marketplace 4.", "merchants_by_name") == [
+        ["Acme Tools & Co", "m1", "Trondheim"],
+        ["Bolt Supplies", "m2", "Bergen"],
+    ]
+    added = table("people 2.", "people_with_addresses")
+    assert added[0] == [
+        "ann",
+        "Ann",
+        "[a1: Storgata 1, Oslo; a2: Bryggen 5, Bergen; a3: Nidarosveien 9, Trondheim]",
+    ]
+    assert "elements joined 2, retracted 0, kept 3" in out.split("people 2.")[1].split("people 3.")[0]
+    removed = table("people 3.", "people_with_addresses")
+    assert removed == [
+        ["ann", "Ann", "[a1: Storgata 1A, Oslo; a2: Bryggen 5, Bergen; a3: Nidarosveien 9, Trondheim]"],
+        ["bob", "Bob", "[a4: Torget 2, Tromsø]"],
+        ["cy", "Cy", "[]"],
+    ]
+    assert "elements joined 1, retracted 1, kept 3" in out.split("people 3.")[1]
+    assert out.count("expected by the batch join of the consumed topic versions: identical") == 3

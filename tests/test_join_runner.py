@@ -276,6 +276,7 @@ def test_fk_list_and_derive_restart_mid_stream_exactly_once(spark, tmp_path, nam
     cfg = write_config(tmp_path, KEYED_PIPELINE)
     lake = Lake(tmp_path / "lake")
     opts = ["--root", str(tmp_path / "lake"), "--config", cfg.source]
+
     def commit(i):
         produce(lake, cfg, "M", [(f"m{i % 2}", jv(v=f"name{i}", n=i), T0 + i)])
         produce(lake, cfg, "P", [(f"p{i}", jv(v=f"item{i}", m=f"m{i % 2}"), T0 + i)])

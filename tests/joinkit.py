@@ -301,6 +301,7 @@ def model_derive(master: list[dict]) -> list[tuple]:
         d = value.get("v")
         if d is None:
             continue
-        if d not in newest or (r["timestamp"], r["offset"]) > newest[d][0]:
-            newest[d] = ((r["timestamp"], r["offset"]), k.decode(), value.get("n"))
+        rank = (r["timestamp"], r["partition"], r["offset"])  # equal timestamps: partition, then offset
+        if d not in newest or rank > newest[d][0]:
+            newest[d] = (rank, k.decode(), value.get("n"))
     return sorted((d, k, n) for d, (_, k, n) in newest.items())

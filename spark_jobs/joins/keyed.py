@@ -45,6 +45,9 @@ from spark_jobs.lake import conform
 
 CHUNK_KEYS = 100_000  # result keys recomputed at a time: a hot key's fan-out is bounded in memory
 BY_SETTING = {"fk": "foreign_key", "derive": "key", "list": "list"}
+# derive: which of the master records holding one derived key wins. Offsets order records within a
+# partition only, so equal timestamps in different partitions fall back to the partition number.
+NEWEST = ["timestamp", "partition", "offset"]
 
 
 # --- the left records' keys, by Spark ------------------------------------------------------------
@@ -356,7 +359,7 @@ class DeriveJob(IndexedJob):
         masters = self._subscribers(derived)
         state = _live(latest_per_key(self.lake.read_keys(f"{name}__left", "key", masters)))
         state = state.filter(pc.is_in(state["by"], derived))
-        newest = latest_by(state, ["by"], ["timestamp", "offset"])
+        newest = latest_by(state, ["by"], NEWEST)
         return pa.table({"key": newest["by"], "master_key": newest["key"], "left_value": newest["value"]})
 
 

@@ -18,7 +18,7 @@ from pyspark.sql import functions as F
 from spark_jobs.config import PipelineConfig
 from spark_jobs.errors import UserError
 from spark_jobs.joins.engine import Projection, prepare, side_records
-from spark_jobs.joins.keyed import BY_SETTING, LeftKeys, ListProjection
+from spark_jobs.joins.keyed import BY_SETTING, NEWEST, LeftKeys, ListProjection
 from spark_jobs.joins.runner import consumed_versions
 from spark_jobs.lake import Lake, conform, table_arrow_schema, without_views
 
@@ -127,7 +127,7 @@ def _keyed(
         ).drop("fk")
         return Projection(spark, config, spec).frame(rows)
     if spec.kind == "derive":
-        newest = Window.partitionBy("by").orderBy(F.col("timestamp").desc(), F.col("offset").desc())
+        newest = Window.partitionBy("by").orderBy(*[F.col(c).desc() for c in NEWEST])
         rows = (
             lhs.filter(F.col("by").isNotNull())
             .withColumn("_rn", F.row_number().over(newest))

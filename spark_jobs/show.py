@@ -64,7 +64,17 @@ def render(columns: list[str], rows: list[dict], as_json: bool) -> Iterator[str]
         return
     yield "\t".join(columns)
     for row in rows:
-        yield "\t".join("" if row[c] is None else str(_json(row[c])) for c in columns)
+        yield "\t".join(_cell(row[c]) for c in columns)
+
+
+def _cell(value: Any) -> str:
+    """A tab-separated cell: nested values (a list join's enriched list) as JSON."""
+    if value is None:
+        return ""
+    shown_value = _json(value)
+    if isinstance(shown_value, (list, dict)):
+        return json.dumps(shown_value, ensure_ascii=False)
+    return str(shown_value)
 
 
 def _json(value: Any) -> Any:

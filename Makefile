@@ -40,6 +40,7 @@ bench: setup ## benchmarks (minutes); figures go to bench-results/ and belong in
 	@$(BIN)/python tests/bench/bench_produce.py | tee bench-results/produce.txt
 	@$(BIN)/python tests/bench/bench_quality.py | tee bench-results/quality.txt
 	@$(BIN)/python tests/bench/bench_joins.py | tee bench-results/joins.txt
+	@$(BIN)/python tests/bench/bench_keyed.py --hot-million | tee bench-results/keyed.txt
 	@LAKE_FAULT_KILLS=20 $(BIN)/python -m pytest -q tests/test_join_runner.py -k sigkill | tee bench-results/join-faults.txt
 
 lock: ## re-resolve requirements.lock from pyproject.toml (needs network)

@@ -164,3 +164,22 @@ def test_lock_makes_a_second_holder_wait_and_says_so(tmp_path):
     with lake.lock("quality"):  # free again, and a different name never waits on it
         with lake.lock("lookup-accounts"):
             pass
+
+
+@pytest.mark.parametrize("limit", [1_000, 1])  # the IN-list path and the scan path
+def test_read_keys_returns_the_rows_of_the_values_with_the_asked_columns(lake, monkeypatch, limit):
+    import spark_jobs.lake as lake_module
+
+    monkeypatch.setattr(lake_module, "KEY_LOOKUP_LIMIT", limit)
+    lake.create("k", SCHEMA)
+    lake.append("k", pa.table({"id": ["a", "b", "c"], "v": [1, 2, 3]}))
+    got = lake.read_keys("k", "id", pa.array(["c", "a", "zz"]), columns=["v"])
+    assert got.schema.names == ["v"] and sorted(got["v"].to_pylist()) == [1, 3]
+    assert sorted(lake.read_keys("k", "v", pa.array([2]))["id"].to_pylist()) == ["b"]
+
+
+def test_add_missing_columns_evolves_an_older_table(lake, table):
+    wider = SCHEMA.append(pa.field("extra", pa.int64()))
+    assert lake.add_missing_columns("t", wider) == ["extra"]
+    assert lake.add_missing_columns("t", wider) == []
+    assert rows(lake, "t") == [{"id": "a", "v": 1, "extra": None}, {"id": "b", "v": 2, "extra": None}]

@@ -242,8 +242,9 @@ class Lake:
         if len(values) == 0:
             return schema.empty_table()
         if len(values) > KEY_LOOKUP_LIMIT:
-            table = self.read_arrow(name, columns=schema.names)
-            return table.filter(pc.is_in(table[column], values.cast(table.schema.field(column).type)))
+            table = self.read_arrow(name, columns=list(dict.fromkeys([*schema.names, column])))
+            table = table.filter(pc.is_in(table[column], values.cast(table.schema.field(column).type)))
+            return table.select(schema.names)
         literals = ",".join(_sql_literal(v) for v in values.to_pylist())
         projection = ", ".join(f'"{c}"' for c in schema.names)
         query = QueryBuilder().register("t", dt)

@@ -268,10 +268,13 @@ class IndexedJob(JoinJob):
             return current.filter(pc.is_valid(current["by"])).sort_by([("by", "ascending")])
         return latest_per_key(rows)
 
-    def _apply_left(self, left: pa.Table, txn: tuple[str, int]) -> None:
+    def _apply_left(self, left: pa.Table, txn: tuple[str, int], m: BatchMetrics) -> pa.Table:
         """Apply the left records, and record the accepted ones' subscriptions (a deleted row or a
-        null key subscribes to nothing)."""
+        null key subscribes to nothing); counts the live records with a null key, and returns them
+        all (the batch's live left records)."""
         name = self.spec.name
+        live_left = _live(left)
+        m.null_keys = int(pc.sum(pc.is_null(live_left["by"])).as_py() or 0)
         _, fresh = self._apply(f"{name}__left", left, _unique_keys(left), txn)
         if fresh.num_rows:
             by = pc.if_else(pc.is_valid(fresh["value"]), fresh["by"], pa.nulls(fresh.num_rows, pa.binary()))
@@ -280,6 +283,7 @@ class IndexedJob(JoinJob):
             )
             self.lake.append(f"{name}__subs", subs, txn=txn)
             self._appended.add(f"{name}__subs")
+        return live_left
 
     def _subscribers(self, by: pa.Array) -> pa.Array:
         """Left keys whose store entries name one of ``by`` (a superset of the current ones)."""
@@ -294,9 +298,7 @@ class FkJob(IndexedJob):
         self, left: pa.Table, right: pa.Table, txn: tuple[str, int], at: datetime, m: BatchMetrics
     ) -> None:
         name = self.spec.name
-        live_left = _live(left)
-        m.null_keys = int(pc.sum(pc.is_null(live_left["by"])).as_py() or 0)
-        self._apply_left(left, txn)
+        self._apply_left(left, txn, m)
         right_keys = _unique_keys(right)
         self._apply(f"{name}__right", right, right_keys, txn)
         # affected: the changed left rows, and every left row that points at a changed right row
@@ -337,9 +339,7 @@ class DeriveJob(IndexedJob):
         self, left: pa.Table, right: pa.Table, txn: tuple[str, int], at: datetime, m: BatchMetrics
     ) -> None:
         name = self.spec.name
-        live_left = _live(left)
-        m.null_keys = int(pc.sum(pc.is_null(live_left["by"])).as_py() or 0)
-        self._apply_left(left, txn)
+        live_left = self._apply_left(left, txn, m)
         # affected derived keys: every one a batch key's versions held (old and new), so a key moving
         # away is recomputed as well as the one it moves to
         history = self.lake.read_keys(f"{name}__left", "key", _unique_keys(left), columns=["by"])

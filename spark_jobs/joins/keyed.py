@@ -36,6 +36,7 @@ from spark_jobs.errors import UserError
 from spark_jobs.joins.engine import (
     BatchMetrics,
     JoinJob,
+    Projection,
     _unique_keys,
     latest_per_key,
     prepare,
@@ -251,16 +252,23 @@ def _values_by_key(rows: pa.Table, column: str = "value") -> dict[bytes, bytes]:
     return dict(zip(rows["key"].to_pylist(), rows[column].to_pylist(), strict=True))
 
 
-# --- fk and derive ------------------------------------------------------------------------------
-class IndexedJob(JoinJob):
-    """fk and derive: the left state, the subscription store, and (fk) the right state."""
+class KeyedJob(JoinJob):
+    """The kinds whose left records carry a key (or list) computed from their value."""
 
     def _prepared(self, frame: DataFrame) -> DataFrame:
         return self.left_keys.add(prepare(frame, self.formats))
 
     def _projection(self) -> Any:
-        self.left_keys = LeftKeys(self.spark, self.config, self.spec)
-        return super()._projection()
+        self.left_keys = LeftKeys(self.spark, self.config, self.spec)  # checked before the projection
+        return self._result_projection()
+
+    def _result_projection(self) -> Any:
+        return Projection(self.spark, self.config, self.spec)
+
+
+# --- fk and derive ------------------------------------------------------------------------------
+class IndexedJob(KeyedJob):
+    """fk and derive: the left state, the subscription store, and (fk) the right state."""
 
     def _compacted(self, table: str, rows: pa.Table) -> pa.Table:
         if table.endswith("__subs"):  # the current subscriptions, clustered by foreign key
@@ -364,13 +372,9 @@ class DeriveJob(IndexedJob):
 
 
 # --- list ---------------------------------------------------------------------------------------
-class ListJob(JoinJob):
-    def _projection(self) -> Any:
-        self.left_keys = LeftKeys(self.spark, self.config, self.spec)
+class ListJob(KeyedJob):
+    def _result_projection(self) -> Any:
         return ListProjection(self.spark, self.config, self.spec)
-
-    def _prepared(self, frame: DataFrame) -> DataFrame:
-        return self.left_keys.add(prepare(frame, self.formats))
 
     def _compacted(self, table: str, rows: pa.Table) -> pa.Table:
         if table.endswith("__elements"):

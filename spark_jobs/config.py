@@ -472,7 +472,12 @@ def _join(
     if not isinstance(spec, dict):
         raise doc.error(path, "must be a mapping")
     kind = choice(doc, (*path, "kind"), spec.get("kind"), tuple(JOIN_TYPES))
-    spec = mapping(doc, path, spec, ("kind", "left", "type", "select", "publish", *JOIN_SETTINGS[kind]))
+    every = tuple(dict.fromkeys(k for settings in JOIN_SETTINGS.values() for k in settings))
+    spec = mapping(doc, path, spec, ("kind", "left", "type", "select", "publish", *every))
+    for key in spec:
+        if key in every and key not in JOIN_SETTINGS[kind]:
+            kinds = ", ".join(k for k, settings in JOIN_SETTINGS.items() if key in settings)
+            raise doc.error((*path, key), f"applies to {kinds} joins only, not {kind}")
     sides: dict[str, str | None] = {"right": None}
     for side in ("left", "right") if "right" in JOIN_SETTINGS[kind] else ("left",):
         topic = spec.get(side)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 DEFAULT_MASTER = "local[2]"
 # Settings spark-submit decides for a submitted application; a session built inside one keeps them.
@@ -59,6 +60,13 @@ def submit_conf() -> dict[str, str]:
 def submitted() -> bool:
     """True inside an application started by spark-submit (its JVM gateway is given to Python)."""
     return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
+def arrow_frame(spark: Any, table: Any) -> Any:
+    """A Spark DataFrame of a pyarrow Table. PySpark 4.2's ``createDataFrame(pyarrow.Table)`` stops
+    at an empty record batch and silently drops every row after it (a concatenation of tables often
+    has one), so the table is combined into one batch first."""
+    return spark.createDataFrame(table.combine_chunks())
 
 
 def get_spark(master: str | None = None, app_name: str = "lake"):

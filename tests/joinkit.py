@@ -11,6 +11,7 @@ import pyarrow as pa
 
 from spark_jobs.config import load_config
 from spark_jobs.joins.keyed import job_for
+from spark_jobs.session import arrow_frame
 from spark_jobs.topics import produce_records
 
 PIPELINE = """
@@ -88,7 +89,7 @@ class Feeder:
         return pa.concat_tables(parts)
 
     def frame(self, rows: pa.Table):
-        return self.spark.createDataFrame(rows)
+        return arrow_frame(self.spark, rows)
 
     def feed(self, rows: pa.Table | None = None, batch_id: int | None = None):
         """Process ``rows`` (default: everything not fed yet) as the next micro-batch."""

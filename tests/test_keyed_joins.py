@@ -73,7 +73,10 @@ def last_version_changes(lake, name):
             "{kind: list, left: PE, right: A, list: ids, element_id: 'x y', elements: {a: right.v}}",
             "element_id: must be a field path",
         ),
-        ("{kind: derive, left: M, right: A, key: v, select: {a: left.v}}", "right: unknown setting"),
+        (
+            "{kind: derive, left: M, right: A, key: v, select: {a: left.v}}",
+            "right: applies to table, stream-table, stream-stream, fk, list joins only, not derive",
+        ),
         ("{kind: derive, left: M, select: {a: left.v}}", "key: is required for a derive join"),
         (
             "{kind: derive, left: M, key: v, select: {master_key: left.v}}",
@@ -81,7 +84,7 @@ def last_version_changes(lake, name):
         ),
         (
             "{kind: fk, left: P, right: M, foreign_key: m, list: ids, select: {a: left.v}}",
-            "list: unknown setting",
+            "list: applies to list joins only, not fk",
         ),
     ],
 )

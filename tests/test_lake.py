@@ -183,3 +183,14 @@ def test_add_missing_columns_evolves_an_older_table(lake, table):
     assert lake.add_missing_columns("t", wider) == ["extra"]
     assert lake.add_missing_columns("t", wider) == []
     assert rows(lake, "t") == [{"id": "a", "v": 1, "extra": None}, {"id": "b", "v": 2, "extra": None}]
+
+
+def test_arrow_frame_keeps_the_rows_after_an_empty_record_batch(spark):
+    from spark_jobs.session import arrow_frame
+
+    empty = pa.table({"id": pa.array([], pa.string()), "v": pa.array([], pa.int64())})
+    table = pa.concat_tables(
+        [pa.table({"id": ["a", "b"], "v": [1, 2]}), empty, pa.table({"id": ["c"], "v": [3]})]
+    )
+    assert [b.num_rows for b in table.to_batches()] == [2, 0, 1]
+    assert sorted(r["id"] for r in arrow_frame(spark, table).collect()) == ["a", "b", "c"]

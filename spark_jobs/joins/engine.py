@@ -38,6 +38,7 @@ from spark_jobs.backfill import QUARANTINE, ensure_quarantine
 from spark_jobs.config import JOIN_META_COLUMNS, JoinSpec, PipelineConfig
 from spark_jobs.errors import UserError
 from spark_jobs.lake import Lake, conform, table_arrow_schema
+from spark_jobs.session import arrow_frame
 from spark_jobs.topics import ensure_topic, next_offsets, produce_records
 
 TS = pa.timestamp("us", tz="UTC")
@@ -197,7 +198,7 @@ class Projection:
         return F.when(raw.isNull(), F.lit(None)).otherwise(F.struct(raw.cast("string").alias("value")))
 
     def _frame(self, rows: pa.Table | DataFrame) -> DataFrame:
-        df = self.spark.createDataFrame(rows) if isinstance(rows, pa.Table) else rows
+        df = arrow_frame(self.spark, rows) if isinstance(rows, pa.Table) else rows
         return df.select(*self.meta, *[self._side(side).alias(side) for side in self.formats])
 
     def frame(self, rows: DataFrame) -> DataFrame:

@@ -43,6 +43,7 @@ from spark_jobs.joins.engine import (
     spark_error,
 )
 from spark_jobs.lake import conform
+from spark_jobs.session import arrow_frame
 
 CHUNK_KEYS = 100_000  # result keys recomputed at a time: a hot key's fan-out is bounded in memory
 BY_SETTING = {"fk": "foreign_key", "derive": "key", "list": "list"}
@@ -203,8 +204,8 @@ class ListProjection:
             out = self.output_schema.empty_table()
             return out.append_column("__json", pa.array([], pa.string())) if with_json else out
         frame = self.frame(
-            self.spark.createDataFrame(conform(rows, self.row_schema, "list rows")),
-            self.spark.createDataFrame(conform(elements, self.element_schema, "list elements")),
+            arrow_frame(self.spark, conform(rows, self.row_schema, "list rows")),
+            arrow_frame(self.spark, conform(elements, self.element_schema, "list elements")),
         )
         columns = [*self.spec.select, self.spec.list_as]
         if with_json:

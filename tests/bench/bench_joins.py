@@ -23,7 +23,7 @@ from spark_jobs.config import load_config
 from spark_jobs.joins.engine import JoinJob
 from spark_jobs.joins.oracle import expected
 from spark_jobs.lake import Lake
-from spark_jobs.session import get_spark
+from spark_jobs.session import arrow_frame, get_spark
 from spark_jobs.topics import produce_records
 
 BATCHES = int(sys.argv[1]) if len(sys.argv) > 1 else 10
@@ -61,7 +61,7 @@ def run_size(spark, root: Path, left_keys: int, right_keys: int) -> dict:
     job = JoinJob(spark, lake, config, config.join("bench"), "bench")
     initial = pa.concat_tables([new_records(lake, "left", 1, "left"), new_records(lake, "right", 1, "right")])
     started = time.perf_counter()
-    job.process(spark.createDataFrame(initial), 0)
+    job.process(arrow_frame(spark, initial), 0)
     first = time.perf_counter() - started
     latencies = []
     for b in range(1, BATCHES + 1):
@@ -78,7 +78,7 @@ def run_size(spark, root: Path, left_keys: int, right_keys: int) -> dict:
         batch = pa.concat_tables(
             [new_records(lake, "left", lv, "left"), new_records(lake, "right", rv, "right")]
         )
-        frame = spark.createDataFrame(batch)
+        frame = arrow_frame(spark, batch)
         started = time.perf_counter()
         metrics = job.process(frame, b)
         latencies.append(time.perf_counter() - started)

@@ -32,7 +32,7 @@ from spark_jobs.config import load_config
 from spark_jobs.joins.keyed import job_for
 from spark_jobs.joins.oracle import expected
 from spark_jobs.lake import Lake
-from spark_jobs.session import get_spark
+from spark_jobs.session import arrow_frame, get_spark
 from spark_jobs.topics import produce_records
 
 CONFIG = """
@@ -82,7 +82,7 @@ class Bench:
         ).version
 
     def process(self, job, versions) -> tuple[float, object]:
-        frame = self.spark.createDataFrame(batch_of(self.lake, versions))
+        frame = arrow_frame(self.spark, batch_of(self.lake, versions))
         started = time.perf_counter()
         metrics = job.process(frame, self.batch_id)
         self.batch_id += 1

@@ -171,6 +171,14 @@ class BatchMetrics:
         return text
 
 
+def value_column(raw: Any, value_format: str) -> Any:
+    """A record value as ``select`` sees it: a json topic's as ``map<string,string>``, a string
+    topic's as ``struct<value>``; null stays null."""
+    if value_format == "json":
+        return F.from_json(raw.cast("string"), "map<string,string>")
+    return F.when(raw.isNull(), F.lit(None)).otherwise(F.struct(raw.cast("string").alias("value")))
+
+
 class Projection:
     """``select`` evaluated by Spark over ``left`` / ``right`` built from the record values.
 
@@ -192,10 +200,7 @@ class Projection:
         self.output_schema = self._check(empty)
 
     def _side(self, side: str) -> Any:
-        raw = F.col(f"{side}_value")
-        if self.formats[side] == "json":
-            return F.from_json(raw.cast("string"), "map<string,string>")
-        return F.when(raw.isNull(), F.lit(None)).otherwise(F.struct(raw.cast("string").alias("value")))
+        return value_column(F.col(f"{side}_value"), self.formats[side])
 
     def _frame(self, rows: pa.Table | DataFrame) -> DataFrame:
         df = arrow_frame(self.spark, rows) if isinstance(rows, pa.Table) else rows
@@ -314,8 +319,6 @@ class JoinJob:
     ):
         self.spark, self.lake, self.config, self.spec, self.log = spark, lake, config, spec, log
         self._query_id = query_id
-        self.left_topic = config.topic(spec.left)
-        self.right_topic = config.topic(spec.right) if spec.right else None
         self.formats = {side: config.topic(topic).value_format for side, topic in spec.sides}
         self.projection = self._projection()
         self.result_schema = self.projection.output_schema

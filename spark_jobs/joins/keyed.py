@@ -41,6 +41,7 @@ from spark_jobs.joins.engine import (
     latest_per_key,
     prepare,
     spark_error,
+    value_column,
 )
 from spark_jobs.lake import conform
 from spark_jobs.session import arrow_frame
@@ -72,9 +73,7 @@ class LeftKeys:
             raise UserError(f"{spec.where['__' + self.setting]}: {spark_error(exc)}") from None
 
     def _left(self) -> Column:
-        if self.format == "json":
-            return F.from_json(F.col("value").cast("string"), "map<string,string>")
-        return F.struct(F.col("value").cast("string").alias("value"))
+        return value_column(F.col("value"), self.format)
 
     def _raw(self) -> Column:
         if self.is_path:
@@ -141,10 +140,7 @@ class ListProjection:
         self.output_schema = pa.schema([f.with_nullable(True) for f in schema])  # deletes carry nulls
 
     def _value(self, side: str, column: str) -> Column:
-        raw = F.col(column)
-        if self.formats[side] == "json":
-            return F.from_json(raw.cast("string"), "map<string,string>")
-        return F.when(raw.isNull(), F.lit(None)).otherwise(F.struct(raw.cast("string").alias("value")))
+        return value_column(F.col(column), self.formats[side])
 
     def _element_exprs(self) -> list[str]:
         return [f"({expr}) AS `{col}`" for col, expr in self.spec.elements.items()]
@@ -249,8 +245,8 @@ def _live(state: pa.Table) -> pa.Table:
     return state.filter(pc.is_valid(state["value"]))
 
 
-def _values_by_key(rows: pa.Table, column: str = "value") -> dict[bytes, bytes]:
-    return dict(zip(rows["key"].to_pylist(), rows[column].to_pylist(), strict=True))
+def _values_by_key(rows: pa.Table) -> dict[bytes, bytes]:
+    return dict(zip(rows["key"].to_pylist(), rows["value"].to_pylist(), strict=True))
 
 
 class KeyedJob(JoinJob):

@@ -123,6 +123,32 @@ def build_parser() -> argparse.ArgumentParser:
     sh.add_argument("--json", action="store_true", help="one JSON object per line")
     sh.set_defaults(run=cmd_show)
 
+    db = sub.add_parser(
+        "dbt",
+        parents=[common],
+        help="run dbt on the lake (dbt-spark, session mode): e.g. 'lake dbt build'",
+        description="Runs dbt with the project in dbt/ in a Spark session that sees the lake's tables as "
+        "global_temp.<table>; the marts are tables marts.<name> under <root>/warehouse.",
+    )
+    db.add_argument("dbt_args", nargs=argparse.REMAINDER, help="dbt's command and options")
+    db.set_defaults(run=cmd_dbt)
+
+    sq = sub.add_parser(
+        "sql",
+        parents=[common],
+        help="run a Spark SQL query over the marts (marts.<name>) and the lake (global_temp.<table>)",
+    )
+    sq.add_argument("query")
+    sq.add_argument("--json", action="store_true", help="one JSON object per line")
+    sq.set_defaults(run=cmd_sql)
+
+    rep = sub.add_parser(
+        "report",
+        parents=[common],
+        help="write the pipeline's data-quality report page (also written after every quality run)",
+    )
+    rep.set_defaults(run=cmd_report)
+
     r = sub.add_parser(
         "run",
         parents=[common],
@@ -467,6 +493,34 @@ def cmd_show(args) -> int:
     columns, rows = table_rows(lake, args.table, changes=args.changes)
     for line in render(columns, rows, args.json):
         print(line)
+    return 0
+
+
+def cmd_dbt(args) -> int:
+    from spark_jobs.lake import Lake
+    from spark_jobs.marts import run_dbt
+
+    return run_dbt(Lake(args.root), args.dbt_args, log=_stderr)
+
+
+def cmd_sql(args) -> int:
+    from spark_jobs.lake import Lake
+    from spark_jobs.marts import query
+    from spark_jobs.show import render
+
+    _stderr("starting Spark with the lake's catalog ...")
+    frame = query(Lake(args.root), args.query)
+    rows = [r.asDict(recursive=True) for r in frame.collect()]
+    for line in render(frame.columns, rows, args.json):
+        print(line)
+    return 0
+
+
+def cmd_report(args) -> int:
+    from spark_jobs.report import write_report
+
+    config, lake = _context(args)
+    print(write_report(lake, config))
     return 0
 
 

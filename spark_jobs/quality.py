@@ -29,6 +29,7 @@ from spark_jobs.config import PipelineConfig, choice, mapping, read_located, tex
 from spark_jobs.errors import UserError
 from spark_jobs.lake import Lake
 from spark_jobs.partitioners import spark_partition
+from spark_jobs.report import report_path, write_report
 from spark_jobs.topics import ensure_topic
 
 CHECK_TYPES = ("completeness", "co_partitioning", "key_format", "lookup_basics")
@@ -468,6 +469,8 @@ def _run_suites(
     for target in (runs / f"{stem}.json", report_dir / "summary.json"):
         target.write_text(as_json, encoding="utf-8")
     _record(lake, report, suites)
+    pipeline_page = write_report(lake, config, _docs_href(docs, report_path(lake, config.name)))
+    log(f"report: {pipeline_page}")
     return report
 
 

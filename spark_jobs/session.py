@@ -5,6 +5,11 @@
 and the deploy settings it was given (master, app name, driver memory and options) stand.
 Few shuffle partitions (``LAKE_SHUFFLE_PARTITIONS``, default 4), UTC session time zone, quiet logs,
 UI off unless ``LAKE_SPARK_UI=1``, and the ``delta`` data source registered.
+
+``catalog=<lake root>`` gives the session a persistent catalog under that root (the marts dbt
+builds): a Hive metastore in embedded Derby at ``<root>/catalog/metastore_db`` and managed tables in
+``<root>/warehouse``. Embedded Derby admits one process at a time, so only the processes that need
+the catalog (``lake dbt``, ``lake sql``) open it; every other job runs on Spark's in-memory catalog.
 """
 
 from __future__ import annotations
@@ -21,6 +26,23 @@ DEPLOY_KEYS = ("spark.master", "spark.app.name", "spark.driver.memory", "spark.d
 
 def _log4j_config() -> str:
     return str(Path(__file__).with_name("log4j2.properties"))
+
+
+def catalog_conf(root: Path) -> dict[str, str]:
+    """The settings of a persistent catalog under the lake root ``root``."""
+    root = root.absolute()
+    return {
+        "spark.sql.catalogImplementation": "hive",
+        "spark.sql.warehouse.dir": str(root / "warehouse"),
+        "spark.hadoop.javax.jdo.option.ConnectionURL": (
+            f"jdbc:derby:;databaseName={root / 'catalog' / 'metastore_db'};create=true"
+        ),
+        # the metastore creates its own schema in a new Derby database, and keeps quiet about it
+        "spark.hadoop.datanucleus.schema.autoCreateAll": "true",
+        "spark.hadoop.hive.metastore.schema.verification": "false",
+        # Derby's own log (derby.log) goes beside the metastore, not into the working directory
+        "spark.driver.extraJavaOptions": f"-Dderby.system.home={root / 'catalog'}",
+    }
 
 
 def spark_conf(master: str | None = None, app_name: str = "lake") -> dict[str, str]:
@@ -69,11 +91,11 @@ def arrow_frame(spark: Any, table: Any) -> Any:
     return spark.createDataFrame(table.combine_chunks())
 
 
-def get_spark(master: str | None = None, app_name: str = "lake"):
+def get_spark(master: str | None = None, app_name: str = "lake", catalog: Path | None = None):
     """Return the process's SparkSession, building it on first use.
 
-    The master is fixed when the session is built; asking again with another master is an error
-    rather than a silent no-op.
+    The master and the catalog are fixed when the session is built; asking again with another
+    master, or for a catalog the session was built without, is an error rather than a silent no-op.
     """
     # Workers must run this interpreter, or delta-rs is missing inside them.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -83,11 +105,23 @@ def get_spark(master: str | None = None, app_name: str = "lake"):
     from spark_jobs.lake.source import register
 
     conf = spark_conf(master, app_name)
+    if catalog is not None:
+        extra = catalog_conf(catalog)
+        extra["spark.driver.extraJavaOptions"] = (
+            f"{conf['spark.driver.extraJavaOptions']} {extra['spark.driver.extraJavaOptions']}"
+        )
+        conf.update(extra)
+        (catalog.absolute() / "catalog").mkdir(parents=True, exist_ok=True)
     active = SparkSession.getActiveSession()
     if active is not None:
         current = active.sparkContext.master
         if master and current != master:
             raise RuntimeError(f"a Spark session with master {current} already exists")
+        if (
+            catalog is not None
+            and active.conf.get("spark.sql.warehouse.dir") != conf["spark.sql.warehouse.dir"]
+        ):
+            raise RuntimeError("the running Spark session was built without this lake's catalog")
         register(active)
         return active
     if submitted():

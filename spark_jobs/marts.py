@@ -1,0 +1,109 @@
+"""The dbt seam: dbt-spark in session mode over the lake, and SQL over the marts it builds.
+
+``lake dbt ARGS`` builds this process's Spark session with the lake's persistent catalog (see
+``session.catalog_conf``), registers every Delta table of the lake as a global temporary view read by
+the ``delta`` data source (``global_temp.<table>``: the dbt sources), then runs dbt in the same
+process; dbt-spark's session connection finds that session with ``getOrCreate()``. The marts are
+tables of that catalog (``marts.<name>``, data under ``<root>/warehouse``), so ``lake sql`` (or any
+session built with ``get_spark(catalog=root)``) reads them in a new process.
+
+Why views and not catalog tables for the sources: Spark does not hand a Python data source the
+options of a catalog table (``CREATE TABLE ... USING delta LOCATION ...`` reads with no path), so the
+lake's tables can only be seen by SQL as session views.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from spark_jobs.backfill import ensure_quarantine
+from spark_jobs.errors import UserError
+from spark_jobs.lake import Lake
+from spark_jobs.quality import QUALITY_RUNS, QUALITY_RUNS_SCHEMA
+
+PROJECT_DIR = Path(__file__).resolve().parents[1] / "dbt"
+MARTS_SCHEMA = "marts"
+
+
+def project_dir() -> Path:
+    """The dbt project: ``LAKE_DBT_PROJECT`` or the repository's ``dbt/``."""
+    path = Path(os.environ.get("LAKE_DBT_PROJECT") or PROJECT_DIR)
+    if not (path / "dbt_project.yml").is_file():
+        raise UserError(f"no dbt project at {path} (dbt_project.yml missing; set LAKE_DBT_PROJECT)")
+    return path
+
+
+def catalog_session(lake: Lake, app_name: str):
+    """A Spark session with the lake's catalog and every lake table as ``global_temp.<name>``."""
+    from spark_jobs.session import get_spark
+
+    spark = get_spark(app_name=app_name, catalog=lake.root)
+    register_lake_views(spark, lake)
+    return spark
+
+
+def register_lake_views(spark, lake: Lake) -> list[str]:
+    """Every Delta table under the lake root as a global temporary view of the same name."""
+    names = lake.tables()
+    for name in names:
+        spark.read.format("delta").load(lake.uri(name)).createOrReplaceGlobalTempView(name)
+    return names
+
+
+def ensure_system_tables(lake: Lake) -> None:
+    """The quarantine and quality-runs tables exist (empty) before anything reads them."""
+    ensure_quarantine(lake)
+    lake.create(QUALITY_RUNS, QUALITY_RUNS_SCHEMA, description="every quality run, per expectation")
+
+
+def run_dbt(lake: Lake, args: Sequence[str], log: Callable[[str], None] = print) -> int:
+    """Run ``dbt ARGS`` on the lake (target and logs under ``<root>/dbt``); dbt's exit code."""
+    from dbt.cli.main import dbtRunner
+
+    project = project_dir()
+    if not args:
+        raise UserError("give a dbt command, e.g. 'lake dbt build' or 'lake dbt test --select optout_feed'")
+    ensure_system_tables(lake)
+    log(f"starting Spark with the lake's catalog ({lake.root / 'catalog'}) ...")
+    spark = catalog_session(lake, "dbt")
+    log(f"{len(lake.tables())} lake tables visible to dbt as global_temp.<table>")
+    spark.sql(f"CREATE SCHEMA IF NOT EXISTS {MARTS_SCHEMA}")
+    work = lake.root.absolute() / "dbt"
+    argv = [
+        *args,
+        "--project-dir",
+        str(project),
+        "--profiles-dir",
+        str(project),
+        "--target-path",
+        str(work / "target"),
+        "--log-path",
+        str(work / "logs"),
+    ]
+    os.environ.setdefault("DBT_SEND_ANONYMOUS_USAGE_STATS", "false")  # no network calls home
+    if not sys.stdout.isatty():  # plain text in logs and pipes
+        os.environ.setdefault("DBT_USE_COLORS", "false")
+    result = dbtRunner().invoke(argv)
+    if result.exception is not None:  # dbt could not run at all (bad arguments, broken project)
+        raise UserError(f"dbt {' '.join(args)}: {str(result.exception).strip().splitlines()[0]}")
+    return 0 if result.success else 1
+
+
+def query(lake: Lake, sql: str):
+    """Rows of ``sql`` over the marts (``marts.<name>``) and the lake's tables (``global_temp.<name>``)."""
+    from spark_jobs.session import get_spark
+
+    spark = get_spark(app_name="sql", catalog=lake.root)
+    if "global_temp" in sql.lower():  # registering every lake table takes a few seconds: only when asked
+        register_lake_views(spark, lake)
+    try:
+        return spark.sql(sql)
+    except Exception as exc:  # a bad query is the user's: say what Spark said, in one line
+        from pyspark.errors import PySparkException
+
+        if isinstance(exc, PySparkException):
+            raise UserError(f"query failed: {str(exc).strip().splitlines()[0]}") from exc
+        raise

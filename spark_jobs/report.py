@@ -1,0 +1,344 @@
+"""The data-quality report a person opens when a run fails: one HTML page per pipeline.
+
+``<root>/reports/quality/<pipeline>.html`` shows the latest run of each suite, the keys missing in a
+lookup (with where they are referenced), the misplaced keys with the partition they are in and the
+one their partitioner gives, the quarantined records of the pipeline's backfills and joins, and a
+small chart of failed expectations per run over time from ``quality_runs``. It links each run's own
+page and Great Expectations Data Docs for the full validation results. ``index.html`` beside it lists
+the pipelines. Written after every quality run and by ``lake report``; it reads the Delta tables with
+delta-rs (no Spark), and holds no script: what it says is in the HTML itself.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pyarrow.compute as pc
+
+from spark_jobs.config import PipelineConfig
+from spark_jobs.lake import Lake
+
+QUALITY_RUNS = "quality_runs"
+QUARANTINE = "quarantine"
+CHART_RUNS = 30  # runs shown in the chart
+QUARANTINE_ROWS = 100  # quarantined records listed (with the total)
+MISPLACED_RE = re.compile(
+    r"in (?P<topic>\S+) at partition (?P<at>[\d,]+) but (?P<by>\S+) places it in (?P<want>\d+)"
+)
+
+
+@dataclass(frozen=True)
+class Misplaced:
+    key: str
+    topic: str
+    partitions: str
+    expected: str
+    partitioner: str
+
+
+def report_path(lake: Lake, pipeline: str) -> Path:
+    return lake.root.absolute() / "reports" / "quality" / f"{pipeline}.html"
+
+
+def pipeline_jobs(config: PipelineConfig) -> set[str]:
+    """The quarantine's ``job`` values that belong to this pipeline."""
+    return {f"backfill:{name}" for name in config.lookups} | {spec.job for spec in config.joins.values()}
+
+
+def _rows(lake: Lake, table: str) -> list[dict]:
+    return lake.read_arrow(table).to_pylist() if lake.exists(table) else []
+
+
+def quality_runs(lake: Lake, pipeline: str) -> list[dict]:
+    if not lake.exists(QUALITY_RUNS):
+        return []
+    table = lake.read_arrow(QUALITY_RUNS)
+    return table.filter(pc.equal(table["pipeline"], pipeline)).to_pylist()
+
+
+def latest_per_suite(runs: list[dict]) -> dict[str, list[dict]]:
+    """Each suite's expectations from its newest run."""
+    newest: dict[str, tuple[datetime, str]] = {}
+    for r in runs:
+        seen = newest.get(r["suite"])
+        if seen is None or (r["run_time"], r["run_id"]) > seen:
+            newest[r["suite"]] = (r["run_time"], r["run_id"])
+    return {
+        suite: [r for r in runs if r["suite"] == suite and r["run_id"] == run_id]
+        for suite, (_, run_id) in sorted(newest.items())
+    }
+
+
+def failures_per_run(runs: list[dict]) -> list[tuple[datetime, str, int, int]]:
+    """(run time, run id, failed expectations, expectations) per run, oldest first."""
+    per: dict[str, list] = {}
+    for r in runs:
+        entry = per.setdefault(r["run_id"], [r["run_time"], r["run_id"], 0, 0])
+        entry[2] += 0 if r["success"] else 1
+        entry[3] += 1
+    return [tuple(v) for v in sorted(per.values())]  # type: ignore[misc]
+
+
+def split_offending(item: str) -> tuple[str, str]:
+    """``'user_10 (referenced by ...)'`` or ``'user_10: in ...'`` -> (key, detail)."""
+    for sep in (" (", ": "):
+        if sep in item:
+            key, rest = item.split(sep, 1)
+            return key, rest.removesuffix(")") if sep == " (" else rest
+    return item, ""
+
+
+def misplaced(item: str) -> list[Misplaced]:
+    key, detail = split_offending(item)
+    return [Misplaced(key, m["topic"], m["at"], m["want"], m["by"]) for m in MISPLACED_RE.finditer(detail)]
+
+
+def write_report(lake: Lake, config: PipelineConfig, data_docs: str | None = None) -> Path:
+    """Write the pipeline's report page (and the index of pipelines); returns the page's path."""
+    path = report_path(lake, config.name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    runs = quality_runs(lake, config.name)
+    jobs = pipeline_jobs(config)
+    quarantined = [q for q in _rows(lake, QUARANTINE) if q["job"] in jobs]
+    quarantined.sort(key=lambda q: (q["run_time"], q["source"] or "", q["line"] or 0), reverse=True)
+    docs = data_docs or _docs_index(path.parent)
+    page = render(config.name, runs, quarantined, docs, datetime.now(UTC), _run_pages(path.parent))
+    path.write_text(page, encoding="utf-8")
+    _write_index(path.parent)
+    return path
+
+
+def _docs_index(report_dir: Path) -> str | None:
+    index = report_dir / "gx" / "uncommitted" / "data_docs" / "local_site" / "index.html"
+    return "gx/uncommitted/data_docs/local_site/index.html" if index.is_file() else None
+
+
+def _run_pages(report_dir: Path) -> dict[str, str]:
+    """run id -> that run's own summary page (relative to the report folder)."""
+    pages = {}
+    for page in sorted((report_dir / "runs").glob("*.json")):
+        try:
+            run_id = json.loads(page.read_text(encoding="utf-8"))["run_id"]
+        except (OSError, ValueError, KeyError):
+            continue
+        pages[run_id] = f"runs/{page.with_suffix('.html').name}"
+    return pages
+
+
+def _write_index(report_dir: Path) -> None:
+    pages = sorted(p for p in report_dir.glob("*.html") if p.name not in ("index.html", "summary.html"))
+    items = "".join(f"<li><a href='{html.escape(p.name)}'>{html.escape(p.stem)}</a></li>" for p in pages)
+    (report_dir / "index.html").write_text(
+        f"<!doctype html><html><head><meta charset='utf-8'><title>Data quality</title>{STYLE}</head>"
+        f"<body><h1>Data quality reports</h1><ul>{items}</ul>"
+        "<p><a href='summary.html'>The latest quality run</a></p></body></html>",
+        encoding="utf-8",
+    )
+
+
+PASSED = "<span class='ok'>PASSED</span>"
+FAILED = "<span class='bad'>FAILED</span>"
+STYLE = (
+    "<style>body{font-family:sans-serif;max-width:64em;margin:2em auto;padding:0 1em;color:#222}"
+    "table{border-collapse:collapse;margin:.5em 0 1.5em}th,td{border:1px solid #ccc;padding:.3em .6em;"
+    "text-align:left;vertical-align:top}th{background:#f3f3f3}.ok{color:#176f2c}.bad{color:#b00020}"
+    "code{background:#f3f3f3}.muted{color:#666}svg text{font-size:11px;fill:#333}</style>"
+)
+
+
+def _e(value) -> str:
+    return html.escape("" if value is None else str(value))
+
+
+def _when(value: datetime) -> str:
+    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def render(
+    pipeline: str,
+    runs: list[dict],
+    quarantined: list[dict],
+    data_docs: str | None,
+    generated: datetime,
+    pages: dict[str, str] | None = None,
+) -> str:
+    pages = pages or {}
+    latest = latest_per_suite(runs)
+    latest_rows = [r for rows in latest.values() for r in rows]
+    failing = [r for r in latest_rows if not r["success"]]
+    parts = [
+        "<!doctype html><html><head><meta charset='utf-8'>",
+        f"<title>Data quality report: {_e(pipeline)}</title>{STYLE}</head><body>",
+        f"<h1>Data quality report: pipeline {_e(pipeline)}</h1>",
+        f"<p class='muted'>Generated {_when(generated)} from the lake's quality_runs and quarantine "
+        "tables.</p>",
+    ]
+    if not runs:
+        parts.append("<p id='status'><strong>No quality run yet</strong> for this pipeline.</p>")
+    elif failing:
+        parts.append(
+            f"<p id='status' class='bad'><strong>FAILING: {len(failing)} of {len(latest_rows)} "
+            "expectations failed in the latest run of their suite.</strong></p>"
+        )
+    else:
+        parts.append(
+            f"<p id='status' class='ok'><strong>PASSING: all {len(latest_rows)} expectations passed in "
+            "the latest run of their suite.</strong></p>"
+        )
+    if data_docs:
+        parts.append(
+            f"<p>Full validation results: <a id='data-docs' href='{_e(data_docs)}'>"
+            "Great Expectations Data Docs</a></p>"
+        )
+
+    parts.append("<h2 id='latest'>Latest run of each suite</h2>")
+    if latest:
+        parts.append(
+            "<table><tr><th>Suite</th><th>Run</th><th>Check</th><th>Result</th><th>Offending</th></tr>"
+        )
+        for suite, rows in latest.items():
+            first = rows[0]
+            run = _when(first["run_time"])
+            page = pages.get(first["run_id"])
+            run = f"<a href='{_e(page)}'>{run}</a>" if page else run
+            for i, r in enumerate(rows):
+                result = (
+                    "<span class='ok'>PASSED</span>" if r["success"] else "<span class='bad'>FAILED</span>"
+                )
+                head = (
+                    f"<td rowspan='{len(rows)}'>{_e(suite)} (v{_e(r['suite_version'])})</td>"
+                    f"<td rowspan='{len(rows)}'>{run}</td>"
+                    if i == 0
+                    else ""
+                )
+                parts.append(
+                    f"<tr>{head}<td>{_e(r['check'])}<br>"
+                    f"<span class='muted'>{_e(r['expectation'])}</span></td>"
+                    f"<td>{result}</td><td>{_e(r['offending_total'])}</td></tr>"
+                )
+        parts.append("</table>")
+    else:
+        parts.append("<p>No suite has run.</p>")
+
+    parts += _missing_section(latest_rows)
+    parts += _misplaced_section(latest_rows)
+    parts += _quarantine_section(quarantined)
+    parts += _chart_section(failures_per_run(runs))
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+def _missing_section(rows: list[dict]) -> list[str]:
+    out = ["<h2 id='missing'>Missing keys</h2>"]
+    checks = [r for r in rows if r["check"].startswith("completeness:")]
+    found = [(r, item) for r in checks for item in r["offending_sample"]]
+    if not found:
+        out.append("<p>None: every referenced key exists in its lookup.</p>")
+        return out
+    total = sum(r["offending_total"] for r in checks)
+    out.append(f"<p>{total} key(s) referenced but missing in their lookup (first {len(found)} listed).</p>")
+    out.append("<table><tr><th>Key</th><th>Check</th><th>Where it is referenced</th></tr>")
+    for r, item in found:
+        key, detail = split_offending(item)
+        out.append(f"<tr><td><code>{_e(key)}</code></td><td>{_e(r['check'])}</td><td>{_e(detail)}</td></tr>")
+    out.append("</table>")
+    return out
+
+
+def _misplaced_section(rows: list[dict]) -> list[str]:
+    out = ["<h2 id='misplaced'>Misplaced keys</h2>"]
+    placement = [r for r in rows if r["check"].startswith("co_partitioning:") and r["offending_sample"]]
+    found = [(r, m) for r in placement for item in r["offending_sample"] for m in misplaced(item)]
+    other = [
+        (r, item)
+        for r in placement
+        for item in r["offending_sample"]
+        if not misplaced(item)  # partition-count mismatches, or different partitions only
+    ]
+    if not found and not other:
+        out.append("<p>None: every key sits in the partition its partitioner gives, in every topic.</p>")
+        return out
+    if found:
+        out.append(
+            "<table><tr><th>Key</th><th>Topic</th><th>Is in partition</th><th>Belongs in partition</th>"
+            "<th>Partitioner</th></tr>"
+        )
+        for _, m in found:
+            out.append(
+                f"<tr><td><code>{_e(m.key)}</code></td><td>{_e(m.topic)}</td><td>{_e(m.partitions)}</td>"
+                f"<td>{_e(m.expected)}</td><td>{_e(m.partitioner)}</td></tr>"
+            )
+        out.append("</table>")
+    for r, item in other:
+        out.append(f"<p>{_e(r['check'])}: {_e(item)}</p>")
+    return out
+
+
+def _quarantine_section(rows: list[dict]) -> list[str]:
+    out = ["<h2 id='quarantine'>Quarantined records</h2>"]
+    if not rows:
+        out.append("<p>None: no input line or record of this pipeline was rejected.</p>")
+        return out
+    shown = rows[:QUARANTINE_ROWS]
+    more = f", newest {len(shown)} listed" if len(rows) > len(shown) else ""
+    out.append(f"<p>{len(rows)} record(s) rejected by this pipeline's backfills and joins{more}.</p>")
+    out.append(
+        "<table><tr><th>When</th><th>Job</th><th>Source : line</th><th>Reason</th><th>Raw bytes</th></tr>"
+    )
+    for q in shown:
+        raw = bytes.fromhex(q["raw_hex"] or "")
+        text = repr(raw)[2:-1]
+        where = f"{q['source']}:{q['line']}" if q["line"] is not None else q["source"]
+        out.append(
+            f"<tr><td>{_when(q['run_time'])}</td><td>{_e(q['job'])}</td><td>{_e(where)}</td>"
+            f"<td>{_e(q['reason'])}</td><td><code>{_e(text[:200])}</code></td></tr>"
+        )
+    out.append("</table>")
+    return out
+
+
+def _chart_section(per_run: list[tuple[datetime, str, int, int]]) -> list[str]:
+    out = ["<h2 id='failures-over-time'>Failed expectations per run</h2>"]
+    if not per_run:
+        out.append("<p>No runs yet.</p>")
+        return out
+    shown = per_run[-CHART_RUNS:]
+    width, height, top, bottom, left = 640, 180, 10, 40, 36
+    peak = max(max(total for *_, total in shown), 1)
+    slot = (width - left) / len(shown)
+    bar = max(min(slot * 0.7, 40), 2)
+    plot = height - top - bottom
+    svg = [
+        f"<svg id='failures-chart' role='img' width='{width}' height='{height}' "
+        f"aria-label='failed expectations in each of the last {len(shown)} runs'>",
+        f"<line x1='{left}' y1='{top + plot}' x2='{width}' y2='{top + plot}' stroke='#999'/>",
+        f"<text x='{left - 6}' y='{top + 4}' text-anchor='end'>{peak}</text>",
+        f"<text x='{left - 6}' y='{top + plot}' text-anchor='end'>0</text>",
+    ]
+    for i, (when, _run_id, failed, total) in enumerate(shown):
+        x = left + i * slot + (slot - bar) / 2
+        h = plot * failed / peak
+        colour = "#b00020" if failed else "#176f2c"
+        label = f"{_when(when)}: {failed} of {total} failed"
+        svg.append(
+            f"<rect class='run' data-failed='{failed}' x='{x:.1f}' y='{top + plot - max(h, 2):.1f}' "
+            f"width='{bar:.1f}' height='{max(h, 2):.1f}' fill='{colour}'><title>{_e(label)}</title></rect>"
+        )
+        if len(shown) <= 12 or i in (0, len(shown) - 1):
+            svg.append(
+                f"<text x='{x + bar / 2:.1f}' y='{height - bottom + 14}' text-anchor='middle'>"
+                f"{when.astimezone(UTC).strftime('%m-%d %H:%M')}</text>"
+            )
+    svg.append("</svg>")
+    out.append("".join(svg))
+    last = shown[-1]
+    out.append(
+        f"<p class='muted'>Red bars: runs with failed expectations (height = how many); green: runs that "
+        f"passed. Latest run: {last[2]} of {last[3]} failed.</p>"
+    )
+    return out

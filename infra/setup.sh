@@ -35,6 +35,18 @@ if ! command -v java >/dev/null 2>&1 || [ "$(java_major)" -lt 17 ] 2>/dev/null; 
   fi
 fi
 
+# --- Chromium (the report's browser test and README screenshot; nothing else needs it) -----------
+if ! command -v chromium >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    say "Chromium is missing: installing Debian's chromium with apt-get (for the report's browser test)"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq >/dev/null
+    apt-get install -y -qq chromium >/dev/null
+  else
+    say "warning: no chromium found; the report's browser test will fail until it is installed ('sudo apt-get install chromium')"
+  fi
+fi
+
 # --- Python environment ---------------------------------------------------------------------------
 stamp_src=$(cat requirements.lock pyproject.toml infra/setup.sh | sha256sum | cut -d' ' -f1)
 if [ -x .venv/bin/python ] && [ -f .venv/.setup-stamp ] && [ "$(cat .venv/.setup-stamp)" = "$stamp_src" ]; then

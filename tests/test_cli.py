@@ -6,6 +6,7 @@ import subprocess
 import sys
 import zlib
 
+import pyarrow as pa
 import pytest
 
 from spark_jobs.cli import main
@@ -113,6 +114,7 @@ def test_malformed_config_is_one_line_naming_file_line_and_key(tmp_path, capsys,
         (["backfill", "accounts", "--from", "file:///no/such/dump"], None, "/no/such/dump: no such file"),
         (["health", "nope"], None, "unknown join 'nope'"),
         (["health", "--max-behind", "-1"], None, "--max-behind must not be negative"),
+        (["dbt"], None, "give a dbt command, e.g. 'lake dbt build'"),
     ],
 )  # fmt: skip
 def test_user_errors_are_one_line_exit_2_and_write_nothing(tmp_path, args, stdin, message):
@@ -140,12 +142,22 @@ def test_health_says_which_join_is_down_and_exits_1(tmp_path):
     assert code == 1 and out.count("UNHEALTHY: ") == 2
 
 
+@pytest.fixture(scope="module")
+def demo_lake(tmp_path_factory):
+    """``make demo``'s lake: the consents story, then the marketplace and people stories on the same
+    root (as ``lake demo consents marketplace people`` writes it)."""
+    root = tmp_path_factory.mktemp("demo") / "lake"
+    consents = lake_cli(root, "demo")
+    stories = lake_cli(root, "demo", "marketplace", "people")
+    return root, consents, stories
+
+
 @pytest.mark.slow
 @pytest.mark.integration
-def test_make_demo_story_fails_the_gate_then_backfills_and_passes(tmp_path):
+def test_make_demo_story_fails_the_gate_then_backfills_and_passes(demo_lake):
     """`make demo`'s job as a user sees it: topics -> failing completeness -> backfill -> passing gate
     -> the table-table join complete, the stream-table join without the late accounts -> clean audits."""
-    code, out, err = lake_cli(tmp_path / "lake", "demo")
+    code, out, err = demo_lake[1]
     assert code == 0, err
     before, after = out.split("== 3. backfill the accounts lookup from the database dump")
     assert (
@@ -184,8 +196,8 @@ def test_make_demo_story_fails_the_gate_then_backfills_and_passes(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.integration
-def test_demo_marketplace_and_people_show_fk_moves_fan_out_and_list_edits(tmp_path):
-    code, out, err = lake_cli(tmp_path / "lake", "demo", "marketplace", "people")
+def test_demo_marketplace_and_people_show_fk_moves_fan_out_and_list_edits(demo_lake):
+    code, out, err = demo_lake[2]
     assert code == 0, err
 
     def table(step: str, join: str) -> list[list[str]]:
@@ -226,3 +238,144 @@ def test_demo_marketplace_and_people_show_fk_moves_fan_out_and_list_edits(tmp_pa
     ]
     assert "elements joined 1, retracted 1, kept 3" in out.split("people 3.")[1]
     assert out.count("expected by the batch join of the consumed topic versions: identical") == 3
+
+
+def run_results(root) -> dict[str, tuple[str, int | None]]:
+    """dbt's run_results.json of the last ``lake dbt`` on ``root``: node name -> (status, failures)."""
+    import json
+
+    results = json.loads((root / "dbt" / "target" / "run_results.json").read_text())["results"]
+
+    def name(
+        unique_id: str,
+    ) -> str:  # test.lake.<name>.<hash>, unit_test.lake.<model>.<name>, model.lake.<name>
+        parts = unique_id.split(".")
+        return parts[2] if parts[0] == "test" else parts[-1]
+
+    return {name(r["unique_id"]): (r["status"], r["failures"]) for r in results}
+
+
+def sql_rows(root, query: str) -> list[list[str]]:
+    code, out, err = lake_cli(root, "sql", query)
+    assert code == 0, err
+    return [line.split("\t") for line in out.splitlines()[1:]]
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_dbt_build_on_the_demo_lake_and_the_marts_in_a_new_process(demo_lake):
+    root = demo_lake[0]
+    code, out, err = lake_cli(root, "dbt", "build")
+    assert code == 0, out + err
+    results = run_results(root)
+    models = {
+        "stg_accounts", "stg_consents", "stg_display_products", "stg_people_with_addresses",
+        "stg_quality_runs", "stg_quarantine", "optout_feed", "display_products",
+        "people_with_addresses", "dq_daily",
+    }  # fmt: skip
+    assert models <= set(results)
+    assert {
+        "optout_feed_one_row_per_refused_retargeter",
+        "people_with_addresses_counts_known_addresses",
+        "dq_daily_counts_runs_and_keeps_the_last_offending_count",
+    } <= set(results)  # the unit tests ran
+    assert {status for status, _ in results.values()} == {"success", "pass"}
+    assert "relationships_stg_consents_customer_id__customer_id__ref_stg_accounts_" in results
+    assert "Completed successfully" in out
+
+    # the marts persist: a new process (a new Spark session) reads them from the lake's catalog
+    opt_out = [
+        (n, r) for n in range(1, 11) for r in (1, 2) if (r == 1 and n % 3 == 0) or (r == 2 and n % 2 == 0)
+    ]
+    assert sql_rows(root, "SELECT * FROM marts.optout_feed ORDER BY customer_id, retargeter") == sorted(
+        [f"user_{n}", f"retargeter{r}", f"user{n}@example.com"] for n, r in opt_out
+    )
+    assert sql_rows(root, "SELECT product_id, merchant_name FROM marts.display_products ORDER BY 1") == [
+        ["p1", "Acme Tools & Co"], ["p2", "Bolt Supplies"], ["p3", "Bolt Supplies"], ["p4", ""],
+    ]  # fmt: skip
+    assert sql_rows(
+        root,
+        "SELECT person_id, address_count, known_address_count FROM marts.people_with_addresses ORDER BY 1",
+    ) == [["ann", "3", "3"], ["bob", "1", "1"], ["cy", "0", "0"]]
+    # the demo ran the consents suite twice: completeness failed, then passed; the rest passed twice
+    daily = sql_rows(
+        root,
+        "SELECT check_name, sum(passes), sum(failures), max_by(offending_keys, last_run_time) "
+        "FROM marts.dq_daily WHERE pipeline = 'consents' GROUP BY check_name ORDER BY 1, 2",
+    )
+    assert daily == [
+        ["co_partitioning:customer_consents+customer_accounts", "4", "0", "0"],
+        ["completeness:customer_consents->accounts", "1", "1", "0"],
+        ["key_format:customer_consents+customer_accounts", "2", "0", "0"],
+        ["lookup_basics:accounts", "2", "0", "0"],
+    ]
+    assert (root / "warehouse" / "marts.db" / "optout_feed").is_dir()  # under the lake root
+
+
+ACCOUNTS = pa.schema(
+    [("key", pa.binary()), ("value", pa.binary()), ("partition", pa.int32()), ("offset", pa.int64()),
+     ("timestamp", pa.timestamp("us", tz="UTC")), ("topic_version", pa.int64())]
+)  # fmt: skip
+CONSENTS = pa.schema(
+    [("key", pa.binary()), ("customerId", pa.string()), ("retargeter1", pa.bool_()),
+     ("retargeter2", pa.bool_()), ("contactMailAddress", pa.string())]
+)  # fmt: skip
+
+
+def _accounts(users):
+    from datetime import UTC, datetime
+
+    return pa.table(
+        {
+            "key": [u.encode() for u in users],
+            "value": [
+                f'{{"customerId":"{u}","contactMailAddress":"{u}@example.com"}}'.encode() for u in users
+            ],
+            "partition": [0] * len(users),
+            "offset": list(range(len(users))),
+            "timestamp": [datetime(2026, 11, 1, tzinfo=UTC)] * len(users),
+            "topic_version": [1] * len(users),
+        },
+        schema=ACCOUNTS,
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_dbt_relationships_test_fails_while_accounts_are_incomplete(tmp_path):
+    from spark_jobs.lake import Lake
+
+    root = tmp_path / "lake"
+    lake = Lake(root)
+    users = [f"user_{n}" for n in range(1, 5)]
+    lake.create("consents_with_mail", CONSENTS)
+    lake.append(
+        "consents_with_mail",
+        pa.table(
+            {
+                "key": [u.encode() for u in users],
+                "customerId": users,
+                "retargeter1": [True, False, True, False],
+                "retargeter2": [True, True, False, False],
+                "contactMailAddress": ["user_1@example.com", "user_2@example.com", None, None],
+            },
+            schema=CONSENTS,
+        ),
+    )
+    lake.create("lookup_accounts", ACCOUNTS)
+    lake.append("lookup_accounts", _accounts(users[:2]))  # user_3 and user_4 have no account yet
+    select = ["--select", "stg_accounts", "stg_consents"]
+    code, out, err = lake_cli(root, "dbt", "build", *select)
+    assert code == 1, out + err
+    results = run_results(root)
+    failed = {name: r for name, r in results.items() if r[0] not in ("success", "pass")}
+    assert failed == {"relationships_stg_consents_customer_id__customer_id__ref_stg_accounts_": ("fail", 2)}
+
+    lake.append("lookup_accounts", _accounts(users[2:]))  # the backfill completes accounts
+    code, out, err = lake_cli(root, "dbt", "build", *select)
+    assert code == 0, out + err
+    assert {r[0] for r in run_results(root).values()} == {"success", "pass"}
+
+    code, out, err = lake_cli(root, "sql", "SELECT nope FROM marts.none")
+    assert code == 2 and err.count("\n") == 1 and "Traceback" not in err
+    assert err.startswith("lake: error: query failed: [TABLE_OR_VIEW_NOT_FOUND]")

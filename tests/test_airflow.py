@@ -71,7 +71,9 @@ def test_every_dag_has_tags_docs_owner_retries_and_failure_alerts(facts):
             assert task["owner"] == "data-platform", where
             assert task["doc_md"], where
             assert task["has_failure_callback"], where
-            if task["type"] == "LakeSubmitOperator":  # Spark work: retried, with backoff
+            if task_id == "dbt_build":  # failing data tests are not fixed by running them again
+                assert task["retries"] == 0, where
+            elif task["type"] == "LakeSubmitOperator":  # Spark work: retried, with backoff
                 assert (task["retries"], task["backoff"]) == (2, 2.0), where
 
 
@@ -83,10 +85,13 @@ def test_the_pipeline_dag_is_backfill_then_suites_then_gate_then_joins(facts):
         "backfill_accounts": ["run_quality_suites"],
         "run_quality_suites": ["quality_gate"],
         "quality_gate": ["ensure_joins_running"],
-        "ensure_joins_running": [],
+        "ensure_joins_running": ["wait_joins_caught_up"],
+        "wait_joins_caught_up": ["dbt_build"],
+        "dbt_build": [],
     }
     types = {t: task["type"] for t, task in dag["tasks"].items()}
-    assert types["backfill_accounts"] == types["run_quality_suites"] == "LakeSubmitOperator"
+    assert types["backfill_accounts"] == types["run_quality_suites"] == types["dbt_build"] == "LakeSubmitOperator"
+    assert types["wait_joins_caught_up"] == "PythonSensor"
     assert dag["tasks"]["quality_gate"]["retries"] == 0  # a failed check is not retried
 
 
@@ -222,7 +227,7 @@ def test_pipeline_fails_at_the_gate_on_incomplete_data_then_a_manual_backfill_co
     assert "report in the browser: http://localhost:8080/lake-reports/quality/runs/" in text
     assert f"Data Docs: file://{af.root}/reports/quality/gx/" in text
     # the joins were not started: no task ran, no job registered, no result
-    assert not ran(result, "ensure_joins_running")
+    assert not ran(result, "ensure_joins_running") and not ran(result, "dbt_build")
     assert running(af.lake) == {} and not (af.root / "_jobs").exists()
     assert not any(af.lake.exists(j) for j in JOINS)
     alerts = [json.loads(line) for line in (af.root / "_airflow" / "alerts.jsonl").read_text().splitlines()]
@@ -318,6 +323,11 @@ def test_pipeline_passes_the_gate_and_starts_the_joins_once_then_streams_health_
     assert "master local[2]" in text
     # the continuous table join catches up: every consent has its customer's e-mail
     wait_for(lambda: mails(af.lake, "consents_with_mail") == ALL_MAILS, 240, "consents_with_mail")
+    # ... and the run built the pipeline's marts once the joins had caught up, their tests passing
+    assert ran(result, "wait_joins_caught_up") and ran(result, "dbt_build")
+    assert "Completed successfully" in text
+    assert (af.root / "warehouse" / "marts.db" / "optout_feed").is_dir()
+    assert not (af.root / "warehouse" / "marts.db" / "display_products").exists()  # another pipeline's
 
     # start again (the streams DAG): nothing new starts, the same processes run on
     again = af.test_dag("consents_streams", {"action": "start"})

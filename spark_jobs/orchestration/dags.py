@@ -21,6 +21,7 @@ from pathlib import Path
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.providers.standard.operators.python import BranchPythonOperator, PythonOperator
+from airflow.providers.standard.sensors.python import PythonSensor
 from airflow.sdk import DAG, Asset, AssetAny, AssetOrTimeSchedule, CronTriggerTimetable, Param
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
@@ -33,6 +34,7 @@ from spark_jobs.session import submit_conf
 APPLICATION = str(Path(__file__).resolve().parents[1] / "_submit" / "lake_app.py")
 START_DATE = datetime(2026, 1, 1)
 JOIN_TRIGGER_SECONDS = 5.0
+JOINS_CATCH_UP_TIMEOUT = 30 * 60
 
 
 def lookup_asset(config: PipelineConfig, root: Path, lookup: str) -> Asset:
@@ -124,6 +126,13 @@ class _Builder:
             "is decided by the next task.",
         )
 
+    def dbt_selection(self) -> list[str]:
+        """``--select`` of the dbt models over this pipeline's tables (its lookups and join results)
+        and the lake's shared ones (quality runs, quarantine). Models of other pipelines are left to
+        their own DAGs, so a lake without them builds cleanly."""
+        tables = [f"lookup_{name}" for name in self.config.lookups] + list(self.config.joins)
+        return ["--select", *[f"source:lake.{t}+" for t in [*tables, "quality_runs", "quarantine"]]]
+
     def gate(self) -> PythonOperator:
         return self.python(
             "quality_gate",
@@ -146,7 +155,9 @@ def pipeline_dag(b: _Builder) -> DAG:
         "3. **quality_gate**: fails the run, with the plain-words summary and the report path, when a "
         "check failed. Then the joins are *not* started.\n"
         "4. **ensure_joins_running**: starts each continuous join that is not running; healthy ones are "
-        "left alone.\n\n"
+        "left alone.\n"
+        "5. **wait_joins_caught_up**: waits until the joins have read all of their input.\n"
+        "6. **dbt_build**: `lake dbt build` of the pipeline's dbt models (staging views, marts, tests).\n\n"
         f"Config: `{b.config_path}`; lake root: `{b.root}`."
     )
     with b.dag(
@@ -178,9 +189,28 @@ def pipeline_dag(b: _Builder) -> DAG:
                 "trigger": JOIN_TRIGGER_SECONDS,
             },
         )
+        caught_up = PythonSensor(
+            task_id="wait_joins_caught_up",
+            python_callable=tasks.joins_caught_up,
+            op_kwargs={"config_path": b.config_path, "root": b.root},
+            poke_interval=10,
+            timeout=JOINS_CATCH_UP_TIMEOUT,
+            mode="poke",  # a short wait; keeps `airflow dags test` simple
+            doc_md="Waits until every join has read all of its input topics (0 versions behind), so the "
+            "marts are built from caught-up results. Fails after "
+            f"{JOINS_CATCH_UP_TIMEOUT // 60} minutes, naming the joins still behind.",
+        )
+        dbt = b.spark(
+            "dbt_build",
+            ["dbt", "--root", b.root, "build", *b.dbt_selection()],
+            "`lake dbt build` of this pipeline's models (dbt-spark, session mode, in one spark-submit): "
+            "staging views, the marts (tables under `<root>/warehouse`) and their tests, including the "
+            "relationships tests that restate completeness. A failing test fails the task.",
+            retries=0,  # a failing data test is not fixed by running it again
+        )
         if backfills:
             backfills >> suites
-        suites >> gate >> ensure
+        suites >> gate >> ensure >> caught_up >> dbt
     return dag
 
 

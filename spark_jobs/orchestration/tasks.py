@@ -137,6 +137,21 @@ def ensure_joins_running(config_path: str, root: str, conn_id: str, trigger: flo
     return outcome
 
 
+def joins_caught_up(config_path: str, root: str, **context: Any) -> bool:
+    """True when every join of the pipeline has read all of its input topics (the sensor's poke)."""
+    from spark_jobs.joins.runner import status
+
+    config, lake = _lake(config_path, root)
+    behind = {
+        row["join"]: {side: n for side, n in row["versions_behind"].items() if n}
+        for row in status(lake, config)
+    }
+    behind = {join: sides for join, sides in behind.items() if sides}
+    if behind:
+        log.info("still behind (versions per input): %s", behind)
+    return not behind
+
+
 def stop_joins(config_path: str, root: str, **context: Any) -> dict:
     """Stop the joins' jobs after their current micro-batch (maintenance)."""
     from spark_jobs.joins.supervise import stop_job

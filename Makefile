@@ -13,9 +13,14 @@ help: ## list the targets
 setup: ## install Java (if missing) and the locked Python environment into .venv
 	@bash infra/setup.sh
 
-demo: setup ## the demo stories (consents: gate, backfill, joins; marketplace: fk; people: list), then Airflow
+demo: setup ## the demo stories (consents, marketplace, people), dbt build of the marts, then Airflow
 	@$(BIN)/lake demo consents marketplace people
+	@echo; echo "== dbt build: staging views, the marts and their tests (lake dbt build)"
+	@$(BIN)/lake dbt build
 	@bash infra/airflow-pipeline.sh
+	@echo; echo "== what to open"
+	@echo "the data-quality report: file://$$($(BIN)/lake report)"
+	@echo "the marts, from a new Spark session: $(BIN)/lake sql 'SELECT * FROM marts.optout_feed'"
 
 pipeline: setup ## the demo pipeline through Airflow only: pipeline DAG, joins, health check, stop
 	@bash infra/airflow-pipeline.sh

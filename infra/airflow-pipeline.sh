@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The demo pipeline as Airflow runs it (make pipeline; the last step of make demo):
 #   1. `airflow dags test consents_pipeline`: backfill -> quality suites -> gate -> start the joins
+#      -> wait until they have caught up -> dbt build of the pipeline's marts
 #   2. wait until the continuous joins have caught up (`lake health`), show a result
 #   3. `airflow dags test consents_streams`: the scheduled health check
 #   4. `airflow dags test consents_streams --conf '{"action": "stop"}'`: stop the joins
@@ -26,7 +27,7 @@ dag_test() {
   echo "-- airflow dags test $dag $*"
   local from; from=$(wc -l <"$LOG")
   if airflow dags test "$dag" "$@"; then status=0; else status=$?; fi
-  tail -n +"$((from + 1))" "$LOG" | grep -E "\[DAG TEST\] (starting|end) task|PASS |FAIL |quality gate|backfill [a-z_]+ from|join [a-z_]+: |healthy|problem\(s\)|report in the browser|DagRun Finished" \
+  tail -n +"$((from + 1))" "$LOG" | grep -E "\[DAG TEST\] (starting|end) task|PASS |FAIL |quality gate|backfill [a-z_]+ from|join [a-z_]+: |healthy|problem\(s\)|report in the browser|DagRun Finished|Done\. PASS=|Completed successfully|Completed with" \
     | grep -Ev "(PASS|FAIL)  .*SparkSubmitHook|Done\. Returned" \
     | sed -E 's/^[0-9TZ:.-]+ \[[a-z ]+\] //; s/ +\[[A-Za-z_.]+\] loc=.*$//; s/ map_index=-1.*$//' | cut -c1-300
   return $status
@@ -37,7 +38,7 @@ airflow db migrate
 "$LAKE" demo --topics-only >/dev/null   # the demo topics, left as they are when present
 
 echo
-echo "== 8. the pipeline DAG: backfill -> quality suites -> gate -> continuous joins"
+echo "== 8. the pipeline DAG: backfill -> quality suites -> gate -> continuous joins -> dbt build"
 dag_test consents_pipeline || { echo "the pipeline DAG failed; see $LOG"; exit 1; }
 
 echo

@@ -94,8 +94,14 @@ def run_dbt(lake: Lake, args: Sequence[str], log: Callable[[str], None] = print)
 
 def query(lake: Lake, sql: str):
     """Rows of ``sql`` over the marts (``marts.<name>``) and the lake's tables (``global_temp.<name>``)."""
+    import logging
+
+    from pyspark.logger import PySparkLogger
+
     from spark_jobs.session import get_spark
 
+    # a bad query is reported once, as the one-line error below, not also as PySpark's JSON log record
+    PySparkLogger.getLogger("SQLQueryContextLogger").setLevel(logging.CRITICAL)
     spark = get_spark(app_name="sql", catalog=lake.root)
     if "global_temp" in sql.lower():  # registering every lake table takes a few seconds: only when asked
         register_lake_views(spark, lake)

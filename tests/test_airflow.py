@@ -90,7 +90,12 @@ def test_the_pipeline_dag_is_backfill_then_suites_then_gate_then_joins(facts):
         "dbt_build": [],
     }
     types = {t: task["type"] for t, task in dag["tasks"].items()}
-    assert types["backfill_accounts"] == types["run_quality_suites"] == types["dbt_build"] == "LakeSubmitOperator"
+    assert (
+        types["backfill_accounts"]
+        == types["run_quality_suites"]
+        == types["dbt_build"]
+        == "LakeSubmitOperator"
+    )
     assert types["wait_joins_caught_up"] == "PythonSensor"
     assert dag["tasks"]["quality_gate"]["retries"] == 0  # a failed check is not retried
 

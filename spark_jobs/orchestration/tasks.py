@@ -76,6 +76,12 @@ def quality_lines(report: dict, root: str) -> list[str]:
     url = report_url(report.get("summary_html"), root, base)
     if url:
         lines.append(f"report in the browser: {url}")
+    pipeline_page = Path(root) / "reports" / "quality" / f"{report.get('pipeline')}.html"
+    pipeline_url = report_url(str(pipeline_page), root, base)
+    if pipeline_url:
+        lines.append(
+            f"the pipeline's report (history, missing and misplaced keys, quarantine): {pipeline_url}"
+        )
     if report.get("data_docs"):
         lines.append(f"Data Docs: {report['data_docs']}")
     return lines

@@ -12,7 +12,7 @@ class LakeReportsPlugin(AirflowPlugin):
     external_views = [
         {
             "name": "Data quality",
-            "href": f"{URL_PREFIX}/quality/summary.html",
+            "href": f"{URL_PREFIX}/quality/index.html",  # the pipelines' report pages
             "destination": "nav",
             "url_route": "data-quality",
         }

@@ -500,7 +500,9 @@ def cmd_dbt(args) -> int:
     from spark_jobs.lake import Lake
     from spark_jobs.marts import run_dbt
 
-    return run_dbt(Lake(args.root), args.dbt_args, log=_stderr)
+    lake = Lake(args.root)
+    with lake.lock("catalog", _stderr):  # the catalog's embedded Derby serves one process at a time
+        return run_dbt(lake, args.dbt_args, log=_stderr)
 
 
 def cmd_sql(args) -> int:
@@ -508,9 +510,11 @@ def cmd_sql(args) -> int:
     from spark_jobs.marts import query
     from spark_jobs.show import render
 
-    _stderr("starting Spark with the lake's catalog ...")
-    frame = query(Lake(args.root), args.query)
-    rows = [r.asDict(recursive=True) for r in frame.collect()]
+    lake = Lake(args.root)
+    with lake.lock("catalog", _stderr):  # the catalog's embedded Derby serves one process at a time
+        _stderr("starting Spark with the lake's catalog ...")
+        frame = query(lake, args.query)
+        rows = [r.asDict(recursive=True) for r in frame.collect()]
     for line in render(frame.columns, rows, args.json):
         print(line)
     return 0

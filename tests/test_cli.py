@@ -290,6 +290,20 @@ def test_dbt_build_on_the_demo_lake_and_the_marts_in_a_new_process(demo_lake):
     assert sql_rows(root, "SELECT * FROM marts.optout_feed ORDER BY customer_id, retargeter") == sorted(
         [f"user_{n}", f"retargeter{r}", f"user{n}@example.com"] for n, r in opt_out
     )
+    # two at once take turns on the catalog (embedded Derby serves one process): both answer
+    both = [
+        subprocess.Popen(
+            [sys.executable, "-m", "spark_jobs.cli", "--root", str(root), "sql", query],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for query in ("SELECT count(*) FROM marts.optout_feed", "SELECT count(*) FROM marts.display_products")
+    ]
+    answers = [proc.communicate() for proc in both]
+    assert [proc.returncode for proc in both] == [0, 0], answers
+    assert [out.splitlines()[1] for out, _ in answers] == [str(len(opt_out)), "4"]
+    assert sum("waiting for another process to finish catalog" in err for _, err in answers) == 1
     assert sql_rows(root, "SELECT product_id, merchant_name FROM marts.display_products ORDER BY 1") == [
         ["p1", "Acme Tools & Co"], ["p2", "Bolt Supplies"], ["p3", "Bolt Supplies"], ["p4", ""],
     ]  # fmt: skip

@@ -65,12 +65,13 @@ def run_dbt(lake: Lake, args: Sequence[str], log: Callable[[str], None] = print)
 
     project = project_dir()
     if not args:
-        raise UserError("give a dbt command, e.g. 'lake dbt build' or 'lake dbt test --select optout_feed'")
+        raise UserError("give a dbt command, e.g. 'lake dbt build' or 'lake dbt build --select +optout_feed'")
     ensure_system_tables(lake)
     log(f"starting Spark with the lake's catalog ({lake.root / 'catalog'}) ...")
     spark = catalog_session(lake, "dbt")
     log(f"{len(lake.tables())} lake tables visible to dbt as global_temp.<table>")
-    spark.sql(f"CREATE SCHEMA IF NOT EXISTS {MARTS_SCHEMA}")
+    if not spark.catalog.databaseExists(MARTS_SCHEMA):  # (Hive logs an ERROR for IF NOT EXISTS hits)
+        spark.sql(f"CREATE SCHEMA {MARTS_SCHEMA}")
     work = lake.root.absolute() / "dbt"
     argv = [
         *args,
@@ -84,6 +85,9 @@ def run_dbt(lake: Lake, args: Sequence[str], log: Callable[[str], None] = print)
         str(work / "logs"),
     ]
     os.environ.setdefault("DBT_SEND_ANONYMOUS_USAGE_STATS", "false")  # no network calls home
+    # dbt's semaphores are released when this process exits directly (cli.entry); the resource
+    # tracker's "leaked semaphore" warning at that moment is noise, not a leak worth reporting
+    os.environ.setdefault("PYTHONWARNINGS", "ignore::UserWarning:multiprocessing.resource_tracker")
     if not sys.stdout.isatty():  # plain text in logs and pipes
         os.environ.setdefault("DBT_USE_COLORS", "false")
     result = dbtRunner().invoke(argv)

@@ -29,7 +29,7 @@ from spark_jobs.config import PipelineConfig, choice, mapping, read_located, tex
 from spark_jobs.errors import UserError
 from spark_jobs.lake import Lake
 from spark_jobs.partitioners import spark_partition
-from spark_jobs.report import report_path, write_report
+from spark_jobs.report import report_path, run_page, write_report
 from spark_jobs.topics import ensure_topic
 
 CHECK_TYPES = ("completeness", "co_partitioning", "key_format", "lookup_basics")
@@ -459,14 +459,13 @@ def _run_suites(
     docs = gxr.docs_index()
     report = QualityReport(run_id, run_time.isoformat(), config.name, success, results, docs, None)
     # every run keeps its own page (runs/<time>-<id>.html); summary.html/.json are the latest run
-    runs = report_dir / "runs"
-    runs.mkdir(exist_ok=True)
-    stem = f"{run_time.strftime('%Y%m%dT%H%M%SZ')}-{run_id[:8]}"
-    report.summary_html = str(runs / f"{stem}.html")
-    for target in (runs / f"{stem}.html", report_dir / "summary.html"):
+    page = report_dir / run_page(run_time, run_id)
+    page.parent.mkdir(exist_ok=True)
+    report.summary_html = str(page)
+    for target in (page, report_dir / "summary.html"):
         target.write_text(render_summary(report, _docs_href(docs, target)), encoding="utf-8")
     as_json = json.dumps(report.as_dict(), indent=2)
-    for target in (runs / f"{stem}.json", report_dir / "summary.json"):
+    for target in (page.with_suffix(".json"), report_dir / "summary.json"):
         target.write_text(as_json, encoding="utf-8")
     _record(lake, report, suites)
     pipeline_page = write_report(lake, config, _docs_href(docs, report_path(lake, config.name)))

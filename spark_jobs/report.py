@@ -12,7 +12,6 @@ delta-rs (no Spark), and holds no script: what it says is in the HTML itself.
 from __future__ import annotations
 
 import html
-import json
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -43,6 +42,11 @@ class Misplaced:
 
 def report_path(lake: Lake, pipeline: str) -> Path:
     return lake.root.absolute() / "reports" / "quality" / f"{pipeline}.html"
+
+
+def run_page(run_time: datetime, run_id: str) -> str:
+    """A quality run's own page, relative to the report folder: ``runs/<time>-<id>.html``."""
+    return f"runs/{run_time.astimezone(UTC).strftime('%Y%m%dT%H%M%SZ')}-{run_id[:8]}.html"
 
 
 def pipeline_jobs(config: PipelineConfig) -> set[str]:
@@ -107,7 +111,9 @@ def write_report(lake: Lake, config: PipelineConfig, data_docs: str | None = Non
     quarantined = [q for q in _rows(lake, QUARANTINE) if q["job"] in jobs]
     quarantined.sort(key=lambda q: (q["run_time"], q["source"] or "", q["line"] or 0), reverse=True)
     docs = data_docs or _docs_index(path.parent)
-    page = render(config.name, runs, quarantined, docs, datetime.now(UTC), _run_pages(path.parent))
+    pages = {r["run_id"]: run_page(r["run_time"], r["run_id"]) for r in runs}
+    pages = {run_id: page for run_id, page in pages.items() if (path.parent / page).is_file()}
+    page = render(config.name, runs, quarantined, docs, datetime.now(UTC), pages)
     path.write_text(page, encoding="utf-8")
     _write_index(path.parent)
     return path
@@ -116,18 +122,6 @@ def write_report(lake: Lake, config: PipelineConfig, data_docs: str | None = Non
 def _docs_index(report_dir: Path) -> str | None:
     index = report_dir / "gx" / "uncommitted" / "data_docs" / "local_site" / "index.html"
     return "gx/uncommitted/data_docs/local_site/index.html" if index.is_file() else None
-
-
-def _run_pages(report_dir: Path) -> dict[str, str]:
-    """run id -> that run's own summary page (relative to the report folder)."""
-    pages = {}
-    for page in sorted((report_dir / "runs").glob("*.json")):
-        try:
-            run_id = json.loads(page.read_text(encoding="utf-8"))["run_id"]
-        except (OSError, ValueError, KeyError):
-            continue
-        pages[run_id] = f"runs/{page.with_suffix('.html').name}"
-    return pages
 
 
 def _write_index(report_dir: Path) -> None:

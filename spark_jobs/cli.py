@@ -500,9 +500,7 @@ def cmd_dbt(args) -> int:
     from spark_jobs.lake import Lake
     from spark_jobs.marts import run_dbt
 
-    lake = Lake(args.root)
-    with lake.lock("catalog", _stderr):  # the catalog's embedded Derby serves one process at a time
-        return run_dbt(lake, args.dbt_args, log=_stderr)
+    return run_dbt(Lake(args.root), args.dbt_args, log=_stderr)
 
 
 def cmd_sql(args) -> int:
@@ -510,12 +508,8 @@ def cmd_sql(args) -> int:
     from spark_jobs.marts import query
     from spark_jobs.show import render
 
-    lake = Lake(args.root)
-    with lake.lock("catalog", _stderr):  # the catalog's embedded Derby serves one process at a time
-        _stderr("starting Spark with the lake's catalog ...")
-        frame = query(lake, args.query)
-        rows = [r.asDict(recursive=True) for r in frame.collect()]
-    for line in render(frame.columns, rows, args.json):
+    columns, rows = query(Lake(args.root), args.query, log=_stderr)
+    for line in render(columns, rows, args.json):
         print(line)
     return 0
 

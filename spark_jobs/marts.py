@@ -26,6 +26,7 @@ from spark_jobs.quality import QUALITY_RUNS, QUALITY_RUNS_SCHEMA
 
 PROJECT_DIR = Path(__file__).resolve().parents[1] / "dbt"
 MARTS_SCHEMA = "marts"
+CATALOG_LOCK = "catalog"  # the catalog's embedded Derby serves one process at a time
 
 
 def project_dir() -> Path:
@@ -34,15 +35,6 @@ def project_dir() -> Path:
     if not (path / "dbt_project.yml").is_file():
         raise UserError(f"no dbt project at {path} (dbt_project.yml missing; set LAKE_DBT_PROJECT)")
     return path
-
-
-def catalog_session(lake: Lake, app_name: str):
-    """A Spark session with the lake's catalog and every lake table as ``global_temp.<name>``."""
-    from spark_jobs.session import get_spark
-
-    spark = get_spark(app_name=app_name, catalog=lake.root)
-    register_lake_views(spark, lake)
-    return spark
 
 
 def register_lake_views(spark, lake: Lake) -> list[str]:
@@ -61,15 +53,23 @@ def ensure_system_tables(lake: Lake) -> None:
 
 def run_dbt(lake: Lake, args: Sequence[str], log: Callable[[str], None] = print) -> int:
     """Run ``dbt ARGS`` on the lake (target and logs under ``<root>/dbt``); dbt's exit code."""
-    from dbt.cli.main import dbtRunner
-
     project = project_dir()
     if not args:
         raise UserError("give a dbt command, e.g. 'lake dbt build' or 'lake dbt build --select +optout_feed'")
+    with lake.lock(CATALOG_LOCK, log):
+        return _run_dbt(lake, project, args, log)
+
+
+def _run_dbt(lake: Lake, project: Path, args: Sequence[str], log: Callable[[str], None]) -> int:
+    from dbt.cli.main import dbtRunner
+
+    from spark_jobs.session import get_spark
+
     ensure_system_tables(lake)
     log(f"starting Spark with the lake's catalog ({lake.root / 'catalog'}) ...")
-    spark = catalog_session(lake, "dbt")
-    log(f"{len(lake.tables())} lake tables visible to dbt as global_temp.<table>")
+    spark = get_spark(app_name="dbt", catalog=lake.root)
+    names = register_lake_views(spark, lake)
+    log(f"{len(names)} lake tables visible to dbt as global_temp.<table>")
     if not spark.catalog.databaseExists(MARTS_SCHEMA):  # (Hive logs an ERROR for IF NOT EXISTS hits)
         spark.sql(f"CREATE SCHEMA {MARTS_SCHEMA}")
     work = lake.root.absolute() / "dbt"
@@ -96,8 +96,9 @@ def run_dbt(lake: Lake, args: Sequence[str], log: Callable[[str], None] = print)
     return 0 if result.success else 1
 
 
-def query(lake: Lake, sql: str):
-    """Rows of ``sql`` over the marts (``marts.<name>``) and the lake's tables (``global_temp.<name>``)."""
+def query(lake: Lake, sql: str, log: Callable[[str], None] = print) -> tuple[list[str], list[dict]]:
+    """(columns, rows) of ``sql`` over the marts (``marts.<name>``) and the lake's tables
+    (``global_temp.<name>``)."""
     import logging
 
     from pyspark.logger import PySparkLogger
@@ -106,14 +107,17 @@ def query(lake: Lake, sql: str):
 
     # a bad query is reported once, as the one-line error below, not also as PySpark's JSON log record
     PySparkLogger.getLogger("SQLQueryContextLogger").setLevel(logging.CRITICAL)
-    spark = get_spark(app_name="sql", catalog=lake.root)
-    if "global_temp" in sql.lower():  # registering every lake table takes a few seconds: only when asked
-        register_lake_views(spark, lake)
-    try:
-        return spark.sql(sql)
-    except Exception as exc:  # a bad query is the user's: say what Spark said, in one line
-        from pyspark.errors import PySparkException
+    with lake.lock(CATALOG_LOCK, log):
+        log("starting Spark with the lake's catalog ...")
+        spark = get_spark(app_name="sql", catalog=lake.root)
+        if "global_temp" in sql.lower():  # registering every lake table takes seconds: only when asked
+            register_lake_views(spark, lake)
+        try:
+            frame = spark.sql(sql)
+            return frame.columns, [r.asDict(recursive=True) for r in frame.collect()]
+        except Exception as exc:  # a bad query is the user's: say what Spark said, in one line
+            from pyspark.errors import PySparkException
 
-        if isinstance(exc, PySparkException):
-            raise UserError(f"query failed: {str(exc).strip().splitlines()[0]}") from exc
-        raise
+            if isinstance(exc, PySparkException):
+                raise UserError(f"query failed: {str(exc).strip().splitlines()[0]}") from exc
+            raise

@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # One-step, idempotent set-up of everything the product needs on a fresh Debian/Ubuntu machine:
 #   - Java 17+ for Spark (installed with apt when missing and we are root; otherwise a clear message),
+#   - Maven (with apt when missing and we are root) and the locked JVM jars in .jvm/ (Delta's Spark
+#     integration and Spark's Kafka connector for every Spark session; the KRaft broker), each jar
+#     checked against infra/jvm/jars.sha256,
 #   - a pinned uv (in .tools/) to install the locked dependency set quickly,
 #   - .venv/ at the repo root with exactly requirements.lock plus this repo (editable).
-# Re-running is fast: a stamp of the lock, pyproject and this script skips the sync when nothing changed.
+# Re-running is fast: stamps of the locks, pyproject and this script skip the work when nothing changed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -45,6 +48,42 @@ if ! command -v chromium >/dev/null 2>&1; then
   else
     say "warning: no chromium found; the report's browser test will fail until it is installed ('sudo apt-get install chromium')"
   fi
+fi
+
+# --- JVM jars (Maven Central, locked by infra/jvm/*.pom.xml + infra/jvm/jars.sha256) -------------
+jvm_stamp=$(cat infra/jvm/*.pom.xml infra/jvm/jars.sha256 infra/setup.sh | sha256sum | cut -d' ' -f1)
+if ! [ -f .jvm/.stamp ] || [ "$(cat .jvm/.stamp)" != "$jvm_stamp" ]; then
+  if ! command -v mvn >/dev/null 2>&1; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+      say "Maven is missing: installing maven with apt-get (it fetches the locked JVM jars)"
+      export DEBIAN_FRONTEND=noninteractive
+      apt-get update -qq >/dev/null
+      apt-get install -y -qq maven >/dev/null
+    else
+      die "Maven is needed to fetch the locked JVM jars and none was found. Install it, e.g. 'sudo apt-get install maven', then rerun."
+    fi
+  fi
+  say "fetching the locked JVM jars with Maven into .jvm/"
+  rm -rf .jvm.tmp && mkdir -p .jvm.tmp
+  for set in spark kafka; do
+    if ! mvn -q -B -f "infra/jvm/$set.pom.xml" dependency:copy-dependencies \
+        -DoutputDirectory="$ROOT/.jvm.tmp/$set" >".jvm.tmp/mvn-$set.log" 2>&1; then
+      grep -E 'ERROR|error' ".jvm.tmp/mvn-$set.log" | head -5 >&2
+      die "mvn could not fetch the jars of infra/jvm/$set.pom.xml (is Maven Central reachable?)"
+    fi
+  done
+  rm -f .jvm.tmp/mvn-*.log
+  # exactly the locked jars, each with its locked checksum: no more, no fewer
+  listed=$(awk '{print $2}' infra/jvm/jars.sha256 | sort)
+  found=$(cd .jvm.tmp && find . -name '*.jar' | sed 's|^\./||' | sort)
+  if [ "$listed" != "$found" ]; then
+    die "the jars Maven fetched differ from infra/jvm/jars.sha256 (run 'make lock-jvm' after changing a pom): $(diff <(echo "$listed") <(echo "$found") | grep '^[<>]' | tr '\n' ' ')"
+  fi
+  (cd .jvm.tmp && sha256sum --quiet -c "$ROOT/infra/jvm/jars.sha256") \
+    || die "a JVM jar does not match its checksum in infra/jvm/jars.sha256 (see above); nothing was installed"
+  rm -rf .jvm && mv .jvm.tmp .jvm
+  echo "$jvm_stamp" > .jvm/.stamp
+  say "JVM jars ready: $(find .jvm -name '*.jar' | wc -l) jars in .jvm/ (checksums verified)"
 fi
 
 # --- Python environment ---------------------------------------------------------------------------

@@ -5,9 +5,11 @@ delete. It is refreshed incrementally from the topic's change feed; the last top
 recorded in the lookup table itself (a Delta ``txn`` of application ``lookup:<name>``), so a refresh is
 exactly-once and a crash between writes is repaired by the next run.
 
-A backfill loads a dump into the lookup's topic, writing only records that change something (a new
-key, or a value different from the lookup's current one), with the partitioner of the topics the
-lookup is joined with unless told otherwise; bad lines go to the ``quarantine`` table.
+A backfill loads a dump into the lookup's Kafka topic, producing only records that change something (a
+new key, or a value different from the lookup's current one) in one Kafka transaction (idempotent
+producer, ``acks=all``), with the partitioner of the topics the lookup is joined with unless told
+otherwise; then it ingests the topic into bronze and refreshes the lookup. Bad lines go to the
+``quarantine`` table.
 """
 
 from __future__ import annotations
@@ -27,8 +29,10 @@ from spark_jobs import partitioners
 from spark_jobs.config import LookupSpec, PipelineConfig
 from spark_jobs.dumps import parse_dump, read_lines
 from spark_jobs.errors import UserError
+from spark_jobs.ingest import ensure_bronze, sync_bronze
+from spark_jobs.kafka import connect, partition_counts, produce
 from spark_jobs.lake import Lake
-from spark_jobs.topics import ensure_topic, produce_records
+from spark_jobs.topics import producing
 
 LOOKUP_SCHEMA = pa.schema(
     [
@@ -64,7 +68,7 @@ def lookup_table(lookup: LookupSpec) -> str:
 
 
 def ensure_lookup(lake: Lake, config: PipelineConfig, lookup: LookupSpec) -> None:
-    ensure_topic(lake, config.topics[lookup.topic])
+    ensure_bronze(lake, config.topics[lookup.topic])
     lake.create(lookup_table(lookup), LOOKUP_SCHEMA, description=f"latest value per key of {lookup.topic}")
 
 
@@ -176,8 +180,11 @@ def run_backfill(
     chosen = partitioners.check_partitioner(partitioner or config.lookup_partitioner(lookup))
     summary = BackfillSummary(lookup.name, topic.name, str(path), chosen, dry_run)
 
+    cluster = connect(config, lake.root)
     if not dry_run:
-        refresh_lookup(spark, lake, config, lookup)  # catch up first: compare with the real latest state
+        # catch up first: compare with the topic's real latest state
+        sync_bronze(spark, lake, config, [topic.name], log=log)
+        refresh_lookup(spark, lake, config, lookup)
     log(f"reading {path} ...")
     parsed = parse_dump(read_lines(spark, str(path)), spec, separator, topic.key_format, topic.value_format)
     parsed = parsed.persist()
@@ -190,7 +197,7 @@ def run_backfill(
         summary.rejects_sample = [r.asDict() for r in sample.collect()]
         good = parsed.filter(F.col("reason").isNull())
         last = good.groupBy("key").agg(F.max_by("value", "line").alias("value"), F.max("line").alias("line"))
-        current = _current_values(spark, lake, lookup, from_topic=dry_run)
+        current = _current_values(spark, lake, config, lookup, from_topic=dry_run)
         diff = (
             last.alias("d")
             .join(current.alias("c"), F.col("d.key") == F.col("c.key"), "left")
@@ -227,16 +234,20 @@ def run_backfill(
         to_write = diff.filter(F.col("change") != "unchanged").orderBy("line").select("key", "value")
         records = to_write.toArrow()
         if records.num_rows:
-            log(f"writing {records.num_rows:,} records to {topic.name} with {chosen} ...")
-            result = produce_records(
-                lake,
-                topic,
-                [(records.column("key").combine_chunks(), records.column("value").combine_chunks())],
-                chosen,
-            )
-            summary.written, summary.topic_version = result.records, result.version
+            log(f"producing {records.num_rows:,} records to {cluster.topic(topic.name)} with {chosen} ...")
+            with producing(lake.root, topic.name, log=log):
+                result = produce(
+                    cluster,
+                    topic,
+                    [(records.column("key").combine_chunks(), records.column("value").combine_chunks())],
+                    chosen,
+                )
+            summary.written = result.records
         if summary.rejected:
             _quarantine(lake, f"backfill:{lookup.name}", rejects)
+        if records.num_rows:
+            sync_bronze(spark, lake, config, [topic.name], log=log)
+            summary.topic_version = lake.version(topic.name)
         refresh_lookup(spark, lake, config, lookup)
         diff.unpersist()
     finally:
@@ -245,14 +256,26 @@ def run_backfill(
     return summary
 
 
-def _current_values(spark: SparkSession, lake: Lake, lookup: LookupSpec, from_topic: bool) -> DataFrame:
-    """The latest value per key: the refreshed lookup table, or (read-only, for dry runs) computed
-    from the topic itself."""
-    if from_topic:
-        if not lake.exists(lookup.topic):
-            return spark.createDataFrame([], "key binary, value binary")
-        return _topic_latest(spark, lake, lookup.topic, lake.version(lookup.topic)).select("key", "value")
-    return lake.read(spark, lookup_table(lookup)).select("key", "value")
+def _current_values(
+    spark: SparkSession, lake: Lake, config: PipelineConfig, lookup: LookupSpec, from_topic: bool
+) -> DataFrame:
+    """The latest value per key: the refreshed lookup table, or (read-only, for dry runs) read from
+    the Kafka topic itself with a Spark batch query."""
+    if not from_topic:
+        return lake.read(spark, lookup_table(lookup)).select("key", "value")
+    cluster = connect(config, lake.root)
+    name = cluster.topic(lookup.topic)
+    if name not in partition_counts(cluster, [name]):
+        return spark.createDataFrame([], "key binary, value binary")
+    records = (
+        spark.read.format("kafka")
+        .options(**cluster.spark_options())
+        .option("subscribe", name)
+        .option("kafka.isolation.level", "read_committed")
+        .load()
+        .withColumn("_commit_version", F.lit(0))
+    )
+    return _latest_per_key(records, 0).filter(F.col("value").isNotNull()).select("key", "value")
 
 
 def _quarantine(lake: Lake, job: str, rejects: DataFrame) -> None:

@@ -46,8 +46,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "produce",
         parents=[common],
-        help="append lines as records to a topic (like kcat -P -l)",
-        description="One record per line of FILE (or stdin). One atomic commit per call.",
+        help="produce lines as records to a Kafka topic (like kcat -P -l)",
+        description="One record per line of FILE (or stdin). One Kafka transaction per call: a bad line "
+        "anywhere and nothing is visible.",
     )
     p.add_argument("topic")
     p.add_argument("file", nargs="?", default="-", help="input file, or - for stdin (default)")
@@ -60,8 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser(
         "consume",
         parents=[common],
-        help="print a topic's records (like kcat -C -f)",
-        description="Records in partition, offset order.",
+        help="print a Kafka topic's records (like kcat -C -e -f)",
+        description="Committed records in partition, offset order, up to the end as the call starts.",
     )
     c.add_argument("topic")
     c.add_argument("-f", dest="fmt", default="%s\\n", help="format: %%k %%s %%K %%S %%p %%o %%T %%t %%h")
@@ -70,6 +71,43 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("-p", dest="partition", type=int, help="only this partition")
     c.add_argument("-Z", dest="null_text", action="store_true", help="print null keys/values as NULL")
     c.set_defaults(run=cmd_consume)
+
+    k = sub.add_parser("kafka", parents=[common], help="the embedded single-node Kafka broker (KRaft)")
+    ksub = k.add_subparsers(dest="kafka_command", metavar="ACTION", parser_class=_Parser)
+    ks = ksub.add_parser(
+        "start",
+        parents=[common],
+        help="start the broker (data and log under <root>/_kafka); returns once it answers",
+    )
+    ks.add_argument("--port", type=int, default=None, help="loopback port (default $LAKE_KAFKA_PORT or 9092)")
+    ks.add_argument(
+        "--sasl-user",
+        action="append",
+        default=[],
+        metavar="USER:PASSWORD",
+        help="also open a SASL_PLAINTEXT listener (PLAIN) with this user (repeatable)",
+    )
+    ks.add_argument("--sasl-port", type=int, help="the SASL listener's port (default: port + 2)")
+    ks.set_defaults(run=cmd_kafka_start)
+    kt = ksub.add_parser("stop", parents=[common], help="stop the broker (controlled shutdown)")
+    kt.set_defaults(run=cmd_kafka_stop)
+    kst = ksub.add_parser("status", parents=[common], help="is the broker running, and where")
+    kst.add_argument("--json", action="store_true", help='{"running": ..., "bootstrap_servers": ...}')
+    kst.set_defaults(run=cmd_kafka_status)
+
+    ing = sub.add_parser(
+        "ingest",
+        parents=[common],
+        help="mirror Kafka topics into their bronze Delta tables (Spark, exactly once)",
+    )
+    ing.add_argument("topics", nargs="*", metavar="TOPIC", help="default: every declared topic")
+    mode = ing.add_mutually_exclusive_group()
+    mode.add_argument("--once", action="store_true", help="everything available now, then exit (default)")
+    mode.add_argument("--continuous", action="store_true", help="until SIGTERM / Ctrl-C")
+    ing.add_argument(
+        "--trigger", type=float, default=1.0, metavar="SECONDS", help="continuous: batch interval"
+    )
+    ing.set_defaults(run=cmd_ingest)
 
     b = sub.add_parser(
         "backfill",
@@ -107,7 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
     rp = tsub.add_parser(
         "repartition",
         parents=[common],
-        help="rewrite a topic with every record placed by the right partitioner (one commit)",
+        help="replace a Kafka topic with a copy of its records placed by the right partitioner",
     )
     rp.add_argument("topic")
     rp.add_argument("--partitioner", choices=PARTITIONERS, help="default: the topic's")
@@ -215,7 +253,8 @@ def build_parser() -> argparse.ArgumentParser:
     au.add_argument("--json", action="store_true", help="print the report as JSON")
     au.set_defaults(run=cmd_audit)
 
-    t = sub.add_parser("topics", parents=[common], help="list the pipeline's topics")
+    t = sub.add_parser("topics", parents=[common], help="the pipeline's topics: on Kafka and in bronze")
+    t.add_argument("--create", action="store_true", help="create the declared topics that are missing")
     t.set_defaults(run=cmd_topics)
 
     d = sub.add_parser(
@@ -280,24 +319,27 @@ class Progress:
 
 
 def cmd_produce(args) -> int:
-    from spark_jobs.topics import open_input, produce_lines
+    from spark_jobs.kafka import connect
+    from spark_jobs.topics import open_input, produce_lines, producing
 
     config, lake = _context(args)
     spec = config.topic(args.topic)
+    cluster = connect(config, lake.root)
     stream, source = open_input(args.file)
     progress = Progress(f"produce {spec.name}")
     try:
-        result = produce_lines(
-            lake,
-            spec,
-            stream,
-            source,
-            key_sep=args.key_sep,
-            null_empty=args.null_empty,
-            partitioner=args.partitioner,
-            timestamp_ms=args.timestamp,
-            progress=progress,
-        )
+        with producing(lake.root, spec.name, log=lambda m: print(m, file=sys.stderr)):
+            result = produce_lines(
+                cluster,
+                spec,
+                stream,
+                source,
+                key_sep=args.key_sep,
+                null_empty=args.null_empty,
+                partitioner=args.partitioner,
+                timestamp_ms=args.timestamp,
+                progress=progress,
+            )
     finally:
         progress.done()
         if stream is not sys.stdin.buffer:
@@ -305,15 +347,15 @@ def cmd_produce(args) -> int:
     placed = ", ".join(f"p{i}={n}" for i, n in enumerate(result.per_partition))
     partitioner = args.partitioner or spec.partitioner
     print(
-        f"produced {result.records:,} records ({result.tombstones:,} tombstones) to "
-        f"{spec.name} with {partitioner} in {result.seconds:.2f}s [{placed}]"
-        + (f", version {result.version}" if result.version is not None else ", nothing to write"),
+        f"produced {result.records:,} records ({result.tombstones:,} tombstones) to {result.topic} "
+        f"with {partitioner} in {result.seconds:.2f}s [{placed}]",
         file=sys.stderr,
     )
     return 0
 
 
 def cmd_consume(args) -> int:
+    from spark_jobs.kafka import connect
     from spark_jobs.topics import consume
 
     config, lake = _context(args)
@@ -321,7 +363,7 @@ def cmd_consume(args) -> int:
     if args.count is not None and args.count < 0:
         raise UserError("-c COUNT must not be negative")
     consume(
-        lake,
+        connect(config, lake.root),
         spec,
         sys.stdout.buffer,
         fmt=args.fmt,
@@ -330,6 +372,66 @@ def cmd_consume(args) -> int:
         partition=args.partition,
         null_as=b"NULL" if args.null_text else b"",
     )
+    return 0
+
+
+def cmd_kafka_start(args) -> int:
+    from spark_jobs import broker
+    from spark_jobs.config import resolve_root
+
+    users = {}
+    for item in args.sasl_user:
+        user, sep, password = item.partition(":")
+        if not sep or not user or not password:
+            raise UserError(f"--sasl-user must be USER:PASSWORD, got {item!r}")
+        users[user] = password
+    port = args.port or int(os.environ.get("LAKE_KAFKA_PORT", broker.DEFAULT_PORT))
+    state = broker.start(
+        resolve_root(args.root), port, args.sasl_port, users, log=lambda m: print(m, file=sys.stderr)
+    )
+    print(state.text())
+    return 0
+
+
+def cmd_kafka_stop(args) -> int:
+    from spark_jobs import broker
+    from spark_jobs.config import resolve_root
+
+    stopped = broker.stop(resolve_root(args.root), log=lambda m: print(m, file=sys.stderr))
+    print("embedded Kafka broker: stopped" if stopped else "embedded Kafka broker: was not running")
+    return 0
+
+
+def cmd_kafka_status(args) -> int:
+    import json
+
+    from spark_jobs import broker
+    from spark_jobs.config import resolve_root
+
+    state = broker.status(resolve_root(args.root))
+    print(json.dumps(state.as_dict()) if args.json else state.text())
+    return 0
+
+
+def cmd_ingest(args) -> int:
+    from spark_jobs.ingest import run_ingest
+    from spark_jobs.session import get_spark
+
+    config, lake = _context(args)
+    for topic in args.topics:
+        config.topic(topic)  # unknown names fail before Spark starts
+    spark = get_spark(app_name="lake-ingest")
+    summary = run_ingest(
+        spark,
+        lake,
+        config,
+        args.topics or None,
+        once=not args.continuous,
+        trigger_seconds=args.trigger,
+        log=lambda m: print(m, flush=True),
+    )
+    if args.continuous:
+        print(summary.text())
     return 0
 
 
@@ -463,18 +565,24 @@ class SparkProgress:
 
 def cmd_repartition(args) -> int:
     from spark_jobs.repair import repartition
+    from spark_jobs.session import get_spark
 
     config, lake = _context(args)
-    result = repartition(lake, config, args.topic, args.partitioner)
-    if result.version is None:
+    config.topic(args.topic)  # an unknown topic fails before Spark starts
+    spark = get_spark(app_name="lake-repartition")
+    result = repartition(
+        spark, lake, config, args.topic, args.partitioner, log=lambda m: print(m, flush=True)
+    )
+    if not result.replaced:
         print(
             f"{result.topic}: all {result.records:,} records already placed by {result.partitioner}; "
             "nothing rewritten"
         )
         return 0
     print(
-        f"{result.topic}: rewrote {result.records:,} records with {result.partitioner} in one commit "
-        f"(version {result.version}); {result.moved:,} changed partition, offsets renumbered"
+        f"{result.topic}: replaced with a copy of its {result.records:,} records placed by "
+        f"{result.partitioner} ({result.moved:,} changed partition, per-key order kept, offsets renumbered); "
+        "its bronze table was rebuilt"
     )
     if result.restart:
         print(f"restart from scratch (their positions no longer apply): {', '.join(result.restart)}")
@@ -482,6 +590,7 @@ def cmd_repartition(args) -> int:
         for job in result.restart:
             if job.startswith("join:"):
                 print(f"  {job}: lake run {job.removeprefix('join:')} --once --reset")
+        print("  Kafka consumers outside the product (a Kafka Streams app, ...) must reset their offsets")
     return 0
 
 
@@ -659,18 +768,32 @@ def cmd_audit(args) -> int:
 
 
 def cmd_topics(args) -> int:
-    from spark_jobs.topics import next_offsets
+    from spark_jobs.ingest import next_offsets
+    from spark_jobs.kafka import connect, ensure_topics, watermarks
 
     config, lake = _context(args)
-    print(f"pipeline {config.name} ({config.source}), lake {lake.root}")
+    cluster = connect(config, lake.root)
+    print(f"pipeline {config.name} ({config.source}), lake {lake.root}, Kafka {cluster.bootstrap_servers}")
+    if args.create:
+        created = ensure_topics(cluster, config.topics.values())
+        print(f"created: {', '.join(created) if created else 'none (all exist)'}")
     for spec in config.topics.values():
-        ends = next_offsets(lake, spec)
+        ends = [high for _, high in watermarks(cluster, spec)] if _exists(cluster, spec) else None
+        mirrored = next_offsets(lake, spec).tolist() if lake.exists(spec.name) else None
         print(
             f"  {spec.name}: {spec.partitions} partitions, key {spec.key_format}, "
-            f"value {spec.value_format}, partitioner {spec.partitioner}, "
-            f"{int(ends.sum()):,} records (ends {ends.tolist()})"
+            f"value {spec.value_format}, partitioner {spec.partitioner}"
+            f"{', compacted' if spec.compacted else ''}; Kafka {cluster.topic(spec.name)} "
+            + (f"end offsets {ends}" if ends is not None else "(not created yet)")
+            + (f"; bronze up to {mirrored}" if mirrored is not None else "; no bronze table yet")
         )
     return 0
+
+
+def _exists(cluster, spec) -> bool:
+    from spark_jobs.kafka import partition_counts
+
+    return cluster.topic(spec.name) in partition_counts(cluster, [cluster.topic(spec.name)])
 
 
 def cmd_demo(args) -> int:
@@ -693,6 +816,7 @@ def cmd_demo(args) -> int:
 def _demo_stories(args, stories) -> int:
     """The foreign-key, derive and list joins on small readable data, step by step."""
     from spark_jobs.demo_stories import run_story
+    from spark_jobs.ingest import sync_bronze
     from spark_jobs.joins.oracle import audit
     from spark_jobs.joins.runner import run_join
     from spark_jobs.lake import Lake
@@ -714,10 +838,13 @@ def _demo_stories(args, stories) -> int:
         for line in render(columns, rows, as_json=False):
             print("  " + line.replace("\t", "  |  "))
 
+    def sync(config, topics: list[str]) -> None:
+        sync_bronze(spark, lake, config, topics)
+
     clean = True
     for story in stories:
         print(f"\n== the {story.name} pipeline ({story.pipeline})", flush=True)
-        config = run_story(story, lake, run, show)
+        config = run_story(story, lake, sync, run, show)
         for name in story.show:
             report = audit(spark, lake, config, name)
             print(report.text())
@@ -748,27 +875,33 @@ def _demo_consents(args) -> int:
     misses old customers) -> backfill -> quality gate (passes)."""
     from spark_jobs import demo
     from spark_jobs.backfill import run_backfill
+    from spark_jobs.ingest import run_ingest
+    from spark_jobs.kafka import connect
     from spark_jobs.quality import run_suites
     from spark_jobs.session import get_spark
     from spark_jobs.topics import consume
 
     config, lake = _context(args)
-    print(f"lake root: {lake.root}")
-    print("\n== 1. topics (written with murmur2, like Java clients)")
-    for topic, result in demo.write_demo_topics(lake, config):
+    cluster = connect(config, lake.root)
+    print(f"lake root: {lake.root}, Kafka: {cluster.bootstrap_servers} ({cluster.origin})")
+    print("\n== 1. topics on Kafka (written with murmur2_random, the Java client's placement)")
+    for topic, result in demo.write_demo_topics(cluster, config):
         if result is None:
             print(f"{topic}: already has records, left as it is")
         else:
-            print(f"{topic}: produced {result.records} records -> version {result.version}")
+            placed = ", ".join(f"p{i}={n}" for i, n in enumerate(result.per_partition))
+            print(f"{topic}: produced {result.records} records to Kafka topic {result.topic} [{placed}]")
     for topic in (demo.CONSENTS_TOPIC, demo.ACCOUNTS_TOPIC):
-        print(f"-- {topic} (key, partition, offset: value)")
+        print(f"-- {topic} (key, partition, offset: value), as any Kafka consumer reads it")
         sys.stdout.flush()
-        consume(lake, config.topic(topic), sys.stdout.buffer, fmt="%k\\t%p\\t%o\\t%s\\n")
+        consume(cluster, config.topic(topic), sys.stdout.buffer, fmt="%k\\t%p\\t%o\\t%s\\n")
     if args.topics_only:
         return 0
 
-    print("\n(starting Spark for the quality suites and the backfill ...)", flush=True)
+    print("\n(starting Spark for the ingest, the quality suites and the backfill ...)", flush=True)
     spark = get_spark(app_name="demo")
+    print("\n== ingest: Kafka -> bronze Delta tables (Spark Structured Streaming, exactly once)", flush=True)
+    print(run_ingest(spark, lake, config).text())
 
     def check(step: str) -> bool:
         print(f"\n== {step}", flush=True)
@@ -794,8 +927,10 @@ def _demo_joins(spark, lake, config) -> int:
     """The demo's joins, run after the gate: the table-table join carries every e-mail; the
     stream-table join shows why backfills come first."""
     from spark_jobs import demo
+    from spark_jobs.ingest import sync_bronze
     from spark_jobs.joins.oracle import audit
     from spark_jobs.joins.runner import run_join
+    from spark_jobs.kafka import connect
     from spark_jobs.show import render, table_rows
 
     def run(name: str) -> None:
@@ -820,7 +955,8 @@ def _demo_joins(spark, lake, config) -> int:
     print("user_9 and user_10 have no e-mail: their accounts were backfilled after these consent")
     print("events happened, and a stream-table join never revisits an event. Backfill first, then")
     print("start the stream. A consent event that arrives now, after the backfill, is enriched:")
-    if demo.write_late_consent(lake, config):
+    if demo.write_late_consent(connect(config, lake.root), config):
+        sync_bronze(spark, lake, config, [demo.CONSENTS_TOPIC])
         run(demo.AT_EVENT_TIME)
     show(demo.AT_EVENT_TIME, ["key", "timestamp", "contactMailAddress"])
 

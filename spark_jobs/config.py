@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +19,12 @@ from spark_jobs.errors import UserError
 DEFAULT_CONFIG = "demo.yaml"
 KEY_FORMATS = ("string", "bytes")
 VALUE_FORMATS = ("json", "string")
-PARTITIONERS = ("murmur2", "consistent_random")
-TOP_LEVEL_KEYS = ("pipeline", "description", "topics", "lookups", "joins", "quality", "airflow")
+# librdkafka's names (kcat's -X partitioner=...); "murmur2" is kept as an alias of murmur2_random
+PARTITIONERS = ("murmur2_random", "murmur2", "consistent_random")
+TOP_LEVEL_KEYS = ("pipeline", "description", "kafka", "topics", "lookups", "joins", "quality", "airflow")
+MAX_PARTITIONS = 10_000  # far above any real topic; a broker asked for millions would not answer
+KAFKA_TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{0,200}$")
+ENV_REF_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 DEFAULT_ROOT = "lakehouse"
 JOIN_TYPES = {
     "table": ("inner", "left", "outer"),
@@ -75,6 +79,20 @@ class TopicSpec:
     key_format: str = "string"
     value_format: str = "json"
     partitioner: str = "murmur2"
+    compacted: bool = False  # lookup topics and join changelogs: cleanup.policy=compact
+
+
+@dataclass(frozen=True)
+class KafkaSpec:
+    """Where the pipeline's topics live. Without ``bootstrap_servers`` the product uses
+    ``$LAKE_KAFKA_BOOTSTRAP``, else the embedded broker of the lake root (``lake kafka start``).
+    ``settings`` are client settings passed through unchanged (librdkafka's names:
+    ``security.protocol``, ``sasl.mechanism``, ``sasl.username``, ``ssl.ca.location``, ...);
+    ``${NAME}`` in a value is read from the environment, so secrets stay out of the file."""
+
+    bootstrap_servers: str | None = None
+    settings: dict[str, str] = field(default_factory=dict)
+    topic_prefix: str = ""  # Kafka topic = prefix + declared name (environments sharing a cluster)
 
 
 @dataclass(frozen=True)
@@ -158,6 +176,7 @@ class PipelineConfig:
     source: str
     name: str
     description: str = ""
+    kafka: KafkaSpec = field(default_factory=KafkaSpec)
     topics: dict[str, TopicSpec] = field(default_factory=dict)
     lookups: dict[str, LookupSpec] = field(default_factory=dict)
     quality: QualitySpec = field(default_factory=lambda: QualitySpec({}))
@@ -300,6 +319,8 @@ def load_config(path: str | os.PathLike[str] | None = None) -> PipelineConfig:
     if not isinstance(lookups_raw, dict):
         raise doc.error(("lookups",), "must be a mapping of lookup name to its settings")
     lookups = {n: _lookup(doc, n, spec, topics, base) for n, spec in lookups_raw.items()}
+    for lookup in lookups.values():  # a lookup topic is a table: compacted, like Kafka Streams' tables
+        topics[lookup.topic] = replace(topics[lookup.topic], compacted=True)
     quality = _quality(doc, data.get("quality") or {}, base)
     joins_raw = data.get("joins") or {}
     if not isinstance(joins_raw, dict):
@@ -310,11 +331,48 @@ def load_config(path: str | os.PathLike[str] | None = None) -> PipelineConfig:
         if join.publish:
             left = topics[join.left]
             topics[join.publish] = TopicSpec(
-                join.publish, left.partitions, left.key_format, "json", "murmur2"
+                join.publish, left.partitions, left.key_format, "json", "murmur2", compacted=True
             )
         joins[join_name] = join
     airflow = _airflow(doc, data.get("airflow") or {})
-    return PipelineConfig(source, name, description, topics, lookups, quality, joins, airflow)
+    kafka = _kafka(doc, data.get("kafka") or {})
+    return PipelineConfig(source, name, description, kafka, topics, lookups, quality, joins, airflow)
+
+
+def _kafka(doc: LocatedYaml, raw: Any) -> KafkaSpec:
+    if not isinstance(raw, dict):
+        raise doc.error(("kafka",), "must be a mapping: bootstrap_servers, topic_prefix and client settings")
+    bootstrap = raw.get("bootstrap_servers")
+    if bootstrap is not None:
+        bootstrap = text_value(doc, ("kafka", "bootstrap_servers"), bootstrap)
+        for server in bootstrap.split(","):
+            host, _, port = server.strip().rpartition(":")
+            if not host or not port.isdigit():
+                raise doc.error(
+                    ("kafka", "bootstrap_servers"), f"must be HOST:PORT[,HOST:PORT...], got {bootstrap!r}"
+                )
+    prefix = raw.get("topic_prefix", "")
+    if not isinstance(prefix, str) or not KAFKA_TOPIC_RE.match(prefix):
+        raise doc.error(
+            ("kafka", "topic_prefix"), f"must be letters, digits, '.', '_' or '-', got {prefix!r}"
+        )
+    settings: dict[str, str] = {}
+    for key, value in raw.items():
+        if key in ("bootstrap_servers", "topic_prefix"):
+            continue
+        path = ("kafka", key)
+        if key in ("bootstrap.servers", "partitioner", "transactional.id", "group.id"):
+            raise doc.error(path, "is set by the product (use bootstrap_servers for the cluster)")
+        if isinstance(value, bool):
+            value = "true" if value else "false"
+        if not isinstance(value, (str, int, float)):
+            raise doc.error(path, f"must be a string or number (a client setting), got {value!r}")
+        text = str(value)
+        for ref in ENV_REF_RE.findall(text):
+            if ref not in os.environ:
+                raise doc.error(path, f"refers to ${{{ref}}}, which is not set in the environment")
+        settings[key] = ENV_REF_RE.sub(lambda m: os.environ[m.group(1)], text)
+    return KafkaSpec(bootstrap, settings, prefix)
 
 
 def mapping(doc: LocatedYaml, path: tuple[str, ...], value: Any, allowed: tuple[str, ...]) -> dict:
@@ -435,6 +493,11 @@ def _topic(doc: LocatedYaml, name: str, spec: Any) -> TopicSpec:
         raise doc.error((*path, "partitions"), "is required")
     if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1:
         raise doc.error((*path, "partitions"), f"must be a positive integer, got {partitions!r}")
+    if partitions > MAX_PARTITIONS:
+        raise doc.error(
+            (*path, "partitions"),
+            f"must be at most {MAX_PARTITIONS:,} (a Kafka topic's partitions), got {partitions:,}",
+        )
     key_format = spec.get("key", "string")
     if key_format not in KEY_FORMATS:
         raise doc.error((*path, "key"), f"must be one of {', '.join(KEY_FORMATS)}, got {key_format!r}")
@@ -446,6 +509,7 @@ def _topic(doc: LocatedYaml, name: str, spec: Any) -> TopicSpec:
         raise doc.error(
             (*path, "partitioner"), f"must be one of {', '.join(PARTITIONERS)}, got {partitioner!r}"
         )
+    partitioner = "murmur2" if partitioner == "murmur2_random" else partitioner
     return TopicSpec(name, partitions, key_format, value_format, partitioner)
 
 

@@ -7,15 +7,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from spark_jobs.config import PipelineConfig
-from spark_jobs.lake import Lake
-from spark_jobs.topics import ProduceResult, ensure_topic, next_offsets, produce_records
+from spark_jobs.config import PipelineConfig, TopicSpec
+from spark_jobs.kafka import Cluster, Delivered, ensure_topics, produce, read, watermarks
 
 CUSTOMERS = 10  # user_1 .. user_10 give consents
 ACCOUNTS = 8  # the accounts topic only knows user_1 .. user_8 until backfilled
@@ -44,37 +44,45 @@ def account_value(n: int) -> dict:
     return {"customerId": f"user_{n}", "contactMailAddress": f"user{n}@example.com"}
 
 
-def _records(items: list[tuple[str, dict]]) -> tuple[pa.Array, pa.Array]:
+def json_records(items: Sequence[tuple[str, dict | None]]) -> tuple[pa.Array, pa.Array]:
+    """Keys and compact JSON values (None: a tombstone) as binary arrays."""
     keys = pa.array([k.encode() for k, _ in items], pa.binary())
-    values = pa.array([json.dumps(v, separators=(",", ":")).encode() for _, v in items], pa.binary())
+    values = pa.array(
+        [None if v is None else json.dumps(v, separators=(",", ":")).encode() for _, v in items], pa.binary()
+    )
     return keys, values
 
 
-def write_demo_topics(lake: Lake, config: PipelineConfig) -> list[tuple[str, ProduceResult | None]]:
-    """Produce the demo records into topics that are still empty (murmur2, like Java clients).
-    Returns, per topic, the produce result or None where the topic already held records."""
+def is_empty(cluster: Cluster, spec: TopicSpec) -> bool:
+    """True when the Kafka topic has never been written to."""
+    ensure_topics(cluster, [spec])
+    return all(high == 0 for _, high in watermarks(cluster, spec))
+
+
+def write_demo_topics(cluster: Cluster, config: PipelineConfig) -> list[tuple[str, Delivered | None]]:
+    """Produce the demo records into Kafka topics that are still empty (murmur2, like Java clients).
+    Returns, per topic, what was produced, or None where the topic already held records."""
     data = {
         CONSENTS_TOPIC: [(f"user_{n}", consent_value(n)) for n in range(1, CUSTOMERS + 1)],
         ACCOUNTS_TOPIC: [(f"user_{n}", account_value(n)) for n in range(1, ACCOUNTS + 1)],
     }
-    results: list[tuple[str, ProduceResult | None]] = []
+    results: list[tuple[str, Delivered | None]] = []
     for topic, items in data.items():
         spec = config.topic(topic)
-        ensure_topic(lake, spec)
-        if next_offsets(lake, spec).sum() > 0:
+        if not is_empty(cluster, spec):
             results.append((topic, None))
             continue
-        result = produce_records(lake, spec, [_records(items)], "murmur2", timestamp_ms=DEMO_TIMESTAMP_MS)
+        result = produce(cluster, spec, [json_records(items)], "murmur2", timestamp_ms=DEMO_TIMESTAMP_MS)
         results.append((topic, result))
     return results
 
 
-def write_late_consent(lake: Lake, config: PipelineConfig) -> bool:
-    """A new consent event of user_9, now (after the backfill); once per lake."""
+def write_late_consent(cluster: Cluster, config: PipelineConfig) -> bool:
+    """A new consent event of user_9, now (after the backfill); once per topic."""
     spec = config.topic(CONSENTS_TOPIC)
-    if int(next_offsets(lake, spec).sum()) > 10:
+    if sum(len(batch) for batch in read(cluster, spec)) > CUSTOMERS:
         return False
-    produce_records(lake, spec, [_records([("user_9", consent_value(9))])], "murmur2")
+    produce(cluster, spec, [json_records([("user_9", consent_value(9))])], "murmur2")
     return True
 
 

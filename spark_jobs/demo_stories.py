@@ -3,17 +3,14 @@ written step by step, with the continuous joins run after each step and their re
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import pyarrow as pa
-
 from spark_jobs.config import PipelineConfig, bundled_config_path, load_config
-from spark_jobs.demo import DEMO_TIMESTAMP_MS
+from spark_jobs.demo import DEMO_TIMESTAMP_MS, is_empty, json_records
+from spark_jobs.kafka import Cluster, connect, ensure_topics, produce
 from spark_jobs.lake import Lake
-from spark_jobs.topics import ensure_topic, next_offsets, produce_records
 
 Records = dict[str, list[tuple[str, dict | None]]]  # topic -> (key, value or None for a tombstone)
 
@@ -146,35 +143,28 @@ PEOPLE = Story(
 STORIES = {s.name: s for s in (MARKETPLACE, PEOPLE)}
 
 
-def _produce(lake: Lake, config: PipelineConfig, records: Records, at_ms: int) -> None:
-    for topic, items in records.items():
-        keys = pa.array([k.encode() for k, _ in items], pa.binary())
-        values = pa.array(
-            [None if v is None else json.dumps(v, separators=(",", ":")).encode() for _, v in items],
-            pa.binary(),
-        )
-        produce_records(lake, config.topic(topic), [(keys, values)], "murmur2", timestamp_ms=at_ms)
-
-
 def run_story(
     story: Story,
     lake: Lake,
+    sync: Callable[[PipelineConfig, list[str]], None],
     run: Callable[[PipelineConfig, str], None],
     show: Callable[[str, list[str]], None],
     out: Callable[[str], None] = print,
 ) -> PipelineConfig:
-    """Write the story's steps (once per lake) and run and print its joins after each one."""
+    """Produce the story's steps to Kafka (once per cluster), and after each one mirror the topics
+    into bronze (``sync``), run the joins and print them."""
     config = story.config()
-    for spec in config.topics.values():
-        ensure_topic(lake, spec)
+    cluster = connect(config, lake.root)
+    ensure_topics(cluster, config.topics.values())
     topics = sorted({t for step in story.steps for t in step.records})
-    fresh = all(int(next_offsets(lake, config.topic(t)).sum()) == 0 for t in topics)
+    fresh = all(is_empty(cluster, config.topic(t)) for t in topics)
     steps = story.steps if fresh else []
     if not fresh:
         out(f"the {story.name} topics already have records: showing the joins' current results")
     for i, step in enumerate(steps, 1):
         out(f"\n-- {story.name} {i}. {step.title}")
-        _produce(lake, config, step.records, DEMO_TIMESTAMP_MS + i * 1000)
+        _produce(cluster, config, step.records, DEMO_TIMESTAMP_MS + i * 1000)
+        sync(config, list(step.records))
         for join in story.show:
             run(config, join)
         for join, columns in story.show.items():
@@ -183,8 +173,14 @@ def run_story(
         if step.note:
             out(step.note)
     if not fresh:
+        sync(config, topics)
         for join, columns in story.show.items():
             run(config, join)
             out(f"{join}:")
             show(join, columns)
     return config
+
+
+def _produce(cluster: Cluster, config: PipelineConfig, records: Records, at_ms: int) -> None:
+    for topic, items in records.items():
+        produce(cluster, config.topic(topic), [json_records(items)], "murmur2", timestamp_ms=at_ms)

@@ -67,11 +67,20 @@ def crc32(key: bytes) -> int:
     return zlib.crc32(key) & _MASK32
 
 
+ALIASES = {"murmur2_random": MURMUR2}  # librdkafka's (and kcat's) name of the Java placement
+LIBRDKAFKA = {MURMUR2: "murmur2_random", CONSISTENT_RANDOM: "consistent_random"}
+
+
 def check_partitioner(name: str) -> str:
+    """The product's name of a partitioner (``murmur2`` or ``consistent_random``); librdkafka's
+    ``murmur2_random`` is accepted for ``murmur2``."""
+    name = ALIASES.get(name, name)
     if name not in NAMES:
         from spark_jobs.errors import UserError
 
-        raise UserError(f"unknown partitioner '{name}' (use one of: {', '.join(NAMES)})")
+        raise UserError(
+            f"unknown partitioner '{name}' (use one of: murmur2_random (murmur2), consistent_random)"
+        )
     return name
 
 

@@ -27,10 +27,10 @@ from pyspark.sql import functions as F
 from spark_jobs.backfill import lookup_table, refresh_lookup
 from spark_jobs.config import PipelineConfig, choice, mapping, read_located, text_value
 from spark_jobs.errors import UserError
+from spark_jobs.ingest import ensure_bronze
 from spark_jobs.lake import Lake
 from spark_jobs.partitioners import spark_partition
 from spark_jobs.report import report_path, run_page, write_report
-from spark_jobs.topics import ensure_topic
 
 CHECK_TYPES = ("completeness", "co_partitioning", "key_format", "lookup_basics")
 LIST_LIMIT = 1000  # offending keys listed per expectation (with the total count)
@@ -443,7 +443,7 @@ def _run_suites(
     report_dir = (report_dir or lake.root / "reports" / "quality").absolute()
     report_dir.mkdir(parents=True, exist_ok=True)
     for topic in config.topics.values():
-        ensure_topic(lake, topic)
+        ensure_bronze(lake, topic)
     for lookup in config.lookups.values():
         refresh_lookup(spark, lake, config, lookup)
     log("loading Great Expectations ...")

@@ -1,27 +1,46 @@
-"""Repairing a topic written with a foreign partitioner.
+"""Repairing a Kafka topic written with a foreign partitioner: ``lake topic repartition``.
 
-Records in an append-only log stay where they were written. ``repartition`` is the lakehouse twin of
-producing a clean copy of the topic: it rewrites the topic as one atomic Delta commit with every
-record placed by the right partitioner, per-key order kept, offsets renumbered from 0. Jobs reading
-the topic must then restart from scratch (their offsets no longer apply): they are named, and the
-rewrite is refused while one of them is running.
+Records in Kafka stay where they were produced, so a topic backfilled kcat-style (CRC32) keeps its
+misplaced keys until it is rewritten. ``repartition`` replaces the topic with a corrected copy under
+the same name, in steps that survive a crash at any point:
+
+1. under the topic's exclusive lock (``lake produce`` and ``lake backfill`` of the topic wait), read
+   every committed record up to the end;
+2. produce them, in per-key order and with their timestamps and headers, into a staging topic
+   ``<topic>.repartition`` placed by the right partitioner (one transaction), and note that the copy is
+   complete (``<root>/_repair/<topic>.json``);
+3. delete the topic, create it again with the same partition count and settings, and copy the staging
+   topic into it partition by partition (one transaction); then delete the staging topic.
+
+A rerun after a crash resumes at the step it stopped in; the staging topic is never deleted before
+the topic holds the copy. Offsets are renumbered, so everything that keeps positions in the topic
+must start over: its bronze table is rebuilt here (one Delta overwrite, which the lookups notice and
+rebuild from), the joins reading it are named (``lake run JOIN --once --reset``), and the rewrite is
+refused while one of them, or a continuous ingest of the topic, runs. Producers outside the product
+(kcat, Java clients) are not covered by the lock: stop them while the topic is replaced.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import time
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
+from pyspark.sql import SparkSession
 
 from spark_jobs import partitioners
-from spark_jobs.config import PipelineConfig
+from spark_jobs.config import PipelineConfig, TopicSpec
 from spark_jobs.errors import UserError
+from spark_jobs.ingest import rebuild_bronze
+from spark_jobs.kafka import Cluster, connect, delete_topics, ensure_topics, partition_counts, produce, read
 from spark_jobs.lake import Lake
-from spark_jobs.topics import TOPIC_SCHEMA, assign_offsets, ensure_topic
+from spark_jobs.topics import producing
+
+STAGING_SUFFIX = ".repartition"
 
 
 def dependents(config: PipelineConfig, topic: str) -> list[str]:
@@ -48,55 +67,134 @@ def running_jobs(lake: Lake) -> dict[str, int]:
     return alive
 
 
-def last_rewrite(lake: Lake, topic: str) -> int:
-    """The newest version that replaced rows (0 when the log was only ever appended to)."""
-    return max(lake.rewrites(topic, 1, lake.version(topic)), default=0)
-
-
 @dataclass
 class RepartitionResult:
     topic: str
     partitioner: str
     records: int
     moved: int
-    version: int | None
+    replaced: bool
     restart: list[str]
 
 
+@dataclass
+class _Records:
+    keys: pa.Array
+    values: pa.Array
+    partitions: np.ndarray
+    timestamps: list[int]
+    headers: list
+
+    @property
+    def count(self) -> int:
+        return len(self.keys)
+
+
+def _read_all(cluster: Cluster, spec: TopicSpec, as_topic: str | None = None) -> _Records:
+    """Every committed record, in per-key order: each partition's records in offset order, the
+    partitions merged by time (a key written to two partitions by two partitioners keeps the order in
+    which it was written; ties go by partition, then offset)."""
+    read_spec = spec if as_topic is None else TopicSpec(as_topic, spec.partitions)
+    keys, values, parts, stamps, heads, order = [], [], [], [], [], []
+    latest: dict[int, int] = {}  # per partition, the largest timestamp so far (offset order stays)
+    for batch in read(cluster, read_spec):
+        for m in batch:
+            ts, p = m.timestamp()[1], cast(int, m.partition())
+            running = latest[p] = max(latest.get(p, ts), ts)
+            keys.append(m.key())
+            values.append(m.value())
+            parts.append(p)
+            stamps.append(ts)
+            heads.append(m.headers())
+            order.append((running, p, m.offset()))
+    ranked = sorted(range(len(keys)), key=order.__getitem__)
+    return _Records(
+        pa.array([keys[i] for i in ranked], pa.binary()),
+        pa.array([values[i] for i in ranked], pa.binary()),
+        np.array([parts[i] for i in ranked], dtype=np.int32),
+        [stamps[i] for i in ranked],
+        [heads[i] for i in ranked],
+    )
+
+
+def _marker(lake: Lake, topic: str):
+    return lake.root / "_repair" / f"{topic}.json"
+
+
 def repartition(
-    lake: Lake, config: PipelineConfig, topic: str, partitioner: str | None = None
+    spark: SparkSession,
+    lake: Lake,
+    config: PipelineConfig,
+    topic: str,
+    partitioner: str | None = None,
+    log=lambda _: None,
 ) -> RepartitionResult:
     spec = config.topic(topic)
     chosen = partitioners.check_partitioner(partitioner or spec.partitioner)
-    ensure_topic(lake, spec)
+    cluster = connect(config, lake.root)
     restart = dependents(config, topic)
     running = {job: pid for job, pid in running_jobs(lake).items() if job in restart}
     if running:
         names = ", ".join(f"{job} (pid {pid})" for job, pid in sorted(running.items()))
         raise UserError(f"refusing to rewrite {topic}: jobs reading it are running: {names}; stop them first")
-    start = last_rewrite(lake, topic)
-    changes = lake.changes_arrow(topic, start)
-    rows = changes.filter(pc.equal(changes["_change_type"], "insert"))
-    rows = rows.sort_by(
-        [("_commit_version", "ascending"), ("partition", "ascending"), ("offset", "ascending")]
-    )
-    keys = rows.column("key").combine_chunks().cast(pa.binary())
-    old = rows.column("partition").to_numpy()
-    new = partitioners.partitions(keys, spec.partitions, chosen)
-    offsets, _ = assign_offsets(new, np.zeros(spec.partitions, dtype=np.int64))
-    table = pa.table(
-        {
-            "key": keys,
-            "value": rows.column("value").cast(pa.binary()),
-            "topic": rows.column("topic").cast(pa.string()),
-            "partition": pa.array(new, pa.int32()),
-            "offset": pa.array(offsets, pa.int64()),
-            "timestamp": rows.column("timestamp"),
-            "timestampType": rows.column("timestampType"),
-            "headers": rows.column("headers").cast(TOPIC_SCHEMA.field("headers").type),
-        },
-        schema=TOPIC_SCHEMA,
-    )
-    moved = int(np.count_nonzero(old != new))
-    version = lake.overwrite(topic, table) if moved else None
-    return RepartitionResult(topic, chosen, table.num_rows, moved, version, restart)
+    staging = cluster.topic(topic + STAGING_SUFFIX)
+    marker = _marker(lake, topic)
+    with producing(lake.root, topic, exclusive=True, log=log):
+        state = json.loads(marker.read_text()) if marker.exists() else {}
+        if state.get("step") not in ("copied", "replaced"):  # step 1-2 (again, after a crash in them)
+            delete_topics(cluster, [staging])
+            records = _read_all(cluster, spec)
+            placed = partitioners.partitions(records.keys, spec.partitions, chosen)
+            moved = int(np.count_nonzero(placed != records.partitions))
+            if moved == 0:
+                marker.unlink(missing_ok=True)
+                return RepartitionResult(topic, chosen, records.count, 0, False, restart)
+            log(
+                f"copying {records.count:,} records of {cluster.topic(topic)} into {staging} "
+                f"with {chosen} ..."
+            )
+            _create_like(cluster, spec, staging)
+            batch = (records.keys, records.values, records.timestamps, records.headers)
+            produce(
+                cluster,
+                TopicSpec(staging.removeprefix(cluster.topic_prefix), spec.partitions),
+                [batch],
+                chosen,
+            )
+            state = {"step": "copied", "records": records.count, "moved": moved, "partitioner": chosen}
+            marker.parent.mkdir(parents=True, exist_ok=True)
+            marker.write_text(json.dumps(state))
+        if state["step"] == "copied":  # step 3
+            log(f"replacing {cluster.topic(topic)} with the copy ...")
+            delete_topics(cluster, [cluster.topic(topic)])
+            _create_like(cluster, spec, cluster.topic(topic))
+            # the copy is placed already, and each key's records sit in one of its partitions in order
+            copy = _read_all(cluster, spec, as_topic=staging.removeprefix(cluster.topic_prefix))
+            produce(
+                cluster, spec, [(copy.keys, copy.values, copy.timestamps, copy.headers)], state["partitioner"]
+            )
+            state["step"] = "replaced"
+            marker.write_text(json.dumps(state))
+        delete_topics(cluster, [staging])
+        log(f"rebuilding the bronze table {topic} from the new topic ...")
+        rebuild_bronze(spark, lake, config, spec)
+        marker.unlink(missing_ok=True)
+    return RepartitionResult(topic, state["partitioner"], state["records"], state["moved"], True, restart)
+
+
+def _create_like(cluster: Cluster, spec: TopicSpec, name: str, timeout: float = 60.0) -> None:
+    """Create ``name`` with ``spec``'s partitions and settings; a topic still being deleted under that
+    name is waited for."""
+    target = TopicSpec(name.removeprefix(cluster.topic_prefix), spec.partitions, compacted=spec.compacted)
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            ensure_topics(cluster, [target])
+            if name in partition_counts(cluster, [name]):
+                return
+        except UserError as exc:
+            if "marked for deletion" not in str(exc) and "already exists" not in str(exc):
+                raise
+        if time.monotonic() > deadline:
+            raise UserError(f"topic {name} could not be created again within {timeout:g} s")
+        time.sleep(0.2)

@@ -4,7 +4,10 @@
 ``spark://host:7077``. Under ``spark-submit`` (Airflow's SparkSubmitOperator) the JVM exists already
 and the deploy settings it was given (master, app name, driver memory and options) stand.
 Few shuffle partitions (``LAKE_SHUFFLE_PARTITIONS``, default 4), UTC session time zone, quiet logs,
-UI off unless ``LAKE_SPARK_UI=1``, and the ``delta`` data source registered.
+UI off unless ``LAKE_SPARK_UI=1``. Every session loads exactly the locked jars (Delta's Spark
+integration, Spark's Kafka connector: :mod:`spark_jobs.jvm`) with Delta's SQL extension and catalog,
+so ``format("delta")``, ``format("kafka")``, Delta SQL (MERGE, time travel, change data feed) work in
+every session and every ``spark-submit``.
 
 ``catalog=<lake root>`` gives the session a persistent catalog under that root (the marts dbt
 builds): a Hive metastore in embedded Derby at ``<root>/catalog/metastore_db`` and managed tables in
@@ -18,6 +21,8 @@ import os
 import sys
 from pathlib import Path
 from typing import Any
+
+from spark_jobs.jvm import locked_jars
 
 DEFAULT_MASTER = "local[2]"
 # Settings spark-submit decides for a submitted application; a session built inside one keeps them.
@@ -50,11 +55,18 @@ def spark_conf(master: str | None = None, app_name: str = "lake") -> dict[str, s
     ui = os.environ.get("LAKE_SPARK_UI", "0") == "1"
     log4j = f"-Dlog4j.configurationFile=file:{_log4j_config()}"
     jvm = os.environ.get("LAKE_JVM_OPTS", "-XX:+UseParallelGC")
+    partitions = os.environ.get("LAKE_SHUFFLE_PARTITIONS", "4")
     conf = {
+        "spark.jars": ",".join(str(jar) for jar in locked_jars("spark")),
+        "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+        # Delta's log replay runs as a Spark job with this many partitions (50 by default): on a
+        # small machine that is most of a small table's read time
+        "spark.databricks.delta.snapshotPartitions": partitions,
         "spark.master": master or os.environ.get("LAKE_SPARK_MASTER") or DEFAULT_MASTER,
         "spark.app.name": app_name,
-        "spark.sql.shuffle.partitions": os.environ.get("LAKE_SHUFFLE_PARTITIONS", "4"),
-        "spark.default.parallelism": os.environ.get("LAKE_SHUFFLE_PARTITIONS", "4"),
+        "spark.sql.shuffle.partitions": partitions,
+        "spark.default.parallelism": partitions,
         "spark.sql.session.timeZone": "UTC",
         "spark.ui.enabled": "true" if ui else "false",
         "spark.ui.showConsoleProgress": "false",
@@ -97,12 +109,10 @@ def get_spark(master: str | None = None, app_name: str = "lake", catalog: Path |
     The master and the catalog are fixed when the session is built; asking again with another
     master, or for a catalog the session was built without, is an error rather than a silent no-op.
     """
-    # Workers must run this interpreter, or delta-rs is missing inside them.
+    # Workers must run this interpreter, or the project's packages are missing inside them.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
-
-    from spark_jobs.lake.source import register
 
     conf = spark_conf(master, app_name)
     if catalog is not None:
@@ -122,7 +132,6 @@ def get_spark(master: str | None = None, app_name: str = "lake", catalog: Path |
             and active.conf.get("spark.sql.warehouse.dir") != conf["spark.sql.warehouse.dir"]
         ):
             raise RuntimeError("the running Spark session was built without this lake's catalog")
-        register(active)
         return active
     if submitted():
         conf = {k: v for k, v in conf.items() if k not in DEPLOY_KEYS}
@@ -131,5 +140,4 @@ def get_spark(master: str | None = None, app_name: str = "lake", catalog: Path |
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
-    register(spark)
     return spark

@@ -1,16 +1,14 @@
-"""Kafka-shaped topics kept as append-only Delta logs.
-
-A topic table has the columns of Spark's Kafka source: ``key`` (binary), ``value`` (binary, null is a
-tombstone), ``topic``, ``partition``, ``offset`` (contiguous from 0 in each partition),
-``timestamp``, ``timestampType`` (0 = CreateTime) and ``headers``; it is partitioned by ``partition``.
+"""kcat's two verbs on Kafka topics: ``lake produce`` and ``lake consume``.
 
 ``produce`` follows ``kcat -P -l``: one record per line, ``-K SEP`` splits the key off at the first
-SEP, ``-Z`` sends empty keys/values as null. It is vectorized end to end (Arrow compute to split lines,
-numpy partitioners, numpy offsets) and streams into a single Delta commit: a bad line anywhere aborts
-the whole call before anything becomes visible.
+SEP, ``-Z`` sends empty keys/values as null. Lines are split and checked with Arrow compute (keys
+UTF-8 where the topic declares string keys, values JSON where it declares JSON), a block at a time
+on a helper thread, and produced through the Kafka seam as one transaction: a bad line anywhere aborts
+the whole call before anything becomes visible to ``read_committed`` readers.
 
-``consume`` follows ``kcat -C -f``: records in partition, offset order, formatted with ``%k %s %p %o
-%T %t`` (and ``%K %S`` for lengths, ``%h`` for headers) and the escapes ``\\n \\t \\r \\\\``.
+``consume`` follows ``kcat -C -e -f``: records in partition, offset order up to the end, formatted
+with ``%k %s %p %o %T %t`` (and ``%K %S`` for lengths, ``%h`` for headers) and the escapes
+``\\n \\t \\r \\\\``.
 """
 
 from __future__ import annotations
@@ -18,78 +16,22 @@ from __future__ import annotations
 import fcntl
 import json
 import sys
-import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
-from functools import partial
-from typing import BinaryIO
+from pathlib import Path
+from typing import BinaryIO, cast
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from spark_jobs import partitioners
 from spark_jobs.config import TopicSpec
 from spark_jobs.errors import UserError
-from spark_jobs.lake import Lake, Txn
+from spark_jobs.kafka import Cluster, Delivered, Message, produce, read
 
-HEADER_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
-TOPIC_SCHEMA = pa.schema(
-    [
-        ("key", pa.binary()),
-        ("value", pa.binary()),
-        ("topic", pa.string()),
-        ("partition", pa.int32()),
-        ("offset", pa.int64()),
-        ("timestamp", pa.timestamp("us", tz="UTC")),
-        ("timestampType", pa.int32()),
-        ("headers", HEADER_TYPE),
-    ]
-)
-CHUNK_BYTES = 16 * 1024 * 1024  # ~500k dump lines: small enough to overlap parsing and writing
-
-
-def ensure_topic(lake: Lake, spec: TopicSpec) -> None:
-    """Create the topic's empty table on first use."""
-    if not lake.exists(spec.name):
-        lake.create(
-            spec.name,
-            TOPIC_SCHEMA,
-            partition_by=["partition"],
-            description=f"Kafka-shaped topic, {spec.partitions} partitions",
-        )
-
-
-def next_offsets(lake: Lake, spec: TopicSpec) -> np.ndarray:
-    """The next offset of every partition (int64 [partitions]), from the Delta file statistics."""
-    ensure_topic(lake, spec)
-    nxt = np.zeros(spec.partitions, dtype=np.int64)
-    actions = lake.add_actions(spec.name)
-    if actions.num_rows == 0:
-        return nxt
-    parts = actions.column("partition.partition").to_numpy(zero_copy_only=False)
-    if "max.offset" not in actions.column_names:
-        raise RuntimeError(f"topic {spec.name}: data files carry no offset statistics")
-    maxes = actions.column("max.offset").to_numpy(zero_copy_only=False)
-    for p, m in zip(parts, maxes, strict=True):
-        if p < spec.partitions and m is not None and not np.isnan(m):
-            nxt[int(p)] = max(nxt[int(p)], int(m) + 1)
-    return nxt
-
-
-@contextmanager
-def topic_lock(lake: Lake, topic: str) -> Iterator[None]:
-    """Serialize producers of one topic (offsets are assigned from the current end)."""
-    lock_dir = lake.root / "_locks"
-    lock_dir.mkdir(parents=True, exist_ok=True)
-    with open(lock_dir / f"{topic}.lock", "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+CHUNK_BYTES = 16 * 1024 * 1024  # ~500k dump lines: small enough to overlap parsing and producing
 
 
 # --- reading input lines ----------------------------------------------------------------------------
@@ -189,120 +131,8 @@ def check_formats(spec: TopicSpec, parsed: ParsedLines, source: str, first_line:
                 ) from None
 
 
-def assign_offsets(part: np.ndarray, next_offset: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
-    """Offsets for records in input order, continuing each partition's sequence (``next_offset`` is
-    updated in place); also returns each partition's row mask, for splitting the batch."""
-    offsets = np.empty(len(part), dtype=np.int64)
-    masks = []
-    for p in range(len(next_offset)):
-        mask = part == p
-        count = int(np.count_nonzero(mask))
-        offsets[mask] = np.arange(next_offset[p], next_offset[p] + count, dtype=np.int64)
-        next_offset[p] += count
-        masks.append(mask)
-    return offsets, masks
-
-
-def record_batch(
-    spec: TopicSpec,
-    keys: pa.Array,
-    values: pa.Array,
-    part: np.ndarray,
-    offsets: np.ndarray,
-    timestamp_ms: int,
-) -> pa.RecordBatch:
-    n = len(keys)
-    ts = pa.array(np.full(n, timestamp_ms * 1000, dtype=np.int64), pa.int64()).cast(
-        pa.timestamp("us", tz="UTC")
-    )
-    headers = pa.ListArray.from_arrays(
-        pa.array(np.zeros(n + 1, dtype=np.int32)), pa.array([], HEADER_TYPE.value_type)
-    )
-    return pa.RecordBatch.from_arrays(
-        [
-            keys.cast(pa.binary()),
-            values.cast(pa.binary()),
-            pa.repeat(pa.scalar(spec.name, pa.string()), n),
-            pa.array(part, pa.int32()),
-            pa.array(offsets, pa.int64()),
-            ts,
-            pa.array(np.zeros(n, dtype=np.int32)),
-            headers,
-        ],
-        schema=TOPIC_SCHEMA,
-    )
-
-
-@dataclass
-class ProduceResult:
-    topic: str
-    records: int
-    tombstones: int
-    per_partition: list[int]
-    version: int | None
-    seconds: float
-
-
-def produce_records(
-    lake: Lake,
-    spec: TopicSpec,
-    batches: Iterable[tuple[pa.Array, pa.Array]],
-    partitioner: str | None = None,
-    timestamp_ms: int | None = None,
-    progress: Callable[[int], None] | None = None,
-    txn: Txn | None = None,
-) -> ProduceResult:
-    """Append (key, value) array pairs to a topic as one atomic Delta commit (skipped when ``txn``,
-    an (application id, batch id) pair, is already committed).
-
-    Partitions come from ``partitioner`` (default: the topic's, normally murmur2); offsets continue
-    each partition. The input is consumed lazily and streamed into the commit; an exception raised by
-    ``batches`` aborts the commit, so nothing of the call becomes visible.
-    """
-    started = time.perf_counter()
-    partitioner = partitioners.check_partitioner(partitioner or spec.partitioner)
-    ts = int(time.time() * 1000) if timestamp_ms is None else int(timestamp_ms)
-    ensure_topic(lake, spec)
-    totals = {"records": 0, "tombstones": 0}
-
-    with topic_lock(lake, spec.name):
-        nxt = next_offsets(lake, spec)
-        first = nxt.copy()
-        round_robin = [0]
-
-        def files() -> Iterator[tuple[dict[str, int], pa.Table]]:
-            """One data file per partition per input chunk, rows in offset order."""
-            for keys, values in batches:
-                part = partitioners.partitions(
-                    keys, spec.partitions, partitioner, round_robin_start=round_robin[0]
-                )
-                round_robin[0] += int(keys.null_count)
-                offsets, masks = assign_offsets(part, nxt)
-                totals["records"] += len(keys)
-                totals["tombstones"] += values.null_count
-                if progress:
-                    progress(len(keys))
-                table = pa.Table.from_batches([record_batch(spec, keys, values, part, offsets, ts)])
-                for p, mask in enumerate(masks):
-                    if mask.any():
-                        yield {"partition": p}, partial(table.filter, mask)
-
-        # keys and values are mostly unique: dictionary-encoding them only costs time
-        version = lake.append_files(
-            spec.name, files(), stats_columns=["offset"], dictionary_columns=["topic", "headers"], txn=txn
-        )
-    return ProduceResult(
-        spec.name,
-        totals["records"],
-        totals["tombstones"],
-        (nxt - first).tolist(),
-        version,
-        time.perf_counter() - started,
-    )
-
-
 def produce_lines(
-    lake: Lake,
+    cluster: Cluster,
     spec: TopicSpec,
     stream: BinaryIO,
     source: str,
@@ -311,8 +141,8 @@ def produce_lines(
     partitioner: str | None = None,
     timestamp_ms: int | None = None,
     progress: Callable[[int], None] | None = None,
-) -> ProduceResult:
-    """``kcat -P -l`` into a topic: every line of ``stream`` is a record."""
+) -> Delivered:
+    """``kcat -P -l`` into a topic: every line of ``stream`` is a record, all in one transaction."""
     if key_sep == "":
         raise UserError("the key separator given with -K must not be empty")
 
@@ -339,7 +169,7 @@ def produce_lines(
                 parsed = pending.result()
                 yield parsed.keys, parsed.values
 
-    return produce_records(lake, spec, batches(), partitioner, timestamp_ms, progress)
+    return produce(cluster, spec, batches(), partitioner, timestamp_ms, progress)
 
 
 # --- consuming --------------------------------------------------------------------------------------
@@ -377,45 +207,42 @@ def parse_format(fmt: str) -> list[str | tuple[str]]:
     return out
 
 
-def _format_records(batch: pa.RecordBatch, fmt: list[str | tuple[str]], null: bytes) -> bytes:
-    cols = batch.to_pydict()
+def _format_records(messages: list[Message], fmt: list[str | tuple[str]], null: bytes) -> bytes:
     out = bytearray()
-    for i in range(batch.num_rows):
+    for m in messages:
         for piece in fmt:
             if isinstance(piece, str):
                 out += piece.encode()
                 continue
             token = piece[0]
             if token == "k":
-                k = cols["key"][i]
+                k = m.key()
                 out += null if k is None else k
             elif token == "s":
-                v = cols["value"][i]
+                v = m.value()
                 out += null if v is None else v
             elif token == "K":
-                k = cols["key"][i]
+                k = m.key()
                 out += str(-1 if k is None else len(k)).encode()
             elif token == "S":
-                v = cols["value"][i]
+                v = m.value()
                 out += str(-1 if v is None else len(v)).encode()
             elif token == "p":
-                out += str(cols["partition"][i]).encode()
+                out += str(m.partition()).encode()
             elif token == "o":
-                out += str(cols["offset"][i]).encode()
+                out += str(m.offset()).encode()
             elif token == "T":
-                out += str(int(cols["timestamp"][i].timestamp() * 1000)).encode()
+                out += str(m.timestamp()[1]).encode()
             elif token == "t":
-                out += cols["topic"][i].encode()
+                out += (m.topic() or "").encode()
             elif token == "h":
-                hs = cols["headers"][i] or []
-                out += ",".join(
-                    f"{h['key']}={(h['value'] or b'').decode('utf-8', 'replace')}" for h in hs
-                ).encode()
+                hs = cast(list[tuple[str, bytes | None]], m.headers() or [])
+                out += ",".join(f"{k}={(v or b'').decode('utf-8', 'replace')}" for k, v in hs).encode()
     return bytes(out)
 
 
 def consume(
-    lake: Lake,
+    cluster: Cluster,
     spec: TopicSpec,
     out: BinaryIO,
     fmt: str = "%s\\n",
@@ -424,46 +251,59 @@ def consume(
     partition: int | None = None,
     null_as: bytes = b"",
 ) -> int:
-    """Write the topic's records in partition, offset order; returns how many were written.
+    """Write the topic's committed records, partition by partition in offset order, up to the end as
+    the call starts (kcat ``-C -e``); returns how many were written.
 
     ``start``: ``beginning``, ``end``, an absolute offset ``N`` (per partition) or ``-N`` (the last N
     of every partition), as kcat's ``-o``."""
-    import pyarrow.dataset as pads
-
     pieces = parse_format(fmt)
-    ensure_topic(lake, spec)
     if partition is not None and not 0 <= partition < spec.partitions:
         raise UserError(f"topic '{spec.name}' has partitions 0..{spec.partitions - 1}, not {partition}")
-    nxt = next_offsets(lake, spec)
+    _start_offset(start, 0, 0)  # a bad -o is an error before anything is read
     written = 0
-    wanted = [partition] if partition is not None else range(spec.partitions)
-    for p in wanted:
-        first = _start_offset(start, int(nxt[p]))
-        if first >= nxt[p]:
-            continue
-        flt = (pads.field("partition") == p) & (pads.field("offset") >= first)
-        table = lake.read_arrow(spec.name, filter=flt).sort_by("offset")
+    wanted = None if partition is None else [partition]
+    for messages in read(cluster, spec, lambda low, high: _start_offset(start, low, high), wanted):
         if count is not None:
-            table = table.slice(0, count - written)
-        for batch in table.to_batches(max_chunksize=10_000):
-            out.write(_format_records(batch, pieces, null_as))
-        written += table.num_rows
+            messages = messages[: count - written]
+        out.write(_format_records(messages, pieces, null_as))
+        written += len(messages)
         if count is not None and written >= count:
             break
     out.flush()
     return written
 
 
-def _start_offset(start: str, end: int) -> int:
+def _start_offset(start: str, low: int, high: int) -> int:
     if start == "beginning":
-        return 0
+        return low
     if start == "end":
-        return end
+        return high
     try:
         value = int(start)
     except ValueError:
         raise UserError(f"bad start offset {start!r} (use beginning, end, N, or -N for the last N)") from None
-    return max(end + value, 0) if value < 0 else value
+    return max(high + value, low) if value < 0 else value
+
+
+@contextmanager
+def producing(root: Path, topic: str, exclusive: bool = False, log=lambda _: None) -> Iterator[None]:
+    """The topic's producer lock ``<root>/_locks/topic-<topic>.lock``: the product's producers hold it
+    shared, ``lake topic repartition`` exclusively while it replaces the topic, so a produce that runs
+    at the same time waits and is never lost. (It serializes processes on one machine; producers
+    outside the product do not take it.)"""
+    folder = root / "_locks"
+    folder.mkdir(parents=True, exist_ok=True)
+    mode = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
+    with open(folder / f"topic-{topic}.lock", "w") as handle:
+        try:
+            fcntl.flock(handle, mode | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log(f"waiting for another process that {'writes to' if exclusive else 'rewrites'} {topic} ...")
+            fcntl.flock(handle, mode)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def open_input(path: str | None) -> tuple[BinaryIO, str]:

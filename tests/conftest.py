@@ -1,13 +1,51 @@
-"""Shared fixtures: one Spark session for the whole run, a fresh lake root per test."""
+"""Shared fixtures: one Spark session and one embedded Kafka broker for the whole run, a fresh lake
+root and a fresh topic namespace per test."""
 
 from __future__ import annotations
 
+import itertools
 import os
+import socket
 import sys
 
 import pytest
 
 os.environ.setdefault("LAKE_SHUFFLE_PARTITIONS", "2")
+SASL_USER, SASL_PASSWORD = "lake-test", "s3cret-lake"
+_test_numbers = itertools.count(1)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def kafka(tmp_path_factory):
+    """One KRaft broker for the run (with a SASL/PLAIN listener for the pass-through test); every test
+    and every process it starts reaches it through $LAKE_KAFKA_BOOTSTRAP."""
+    from spark_jobs import broker
+
+    root = tmp_path_factory.mktemp("kafka-broker")
+    state = broker.start(root, _free_port(), _free_port(), {SASL_USER: SASL_PASSWORD})
+    os.environ["LAKE_KAFKA_BOOTSTRAP"] = state.bootstrap_servers
+    yield state
+    broker.stop(root)
+
+
+@pytest.fixture(autouse=True)
+def _own_topics(monkeypatch, request):
+    """Each test's Kafka topics live under a prefix of its own (tests share the broker)."""
+    monkeypatch.setenv("LAKE_KAFKA_TOPIC_PREFIX", f"t{next(_test_numbers)}.")
+
+
+@pytest.fixture
+def cluster(demo_config, lake):
+    """The Kafka cluster as the demo pipeline reaches it in this test."""
+    from spark_jobs.kafka import connect
+
+    return connect(demo_config, lake.root)
 
 
 @pytest.fixture(scope="session")

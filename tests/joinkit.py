@@ -12,7 +12,7 @@ import pyarrow as pa
 from spark_jobs.config import load_config
 from spark_jobs.joins.keyed import job_for
 from spark_jobs.session import arrow_frame
-from spark_jobs.topics import produce_records
+from bronzekit import append_bronze
 
 PIPELINE = """
 pipeline: joins-test
@@ -50,8 +50,8 @@ def val(v: str | None) -> bytes | None:
 
 
 def produce(lake, config, topic: str, records: list[tuple]) -> None:
-    """Append (key, value, ts_ms) records in order; consecutive records with one timestamp share a
-    commit. ``value`` None is a tombstone; bytes are written as they are."""
+    """Append (key, value, ts_ms) records in order to the topics' bronze tables (as the ingest would
+    mirror them); consecutive records with one timestamp share a commit. ``value`` None is a tombstone; bytes are written as they are."""
     spec = config.topic(topic)
     groups: list[tuple[int, list]] = []
     for key, value, ts in records:
@@ -62,7 +62,7 @@ def produce(lake, config, topic: str, records: list[tuple]) -> None:
     for ts, items in groups:
         keys = pa.array([k.encode() if isinstance(k, str) else k for k, _ in items], pa.binary())
         values = pa.array([val(v) if isinstance(v, str) or v is None else v for _, v in items], pa.binary())
-        produce_records(lake, spec, [(keys, values)], "murmur2", timestamp_ms=ts)
+        append_bronze(lake, spec, keys, values, ts)
 
 
 class Feeder:

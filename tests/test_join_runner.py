@@ -105,8 +105,10 @@ def test_a_stopped_run_restarts_mid_stream_exactly_once(spark, setup):
     cfg, lake, _ = setup
     produce(lake, cfg, "L", [("a", "a0", T0)])
     assert run_join(spark, lake, cfg, "t_left", once=True).batches == 1  # the snapshot
-    for i in range(1, 4):  # three more commits per topic, one micro-batch each with --max-files 1
-        produce(lake, cfg, "L", [("a", f"a{i}", T0 + i), (f"k{i}", "x", T0 + i)])
+    # three more commits per topic, one micro-batch each with --max-files 1 (Delta's source admits
+    # data files, not commits: the keys a and x1..x3 share partition 0, so each commit is one file)
+    for i in range(1, 4):
+        produce(lake, cfg, "L", [("a", f"a{i}", T0 + i), (f"x{i}", "x", T0 + i)])
         produce(lake, cfg, "R", [("a", f"r{i}", T0 + i)])
     stop = threading.Event()
 
@@ -116,7 +118,7 @@ def test_a_stopped_run_restarts_mid_stream_exactly_once(spark, setup):
 
     first = run_join(spark, lake, cfg, "t_left", once=True, max_files=1, log=log, stop=stop)
     assert first.stopped_by_signal and first.batches == 1 and first.input_rows == 3
-    assert result_rows(lake, "t_left") == [("a", "a1", "r1"), ("k1", "x", None)]
+    assert result_rows(lake, "t_left") == [("a", "a1", "r1"), ("x1", "x", None)]
     rest = run_join(spark, lake, cfg, "t_left", once=True, max_files=1)
     assert (rest.batches, rest.input_rows) == (2, 6)
     want = model_table(topic_history(lake, "L"), topic_history(lake, "R"), "left")
@@ -125,9 +127,9 @@ def test_a_stopped_run_restarts_mid_stream_exactly_once(spark, setup):
         == want
         == [
             ("a", "a3", "r3"),
-            ("k1", "x", None),
-            ("k2", "x", None),
-            ("k3", "x", None),
+            ("x1", "x", None),
+            ("x2", "x", None),
+            ("x3", "x", None),
         ]
     )
     no_noop_changes(lake, "t_left")

@@ -37,9 +37,10 @@ from pyspark.sql.utils import AnalysisException
 from spark_jobs.backfill import QUARANTINE, ensure_quarantine
 from spark_jobs.config import JOIN_META_COLUMNS, JoinSpec, PipelineConfig
 from spark_jobs.errors import UserError
+from spark_jobs.ingest import ensure_bronze, next_offsets
+from spark_jobs.kafka import Cluster, connect, produce
 from spark_jobs.lake import Lake, conform, table_arrow_schema
 from spark_jobs.session import arrow_frame
-from spark_jobs.topics import ensure_topic, next_offsets, produce_records
 
 TS = pa.timestamp("us", tz="UTC")
 RECORD_FIELDS = [
@@ -97,6 +98,8 @@ BY_FIELDS = {
     "list": [("items", pa.list_(pa.string())), ("ids", pa.list_(pa.binary()))],
 }
 # The subscription store: which left key pointed at which foreign (derived) key, per accepted version.
+# one row per micro-batch whose changelog reached Kafka (its Delta txn makes a replay skip the publish)
+PUBLISHED_SCHEMA = pa.schema([("batch_id", pa.int64()), ("records", pa.int64()), ("published_at", TS)])
 SUBS_SCHEMA = pa.schema(
     [("by", pa.binary()), ("key", pa.binary()), ("timestamp", TS), ("offset", pa.int64())]
 )
@@ -114,6 +117,11 @@ ELEMENTS_SCHEMA = pa.schema(
 
 def state_tables(spec: JoinSpec) -> dict[str, pa.Schema]:
     """The job-owned tables of a join besides its result, with their schemas."""
+    published = {f"{spec.name}__published": PUBLISHED_SCHEMA} if spec.publish else {}
+    return _state_tables(spec) | published
+
+
+def _state_tables(spec: JoinSpec) -> dict[str, pa.Schema]:
     name = spec.name
     if spec.kind == "table":
         return {f"{name}__left": STATE_SCHEMA, f"{name}__right": STATE_SCHEMA}
@@ -324,14 +332,13 @@ class JoinJob:
         self.result_schema = self.projection.output_schema
         self.tables = state_tables(spec)
         self._appended: set[str] = set()  # state logs appended to in this batch
+        self._cluster: Cluster | None = None  # Kafka, for the changelog (connected on first publish)
         self._create_tables()
 
     # --- setup ------------------------------------------------------------------------------
     def _create_tables(self) -> None:
         for _, topic in self.spec.sides:
-            ensure_topic(self.lake, self.config.topic(topic))
-        if self.spec.publish:
-            ensure_topic(self.lake, self.config.topic(self.spec.publish))
+            ensure_bronze(self.lake, self.config.topic(topic))
         for name, schema in self.tables.items():
             self.lake.create(name, schema, change_feed=False, description=f"state of join {self.spec.name}")
         ensure_quarantine(self.lake)
@@ -670,12 +677,22 @@ class JoinJob:
             )
 
     def _publish(self, keys: pa.Array, values: pa.Array, txn: tuple[str, int], at: datetime) -> None:
-        spec = self.config.topic(self.spec.publish or "")
-        if self.lake.committed(spec.name, txn):
+        """The batch's changes to the changelog topic on Kafka (one transaction, murmur2 like the left
+        topic), then a row in ``<join>__published`` under the batch's txn: a replayed batch finds it
+        and publishes nothing again. A crash between the two republishes that batch once."""
+        marker = f"{self.spec.name}__published"
+        if self.lake.committed(marker, txn):
             return
-        produce_records(
-            self.lake, spec, [(keys, values)], "murmur2", timestamp_ms=int(at.timestamp() * 1000), txn=txn
-        )
+        spec = self.config.topic(self.spec.publish or "")
+        produce(self.cluster, spec, [(keys, values)], "murmur2", timestamp_ms=int(at.timestamp() * 1000))
+        row = pa.table({"batch_id": [txn[1]], "records": [len(keys)], "published_at": [at]}, PUBLISHED_SCHEMA)
+        self.lake.append(marker, row, txn=txn)
+
+    @property
+    def cluster(self) -> Cluster:
+        if self._cluster is None:
+            self._cluster = connect(self.config, self.lake.root)
+        return self._cluster
 
     def _quarantine(self, bad: pa.Table, txn: tuple[str, int], at: datetime) -> None:
         if bad.num_rows == 0:

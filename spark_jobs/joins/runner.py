@@ -1,6 +1,6 @@
 """Running a join as a Spark Structured Streaming query, and what ``lake status`` / ``--reset`` see.
 
-Both topics are read with the lake's ``delta`` streaming source, unioned with a ``side`` column and
+Both topics' bronze tables are read with Delta's streaming source, unioned with a ``side`` column and
 handed to the engine by ``foreachBatch``. The checkpoint lives under ``<root>/_checkpoints/<join>``;
 a running job registers itself in ``<root>/_jobs/<join>.json`` (pid, heartbeat, last batch) and holds
 ``<root>/_jobs/<join>.lock``, so a second copy refuses to start.
@@ -36,7 +36,10 @@ from spark_jobs.repair import running_jobs
 
 HEARTBEAT_SECONDS = 10  # a running job rewrites its registry entry at least this often
 STOP_MARKER = "lake: stop requested, this micro-batch is left for the next run"
-REWRITTEN = r"delta source: commit (\d+) of \S*/tables/([^/\s]+) \((\w+)\) updates or deletes"
+REWRITTEN = (
+    r"DELTA_SOURCE_TABLE_IGNORE_CHANGES\]? Detected a data update \(for example (\w+)[^)]*\)+ "
+    r"in the source table at version (\d+)"
+)
 
 
 def checkpoint_dir(lake: Lake, spec: JoinSpec) -> Path:
@@ -61,7 +64,16 @@ def consumed_versions(lake: Lake, spec: JoinSpec) -> dict[str, int] | None:
         return None
     lines = (checkpoint / "offsets" / str(max(commits))).read_text().splitlines()
     offsets = [json.loads(line) for line in lines[2 : 2 + len(spec.sides)]]
-    return {side: int(offset["version"]) for (side, _), offset in zip(spec.sides, offsets, strict=True)}
+    return {side: delta_offset_version(o) for (side, _), o in zip(spec.sides, offsets, strict=True)}
+
+
+def delta_offset_version(offset: dict[str, Any]) -> int:
+    """The last table version a Delta streaming source offset has read completely. Delta records
+    ``(reservoirVersion, index)``: index -1 means every commit before ``reservoirVersion``, the
+    largest long means ``reservoirVersion`` itself; any other index is a position inside that
+    version, which a source only stops at when ``maxFilesPerTrigger`` splits a commit."""
+    version, index = int(offset["reservoirVersion"]), int(offset["index"])
+    return version - 1 if index == -1 else version
 
 
 @contextmanager
@@ -214,9 +226,11 @@ def _user_error(error: Any, spec: JoinSpec) -> str | None:
         return text.split(marker, 1)[1].strip().splitlines()[0]
     rewritten = re.search(REWRITTEN, text)
     if rewritten:
-        version, topic, operation = rewritten.groups()
+        operation, version = rewritten.groups()
+        source = re.search(r"DeltaSource\[[^\]]*/tables/([^/\]]+)\]", text)
+        topics = source.group(1) if source else " or ".join(topic for _, topic in spec.sides)
         return (
-            f"join {spec.name}: topic {topic} was rewritten at version {version} ({operation}, e.g. by "
+            f"join {spec.name}: topic {topics} was rewritten at version {version} ({operation}, e.g. by "
             f"'lake topic repartition'); the join must start over: rerun with --reset"
         )
     return None

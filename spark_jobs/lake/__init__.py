@@ -1,9 +1,9 @@
 """The storage seam: every Delta table of the product is read and written through :class:`Lake`.
 
 Tables live under a lake root (``--root`` / ``LAKE_ROOT``, default ``./lakehouse``) as
-``<root>/tables/<name>``. Delta Lake is accessed with
-delta-rs (PyPI ``deltalake``); Spark reads and streams the same tables through the ``delta`` Python
-data source in :mod:`spark_jobs.lake.source`, which this module registers.
+``<root>/tables/<name>``. The product's own writes go through delta-rs (PyPI ``deltalake``); Spark reads
+and streams the same tables with Delta's own Spark source (``format("delta")``, delta-spark), and the
+Kafka ingest writes the bronze tables with it.
 
 Writes (append, overwrite, merge) are one atomic Delta commit each. A write may carry an application
 id and a batch id (``txn=(app_id, batch_id)``) recorded as a Delta ``txn`` action; a write whose batch

@@ -1,0 +1,300 @@
+"""Bronze: every declared Kafka topic mirrored into a Delta table, ``lake ingest``.
+
+A Spark Structured Streaming query per topic reads Kafka (Spark's Kafka source, ``read_committed``,
+from the earliest offset) and appends to the Delta table ``<root>/tables/<topic>`` (Delta's streaming
+sink), exactly once through its checkpoint ``<root>/_checkpoints/ingest/<topic>``: a killed ingest
+resumes where its last committed micro-batch ended, and Delta's sink skips a batch it already wrote.
+
+The table has the columns of Spark's Kafka source: ``key`` (binary), ``value`` (binary, null is a
+tombstone), ``topic`` (the Kafka name), ``partition``, ``offset``, ``timestamp``, ``timestampType`` and
+``headers``; it is partitioned by ``partition``, has the change data feed on and is append-only. The
+lookups, the quality suites, the audits and the joins read these tables.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import shutil
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute  # noqa: F401  (pa.compute)
+from pyspark.sql import SparkSession
+
+from spark_jobs.config import PipelineConfig, TopicSpec
+from spark_jobs.errors import UserError
+from spark_jobs.kafka import Cluster, connect, ensure_topics, watermarks
+from spark_jobs.lake import Lake
+
+HEADER_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+TOPIC_SCHEMA = pa.schema(
+    [
+        ("key", pa.binary()),
+        ("value", pa.binary()),
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("offset", pa.int64()),
+        ("timestamp", pa.timestamp("us", tz="UTC")),
+        ("timestampType", pa.int32()),
+        ("headers", HEADER_TYPE),
+    ]
+)
+COLUMNS = TOPIC_SCHEMA.names
+
+
+def ensure_bronze(lake: Lake, spec: TopicSpec) -> None:
+    """Create the topic's (empty) bronze table on first use."""
+    if not lake.exists(spec.name):
+        lake.create(
+            spec.name,
+            TOPIC_SCHEMA,
+            partition_by=["partition"],
+            description=f"bronze mirror of the Kafka topic {spec.name} ({spec.partitions} partitions)",
+        )
+
+
+def next_offsets(lake: Lake, spec: TopicSpec) -> np.ndarray:
+    """The offset after the last mirrored record of every partition (int64 [partitions]), from the Delta
+    file statistics; 0 for a partition with nothing mirrored."""
+    ensure_bronze(lake, spec)
+    nxt = np.zeros(spec.partitions, dtype=np.int64)
+    actions = lake.add_actions(spec.name)
+    if actions.num_rows == 0:
+        return nxt
+    parts = actions.column("partition.partition").to_numpy(zero_copy_only=False)
+    if "max.offset" not in actions.column_names:
+        raise RuntimeError(f"bronze table {spec.name}: data files carry no offset statistics")
+    maxes = actions.column("max.offset").to_numpy(zero_copy_only=False)
+    for p, m in zip(parts, maxes, strict=True):
+        if p is not None and int(p) < spec.partitions and m is not None and not np.isnan(m):
+            nxt[int(p)] = max(nxt[int(p)], int(m) + 1)
+    return nxt
+
+
+def checkpoint_dir(lake: Lake, topic: str) -> Path:
+    return lake.root / "_checkpoints" / "ingest" / topic
+
+
+@dataclass
+class IngestSummary:
+    topics: dict[str, int] = field(default_factory=dict)  # topic -> records appended
+    seconds: float = 0.0
+
+    def text(self) -> str:
+        parts = ", ".join(f"{t} +{n:,}" for t, n in self.topics.items()) or "no topics"
+        return f"ingest: {parts} in {self.seconds:.1f}s"
+
+
+def _query(spark: SparkSession, lake: Lake, cluster: Cluster, spec: TopicSpec, once: bool, trigger_s: float):
+    from pyspark.sql import functions as F
+
+    ensure_bronze(lake, spec)
+    source = (
+        spark.readStream.format("kafka")
+        .options(**cluster.spark_options())
+        .option("subscribe", cluster.topic(spec.name))
+        .option("startingOffsets", _starting_offsets(lake, spec.name))
+        .option("includeHeaders", "true")
+        .option("kafka.isolation.level", "read_committed")
+        .load()
+    )
+    # the Kafka source's columns, in the table's order (its timestamp is the record's, in UTC)
+    frame = source.select(*[F.col(c) for c in COLUMNS])
+    writer = (
+        frame.writeStream.format("delta")
+        .queryName(f"ingest_{spec.name}")
+        .outputMode("append")
+        .option("checkpointLocation", str(checkpoint_dir(lake, spec.name)))
+    )
+    writer = (
+        writer.trigger(availableNow=True) if once else writer.trigger(processingTime=f"{trigger_s} seconds")
+    )
+    return writer.start(lake.uri(spec.name))
+
+
+def run_ingest(
+    spark: SparkSession,
+    lake: Lake,
+    config: PipelineConfig,
+    topics: list[str] | None = None,
+    *,
+    once: bool = True,
+    trigger_seconds: float = 1.0,
+    stop: threading.Event | None = None,
+    log: Callable[[str], None] = lambda _: None,
+) -> IngestSummary:
+    """Mirror ``topics`` (default: every declared topic) into their bronze tables: ``once`` everything
+    available now, then return; otherwise until ``stop`` is set (or SIGTERM / Ctrl-C).
+
+    One ingest per topic runs at a time (``<root>/_locks/ingest-<topic>.lock``). ``once`` on a topic
+    that a continuous ingest is mirroring waits until that one has passed the topic's end as of now;
+    a second continuous ingest of a topic is refused."""
+    started = time.perf_counter()
+    specs = [config.topic(t) for t in topics] if topics else list(config.topics.values())
+    cluster = connect(config, lake.root)
+    ensure_topics(cluster, specs)  # Spark's source needs them to exist
+    before = {s.name: mirrored_records(lake, s) for s in specs}
+    with ExitStack() as held:
+        mine: list[TopicSpec] = []
+        others: list[TopicSpec] = []
+        for spec in specs:
+            (mine if held.enter_context(_ingest_lock(lake, spec.name)) else others).append(spec)
+        if others and not once:
+            names = ", ".join(s.name for s in others)
+            raise UserError(f"a continuous ingest of {names} is already running (lake ingest --continuous)")
+        targets = {s.name: [high for _, high in watermarks(cluster, s)] for s in others}
+        queries = [_query(spark, lake, cluster, s, once, trigger_seconds) for s in mine]
+        _await(queries, stop or threading.Event())
+        for spec in others:
+            log(f"ingest: {spec.name} is mirrored by a running continuous ingest; waiting for it ...")
+            _wait_until_mirrored(lake, spec, targets[spec.name])
+    summary = IngestSummary(
+        {s.name: mirrored_records(lake, s) - before[s.name] for s in specs}, time.perf_counter() - started
+    )
+    log(summary.text())
+    return summary
+
+
+def sync_bronze(
+    spark: SparkSession, lake: Lake, config: PipelineConfig, topics: list[str], log=lambda _: None
+) -> IngestSummary:
+    """Bring the bronze tables of ``topics`` up to their Kafka topics' current end."""
+    return run_ingest(spark, lake, config, topics, once=True, log=log)
+
+
+def _await(queries: list, stop: threading.Event) -> None:
+    with _signals_set(stop):
+        try:
+            while any(q.isActive for q in queries):
+                if stop.is_set():
+                    break
+                for q in queries:
+                    q.awaitTermination(0.5)
+        finally:
+            for q in queries:
+                if q.isActive:
+                    q.stop()
+    for q in queries:
+        error = q.exception()
+        if error is not None:
+            raise UserError(f"ingest of {q.name.removeprefix('ingest_')} failed: {_first_line(error)}")
+
+
+@contextmanager
+def _ingest_lock(lake: Lake, topic: str) -> Iterator[bool]:
+    """Hold the topic's ingest lock if it is free (yields True), else yield False."""
+    folder = lake.root / "_locks"
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / f"ingest-{topic}.lock", "w") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def committed_offsets(lake: Lake, topic: str) -> dict[int, int]:
+    """Per partition, the Kafka offset the ingest's last committed micro-batch read up to."""
+    checkpoint = checkpoint_dir(lake, topic)
+    batches = [int(p.name) for p in (checkpoint / "commits").glob("[0-9]*")] if checkpoint.is_dir() else []
+    if not batches:
+        return {}
+    lines = (checkpoint / "offsets" / str(max(batches))).read_text().splitlines()
+    offsets = json.loads(lines[2])
+    return {int(p): int(o) for by_topic in offsets.values() for p, o in by_topic.items()}
+
+
+def _wait_until_mirrored(lake: Lake, spec: TopicSpec, ends: list[int], timeout: float = 300.0) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        done = committed_offsets(lake, spec.name)
+        if all(done.get(p, 0) >= end for p, end in enumerate(ends) if end > 0):
+            return
+        if time.monotonic() > deadline:
+            raise UserError(
+                f"the running ingest of {spec.name} has not reached offsets {ends} within {timeout:g} s "
+                f"(it is at {done}); is it stuck? see lake status"
+            )
+        time.sleep(0.5)
+
+
+@contextmanager
+def _signals_set(stop: threading.Event) -> Iterator[None]:
+    """SIGTERM and SIGINT (Ctrl-C) set ``stop`` while the queries run (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    for s in previous:
+        signal.signal(s, lambda *_: stop.set())
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+def mirrored_records(lake: Lake, spec: TopicSpec) -> int:
+    """How many records the bronze table holds (from the Delta log's file statistics)."""
+    if not lake.exists(spec.name):
+        return 0
+    actions = lake.add_actions(spec.name)
+    return int(pa.compute.sum(actions.column("num_records")).as_py() or 0) if actions.num_rows else 0
+
+
+def rebuild_bronze(spark: SparkSession, lake: Lake, config: PipelineConfig, spec: TopicSpec) -> int:
+    """Replace a topic's bronze table with the Kafka topic's current records (after the topic was
+    replaced, ``lake topic repartition``): one Delta overwrite, so the readers that keep positions in
+    the table see a rewrite, and a new ingest checkpoint that continues after those records."""
+    from pyspark.sql import functions as F
+
+    cluster = connect(config, lake.root)
+    with _ingest_lock(lake, spec.name) as mine:
+        if not mine:
+            raise UserError(
+                f"a continuous ingest of {spec.name} is running; stop it before rebuilding bronze"
+            )
+        ends = {str(p): high for p, (_, high) in enumerate(watermarks(cluster, spec))}
+        frame = (
+            spark.read.format("kafka")
+            .options(**cluster.spark_options())
+            .option("subscribe", cluster.topic(spec.name))
+            .option("includeHeaders", "true")
+            .option("kafka.isolation.level", "read_committed")
+            .option("endingOffsets", json.dumps({cluster.topic(spec.name): ends}))
+            .load()
+            .select(*[F.col(c) for c in COLUMNS])
+        )
+        ensure_bronze(lake, spec)
+        frame.write.format("delta").mode("overwrite").save(lake.uri(spec.name))
+        checkpoint = checkpoint_dir(lake, spec.name)
+        if checkpoint.exists():
+            shutil.rmtree(checkpoint)
+        checkpoint.parent.mkdir(parents=True, exist_ok=True)
+        (checkpoint.parent / f"{spec.name}.start.json").write_text(
+            json.dumps({cluster.topic(spec.name): ends})
+        )
+    return mirrored_records(lake, spec)
+
+
+def _starting_offsets(lake: Lake, topic: str) -> str:
+    """Where a new ingest checkpoint starts: after a rebuilt table's records, else the beginning."""
+    path = checkpoint_dir(lake, topic).parent / f"{topic}.start.json"
+    return path.read_text() if path.exists() else "earliest"
+
+
+def _first_line(error) -> str:
+    text = str(getattr(error, "desc", None) or error).strip()
+    return text.splitlines()[0] if text else type(error).__name__

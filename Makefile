@@ -5,15 +5,15 @@ BIN   := $(VENV)/bin
 export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 
 .DEFAULT_GOAL := help
-.PHONY: help setup demo pipeline airflow cluster-start cluster-stop test lint bench lock clean
+.PHONY: help setup demo pipeline airflow kafka-start kafka-stop cluster-start cluster-stop test lint bench lock lock-jvm clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
 
-setup: ## install Java (if missing) and the locked Python environment into .venv
+setup: ## install Java and Maven (if missing), the locked JVM jars into .jvm and the locked Python environment into .venv
 	@bash infra/setup.sh
 
-demo: setup ## the demo stories (consents, marketplace, people), dbt build of the marts, then Airflow
+demo: setup kafka-start ## the embedded Kafka broker, the demo stories (consents, marketplace, people), dbt build of the marts, then Airflow
 	@$(BIN)/lake demo consents marketplace people
 	@echo; echo "== dbt build: staging views, the marts and their tests (lake dbt build)"
 	@$(BIN)/lake dbt build
@@ -21,8 +21,16 @@ demo: setup ## the demo stories (consents, marketplace, people), dbt build of th
 	@echo; echo "== what to open"
 	@echo "the data-quality report: file://$$($(BIN)/lake report)"
 	@echo "the marts, from a new Spark session: $(BIN)/lake sql 'SELECT * FROM marts.optout_feed'"
+	@echo "the topics, as any Kafka client reads them: $(BIN)/lake consume customer_consents -f '%k,%p\\n'"
+	@echo "the embedded Kafka broker keeps running: make kafka-stop (or $(BIN)/lake kafka stop) stops it"
 
-pipeline: setup ## the demo pipeline through Airflow only: pipeline DAG, joins, health check, stop
+kafka-start: setup ## start the embedded single-node Kafka broker (KRaft) of the lake root, unless it runs
+	@$(BIN)/lake kafka start
+
+kafka-stop: ## stop the embedded Kafka broker
+	@$(BIN)/lake kafka stop
+
+pipeline: setup kafka-start ## the demo pipeline through Airflow only: pipeline DAG, joins, health check, stop
 	@bash infra/airflow-pipeline.sh
 
 airflow: setup ## Airflow 3 standalone on http://localhost:8080 with this repo's DAGs (Ctrl-C stops it)
@@ -48,6 +56,12 @@ bench: setup ## benchmarks (minutes); figures go to bench-results/ and belong in
 	@$(BIN)/python tests/bench/bench_keyed.py --hot-million | tee bench-results/keyed.txt
 	@LAKE_FAULT_KILLS=20 $(BIN)/python -m pytest -q tests/test_join_runner.py -k sigkill | tee bench-results/join-faults.txt
 
+lock-jvm: ## re-fetch the JVM jars of infra/jvm/*.pom.xml and rewrite their checksums (needs Maven Central)
+	@rm -rf .jvm.tmp && for set in spark kafka; do \
+	  mvn -q -B -f infra/jvm/$$set.pom.xml dependency:copy-dependencies -DoutputDirectory=$(CURDIR)/.jvm.tmp/$$set >/dev/null || exit 1; done
+	@cd .jvm.tmp && find . -name '*.jar' | sed 's|^\./||' | sort | xargs sha256sum > ../infra/jvm/jars.sha256
+	@rm -rf .jvm.tmp && echo "infra/jvm/jars.sha256: $$(wc -l < infra/jvm/jars.sha256) jars locked"
+
 lock: ## re-resolve requirements.lock from pyproject.toml (needs network)
 	@bash infra/setup.sh
 	@.tools/bin/uv pip compile pyproject.toml --extra platform --extra dev \
@@ -55,4 +69,5 @@ lock: ## re-resolve requirements.lock from pyproject.toml (needs network)
 	  --generate-hashes -q -o requirements.lock --custom-compile-command "make lock"
 
 clean: ## remove the demo lake and caches (keeps .venv)
+	-@$(BIN)/lake kafka stop 2>/dev/null
 	rm -rf lakehouse bench-results .pytest_cache .hypothesis .airflow

@@ -5,6 +5,8 @@ driver counts the newlines before each range once, so every task knows its first
 yields ``(source, line, raw)`` rows as Arrow batches: ``raw`` is the line's bytes exactly as in the
 file (no decoding, no newline), so invalid UTF-8 and invisible bytes survive into checks and the
 quarantine. Parsing into key and value is Spark SQL (:func:`parse_dump`), so it scales like any job.
+A UTF-8 byte-order mark at the start of the file and CRLF line ends are stripped before parsing: they
+never end up inside a key or a value.
 """
 
 from __future__ import annotations
@@ -105,6 +107,15 @@ def read_lines(spark: SparkSession, path: str) -> DataFrame:
     return spark.read.format("dumplines").load(os.path.abspath(path))
 
 
+# What a line means, as opposed to its bytes (``raw``, kept for the quarantine): a UTF-8 byte-order mark
+# at the start of the file and the carriage return of CRLF line ends are not part of any key or value.
+_BOM_STRIPPED = "CASE WHEN line = 1 AND startswith(raw, X'EFBBBF') THEN substr(raw, 4) ELSE raw END"
+_LINE_SQL = (
+    f"CASE WHEN endswith({_BOM_STRIPPED}, X'0D') "
+    f"THEN substr({_BOM_STRIPPED}, 1, length({_BOM_STRIPPED}) - 1) ELSE {_BOM_STRIPPED} END"
+)
+
+
 def _reason(conditions: list[tuple[Column, str]]) -> Column:
     expr = F.lit(None).cast("string")
     for cond, text in reversed(conditions):
@@ -125,28 +136,29 @@ def parse_dump(
     words why a line is rejected otherwise (no separator, empty key, not UTF-8, value not JSON, ...).
     """
     sep = separator if separator is not None else spec.separator
-    valid_utf8 = F.expr("is_valid_utf8(raw)")
+    lines = lines.withColumn("_line", F.expr(_LINE_SQL))
+    valid_utf8 = F.expr("is_valid_utf8(_line)")
     conditions: list[tuple[Column, str]] = []
     if spec.format == "lines":
-        pos_sql = f"instr(cast(raw as string), {_sql_str(sep)})"
+        pos_sql = f"instr(cast(_line as string), {_sql_str(sep)})"
         pos = F.expr(pos_sql)
         df = lines.withColumn(
             "_key",
             F.when(
                 pos > 0,
-                F.expr(f"substring(cast(raw as string), 1, {pos_sql} - 1)"),
+                F.expr(f"substring(cast(_line as string), 1, {pos_sql} - 1)"),
             ),
         )
         df = df.withColumn(
             "_raw_value",
             F.when(
                 pos > 0,
-                F.expr(f"substring(cast(raw as string), {pos_sql} + {len(sep)})"),
+                F.expr(f"substring(cast(_line as string), {pos_sql} + {len(sep)})"),
             ),
         )
         conditions.append((pos == 0, f"no separator {sep!r}"))
     elif spec.format == "jsonl":
-        doc = F.expr("try_parse_json(cast(raw as string))")
+        doc = F.expr("try_parse_json(cast(_line as string))")
         df = lines.withColumn("_doc", doc)
         df = df.withColumn("_key", F.expr(f"variant_get(_doc, {_sql_str('$.' + spec.key_field)}, 'string')"))
         df = df.withColumn(
@@ -198,7 +210,7 @@ def parse_dump(
 
 
 def _parse_csv(lines: DataFrame, spec: BackfillSpec, sep: str) -> DataFrame:
-    header_row = lines.filter(F.col("line") == 1).select(F.col("raw").cast("string")).first()
+    header_row = lines.filter(F.col("line") == 1).select(F.col("_line").cast("string")).first()
     if header_row is None:
         raise UserError("the CSV dump is empty: it needs a header line")
     names = [n.strip() for n in header_row[0].split(sep)]
@@ -206,7 +218,7 @@ def _parse_csv(lines: DataFrame, spec: BackfillSpec, sep: str) -> DataFrame:
         if needed not in names:
             raise UserError(f"the CSV header has no column '{needed}' (columns: {', '.join(names)})")
     schema = ", ".join(f"`{re.sub('`', '', n)}` string" for n in names)
-    parsed = F.from_csv(F.col("raw").cast("string"), schema, {"sep": sep, "mode": "PERMISSIVE"})
+    parsed = F.from_csv(F.col("_line").cast("string"), schema, {"sep": sep, "mode": "PERMISSIVE"})
     df = lines.filter(F.col("line") > 1).withColumn("_row", parsed)
     return df.withColumn("_key", F.col("_row").getField(spec.key_field)).withColumn(
         "_raw_value", F.col("_row").getField(spec.value_field)

@@ -224,11 +224,20 @@ def ensure_topics(cluster: Cluster, specs: Iterable[TopicSpec]) -> list[str]:
 
 
 def _wait_for_metadata(cluster: Cluster, names: list[str]) -> None:
-    """A created topic takes a moment to appear in every broker's metadata."""
+    """A created topic takes a moment to appear in the metadata with a leader for every partition."""
     deadline = time.monotonic() + TIMEOUT_S
-    while names and set(names) - set(partition_counts(cluster, names)):
+    admin = _admin(cluster)
+    while names:
+        topics = admin.list_topics(timeout=TIMEOUT_S).topics
+        if all(
+            n in topics
+            and topics[n].error is None
+            and all(p.leader >= 0 for p in topics[n].partitions.values())
+            for n in names
+        ):
+            return
         if time.monotonic() > deadline:
-            raise cluster.error(f"topics {', '.join(names)} were created but do not show up", "timed out")
+            raise cluster.error(f"topics {', '.join(names)} were created but have no leader yet", "timed out")
         time.sleep(0.1)
 
 
@@ -262,14 +271,29 @@ def watermarks(cluster: Cluster, spec: TopicSpec) -> list[tuple[int, int]]:
     consumer = _consumer(cluster)
     try:
         name = cluster.topic(spec.name)
-        return [
-            consumer.get_watermark_offsets(TopicPartition(name, p), timeout=TIMEOUT_S)
-            for p in range(spec.partitions)
-        ]
-    except KafkaException as exc:
-        raise cluster.error(f"cannot read the offsets of {cluster.topic(spec.name)}", exc) from None
+        return [_watermark(cluster, consumer, TopicPartition(name, p)) for p in range(spec.partitions)]
     finally:
         consumer.close()
+
+
+_TRANSIENT = (
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.UNKNOWN_TOPIC_OR_PART,
+)
+
+
+def _watermark(cluster: Cluster, consumer: Consumer, tp: TopicPartition) -> tuple[int, int]:
+    """(low, high) of one partition; a leader being elected (a new or recreated topic) is waited for."""
+    deadline = time.monotonic() + TIMEOUT_S
+    while True:
+        try:
+            low, high = consumer.get_watermark_offsets(tp, timeout=TIMEOUT_S)
+            return int(low), int(high)
+        except KafkaException as exc:
+            if exc.args[0].code() not in _TRANSIENT or time.monotonic() > deadline:
+                raise cluster.error(f"cannot read the offsets of {tp.topic}[{tp.partition}]", exc) from None
+            time.sleep(0.1)
 
 
 # --- producing --------------------------------------------------------------------------------------
@@ -309,11 +333,15 @@ def produce(
     result = Delivered(name, per_partition=[0] * spec.partitions)
     failures: list[KafkaError] = []
 
+    last = [-1] * spec.partitions  # per partition, the offset of the last record delivered
+
     def delivered(err: KafkaError | None, msg: Message) -> None:
         if err is not None:
             failures.append(err)
         else:
-            result.per_partition[cast(int, msg.partition())] += 1
+            p = cast(int, msg.partition())
+            result.per_partition[p] += 1
+            last[p] = max(last[p], cast(int, msg.offset()))
 
     try:
         producer = Producer(
@@ -353,6 +381,7 @@ def produce(
             reason = failures[0] if failures else f"{remaining} record(s) still unsent"
             raise cluster.error(f"producing to {name} failed, nothing was committed", reason)
         producer.commit_transaction(TIMEOUT_S * 4)
+        _await_visible(cluster, spec, last)
     except BaseException as exc:
         try:
             producer.abort_transaction(TIMEOUT_S)
@@ -363,6 +392,21 @@ def produce(
         raise
     result.seconds = time.perf_counter() - started
     return result
+
+
+def _await_visible(cluster: Cluster, spec: TopicSpec, last: list[int]) -> None:
+    """Return once ``read_committed`` readers see the committed records: the commit markers are
+    written to the partitions just after the commit, and until then the end offsets lag behind."""
+    deadline = time.monotonic() + TIMEOUT_S
+    while True:
+        ends = [high for _, high in watermarks(cluster, spec)]
+        if all(end > offset + 1 for end, offset in zip(ends, last, strict=True) if offset >= 0):
+            return
+        if time.monotonic() > deadline:
+            raise cluster.error(
+                f"records committed to {cluster.topic(spec.name)} did not become visible", "timed out"
+            )
+        time.sleep(0.02)
 
 
 def _send(
@@ -431,7 +475,7 @@ def read(
     consumer = _consumer(cluster)
     try:
         for p in range(spec.partitions) if partitions is None else partitions:
-            low, high = consumer.get_watermark_offsets(TopicPartition(name, p), timeout=TIMEOUT_S)
+            low, high = _watermark(cluster, consumer, TopicPartition(name, p))
             first = low if start is None else max(start(low, high), low)
             if first >= high:
                 continue
@@ -472,3 +516,9 @@ def read(
         raise cluster.error(f"reading {name}", exc) from None
     finally:
         consumer.close()
+
+
+def tail(cluster: Cluster, spec: TopicSpec, depth: int) -> list[Message]:
+    """The committed records among the last ``depth`` offsets of every partition (the end offsets
+    count transaction markers too)."""
+    return [m for batch in read(cluster, spec, lambda low, high: max(low, high - depth)) for m in batch]

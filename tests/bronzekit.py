@@ -49,3 +49,13 @@ def append_bronze(
         schema=TOPIC_SCHEMA,
     )
     return lake.append(spec.name, table)
+
+
+def append_lines(
+    lake: Lake, spec: TopicSpec, lines: bytes, sep: str = "|", partitioner: str = "murmur2"
+) -> None:
+    """kcat-style ``key SEP value`` lines into a bronze table, unchecked (bad input stays bad)."""
+    from spark_jobs.topics import parse_lines, split_lines
+
+    parsed = parse_lines(split_lines(lines), sep, False, "test", 1)
+    append_bronze(lake, spec, parsed.keys, parsed.values, partitioner=partitioner)

@@ -8,11 +8,11 @@ from collections import defaultdict
 from pathlib import Path
 
 import pyarrow as pa
+from bronzekit import append_bronze
 
 from spark_jobs.config import load_config
 from spark_jobs.joins.keyed import job_for
 from spark_jobs.session import arrow_frame
-from bronzekit import append_bronze
 
 PIPELINE = """
 pipeline: joins-test
@@ -306,3 +306,16 @@ def model_derive(master: list[dict]) -> list[tuple]:
         if d not in newest or rank > newest[d][0]:
             newest[d] = (rank, k.decode(), value.get("n"))
     return sorted((d, k, n) for d, (_, k, n) in newest.items())
+
+
+def changelog(lake, config, topic: str) -> list[dict]:
+    """The records a join published to its changelog topic on Kafka (key, value, partition, offset),
+    partition by partition in offset order."""
+    from spark_jobs.kafka import connect, read
+
+    cluster = connect(config, lake.root)
+    return [
+        {"key": m.key(), "value": m.value(), "partition": m.partition(), "offset": m.offset()}
+        for batch in read(cluster, config.topic(topic))
+        for m in batch
+    ]

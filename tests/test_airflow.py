@@ -77,11 +77,12 @@ def test_every_dag_has_tags_docs_owner_retries_and_failure_alerts(facts):
                 assert (task["retries"], task["backoff"]) == (2, 2.0), where
 
 
-def test_the_pipeline_dag_is_backfill_then_suites_then_gate_then_joins(facts):
+def test_the_pipeline_dag_is_ingest_then_backfill_then_suites_then_gate_then_joins(facts):
     dag = facts["dags"]["consents_pipeline"]
     assert dag["schedule"] == "@daily" and dag["paused"] is True
     edges = {t: task["downstream"] for t, task in dag["tasks"].items()}
     assert edges == {
+        "ingest": ["backfill_accounts"],
         "backfill_accounts": ["run_quality_suites"],
         "run_quality_suites": ["quality_gate"],
         "quality_gate": ["ensure_joins_running"],
@@ -91,7 +92,8 @@ def test_the_pipeline_dag_is_backfill_then_suites_then_gate_then_joins(facts):
     }
     types = {t: task["type"] for t, task in dag["tasks"].items()}
     assert (
-        types["backfill_accounts"]
+        types["ingest"]
+        == types["backfill_accounts"]
         == types["run_quality_suites"]
         == types["dbt_build"]
         == "LakeSubmitOperator"
@@ -221,7 +223,7 @@ def test_pipeline_fails_at_the_gate_on_incomplete_data_then_a_manual_backfill_co
     result = af.test_dag("consents_incomplete_pipeline")
     text = output(result)
     assert result.returncode == 1, text[-3000:]
-    assert ran(result, "backfill_accounts") and ran(result, "quality_gate")
+    assert ran(result, "ingest") and ran(result, "backfill_accounts") and ran(result, "quality_gate")
     assert (
         "quality gate FAILED (1 check(s)): completeness:customer_consents->accounts: Every key that "
         "customer_consents references exists in lookup accounts. FAILED: 2 keys missing in accounts: user_10 "

@@ -12,6 +12,8 @@ from spark_jobs.backfill import QUARANTINE, lookup_table, refresh_lookup, run_ba
 from spark_jobs.config import load_config
 from spark_jobs.demo import write_demo_topics
 from spark_jobs.errors import UserError
+from spark_jobs.ingest import sync_bronze
+from spark_jobs.kafka import connect, watermarks
 from spark_jobs.partitioners import partition_for
 from spark_jobs.topics import consume, produce_lines
 
@@ -34,13 +36,17 @@ def lookup_rows(lake, config):
 
 def topic_records(lake, config, topic="customer_accounts"):
     out = io.BytesIO()
-    consume(lake, config.topic(topic), out, fmt="%k|%p|%o|%s\\n")
+    consume(connect(config, lake.root), config.topic(topic), out, fmt="%k|%p|%o|%s\\n")
     return out.getvalue().decode().splitlines()
 
 
+def kafka_ends(lake, config, topic="customer_accounts"):
+    return watermarks(connect(config, lake.root), config.topic(topic))
+
+
 @pytest.fixture
-def demo(lake, demo_config):
-    write_demo_topics(lake, demo_config)
+def demo(lake, demo_config, cluster):
+    write_demo_topics(cluster, demo_config)
     return lake, demo_config
 
 
@@ -64,12 +70,13 @@ def test_backfill_adds_missing_accounts_then_is_idempotent(spark, demo):
     added = [r for r in topic_records(lake, config) if r.startswith(("user_9|", "user_10|"))]
     assert sorted(added) == sorted(
         f"user_{n}|{partition_for(f'user_{n}'.encode(), 4)}|{off}|{account(n)}"
-        for n, off in ((9, 4), (10, 2))  # after user_2,3,4,7 in p2; user_5,6 in p1
+        # after user_2,3,4,7 in p2 and user_5,6 in p1, each followed by the demo's commit marker
+        for n, off in ((9, 5), (10, 3))
     )
-    before = versions(lake)
+    before = versions(lake), kafka_ends(lake, config)
     again = run_backfill(spark, lake, config, "accounts", log=quiet)
     assert (again.new, again.changed, again.unchanged, again.written) == (0, 0, 10, 0)
-    assert versions(lake) == before
+    assert (versions(lake), kafka_ends(lake, config)) == before
 
 
 def test_changed_values_and_duplicate_lines_last_wins(spark, demo, tmp_path):
@@ -88,11 +95,11 @@ def test_changed_values_and_duplicate_lines_last_wins(spark, demo, tmp_path):
 
 def test_dry_run_reports_the_same_counts_and_writes_nothing(spark, demo):
     lake, config = demo
-    before = versions(lake)
+    before = versions(lake), kafka_ends(lake, config)
     s = run_backfill(spark, lake, config, "accounts", dry_run=True, log=quiet)
     assert (s.new, s.changed, s.unchanged, s.written, s.topic_version) == (2, 0, 8, 2, None)
     assert "dry run: nothing written" in s.text()
-    assert versions(lake) == before
+    assert (versions(lake), kafka_ends(lake, config)) == before
     assert not lake.exists(lookup_table(config.lookup("accounts")))
 
 
@@ -110,14 +117,13 @@ def test_rejects_above_max_commit_nothing_at_all(spark, demo, tmp_path):
     lake, config = demo
     dump = tmp_path / "bad.txt"
     dump.write_bytes(BAD_DUMP)
-    before = versions(lake)
+    before = kafka_ends(lake, config)
     with pytest.raises(
         UserError,
         match=r"4 rejected line\(s\), more than --max-rejects 3; nothing was written \(first: line 2: no separator ';'\)",
     ):
         run_backfill(spark, lake, config, "accounts", source=str(dump), max_rejects=3, log=quiet)
-    after = versions(lake)
-    assert {t: v for t, v in after.items() if t in before} == before  # topics untouched
+    assert kafka_ends(lake, config) == before  # the topic untouched
     assert not lake.exists(QUARANTINE)
     assert lake.read_arrow(lookup_table(config.lookup("accounts"))).num_rows == 8  # caught up only
 
@@ -177,17 +183,30 @@ def test_csv_and_jsonl_dumps(spark, lake, tmp_path):
 
 def test_refresh_applies_tombstones_and_updates(spark, demo):
     lake, config = demo
+    sync_bronze(spark, lake, config, ["customer_accounts"])
     refresh_lookup(spark, lake, config, config.lookup("accounts"))
     spec = config.topic("customer_accounts")
     produce_lines(
-        lake,
+        connect(config, lake.root),
         spec,
         io.BytesIO(f"user_1;\nuser_2;{account(2, 'b@x.org')}\n".encode()),
         "-",
         key_sep=";",
         null_empty=True,
     )
+    sync_bronze(spark, lake, config, ["customer_accounts"])
     assert refresh_lookup(spark, lake, config, config.lookup("accounts")) == 2
     rows = lookup_rows(lake, config)
     assert "user_1" not in rows and rows["user_2"] == account(2, "b@x.org") and len(rows) == 7
     assert refresh_lookup(spark, lake, config, config.lookup("accounts")) == 0
+
+
+def test_a_bom_and_crlf_line_ends_never_end_up_in_keys_or_values(spark, demo, tmp_path):
+    lake, config = demo
+    dump = tmp_path / "windows.dump"
+    dump.write_bytes(b'\xef\xbb\xbfuser_9;"user9@example.com"\r\nuser_10;"user10@example.com"\r\n')
+    s = run_backfill(spark, lake, config, "accounts", source=str(dump), log=quiet)
+    assert (s.lines, s.new, s.rejected) == (2, 2, 0)
+    rows = lookup_rows(lake, config)
+    assert rows["user_9"] == account(9) and rows["user_10"] == account(10)
+    assert sorted(rows) == sorted(f"user_{n}" for n in range(1, 11))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 import zlib
@@ -34,9 +36,16 @@ def test_demo_writes_once_and_consume_shows_java_placement(tmp_path):
     root = tmp_path / "lake"
     code, out, _ = lake_cli(root, "demo", "--topics-only")
     assert code == 0
-    assert "== 1. topics (written with murmur2, like Java clients)" in out
-    assert "customer_consents: produced 10 records -> version 1" in out
-    assert "customer_accounts: produced 8 records -> version 1" in out
+    prefix = os.environ["LAKE_KAFKA_TOPIC_PREFIX"]
+    assert "== 1. topics on Kafka (written with murmur2_random, the Java client's placement)" in out
+    assert (
+        f"customer_consents: produced 10 records to Kafka topic {prefix}customer_consents [p0=1, p1=3, p2=5, p3=1]"
+        in out
+    )
+    assert (
+        f"customer_accounts: produced 8 records to Kafka topic {prefix}customer_accounts [p0=1, p1=2, p2=4, p3=1]"
+        in out
+    )
     assert "starting Spark" not in out
     code, out, _ = lake_cli(root, "demo", "--topics-only")  # a second run leaves the topics alone
     assert "customer_consents: already has records, left as it is" in out
@@ -58,7 +67,8 @@ def test_same_keys_with_consistent_random_show_kcat_placement(tmp_path):
         "--partitioner", "consistent_random", stdin=keys,
     )  # fmt: skip
     assert code == 0, err
-    assert "produced 10 records (0 tombstones) to kcat_copy with consistent_random" in err
+    prefix = os.environ["LAKE_KAFKA_TOPIC_PREFIX"]
+    assert f"produced 10 records (0 tombstones) to {prefix}kcat_copy with consistent_random" in err
     _, out, _ = lake_cli(tmp_path / "lake", "--config", str(cfg), "consume", "kcat_copy", "-f", "%k,%p\\n")
     got = dict(line.split(",") for line in out.splitlines())
     assert got == {f"user_{i}": str(zlib.crc32(f"user_{i}".encode()) % 4) for i in range(1, 11)}
@@ -120,14 +130,43 @@ def test_malformed_config_is_one_line_naming_file_line_and_key(tmp_path, capsys,
 def test_user_errors_are_one_line_exit_2_and_write_nothing(tmp_path, args, stdin, message):
     root = tmp_path / "lake"
     lake_cli(root, "demo", "--topics-only")
-    before = (root / "tables" / "customer_accounts" / "_delta_log").iterdir()
-    before = sorted(p.name for p in before)
+    before = kafka_ends(root)
     code, out, err = lake_cli(root, *args, stdin=stdin)
     assert code == 2
     assert err.startswith("lake: error: ") and err.count("\n") == 1 and "Traceback" not in err
     assert message in err
-    after = sorted(p.name for p in (root / "tables" / "customer_accounts" / "_delta_log").iterdir())
-    assert after == before
+    assert kafka_ends(root) == before
+    assert not (root / "tables").exists()
+
+
+def kafka_ends(root):
+    """The end offsets of the demo topics on Kafka: any write moves them (records and commit markers)."""
+    from spark_jobs.config import load_config
+    from spark_jobs.kafka import connect, watermarks
+
+    config = load_config(None)
+    cluster = connect(config, root)
+    return [watermarks(cluster, config.topic(t)) for t in ("customer_consents", "customer_accounts")]
+
+
+def test_kafka_errors_are_one_line_exit_2(tmp_path, kafka):
+    root = tmp_path / "lake"
+    port = kafka.bootstrap_servers.rsplit(":", 1)[1]
+    code, _, err = lake_cli(root, "kafka", "start", "--port", port)
+    assert code == 2 and err == (
+        f"lake: error: port {port} on 127.0.0.1 is already taken by another process; choose another with --port\n"
+    )
+    unreachable = {**os.environ, "LAKE_KAFKA_BOOTSTRAP": "127.0.0.1:1", "LAKE_KAFKA_TIMEOUT": "2"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "spark_jobs.cli", "--root", str(root), "consume", "customer_accounts"],
+        capture_output=True, text=True, env=unreachable,
+    )  # fmt: skip
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1
+    assert proc.stderr.startswith(
+        "lake: error: Kafka at 127.0.0.1:1 ($LAKE_KAFKA_BOOTSTRAP): cannot read the cluster's topics: "
+    )
+    code, out, _ = lake_cli(root, "kafka", "status", "--json")
+    assert code == 0 and json.loads(out)["running"] is False  # this root has no broker of its own
 
 
 def test_health_says_which_join_is_down_and_exits_1(tmp_path):

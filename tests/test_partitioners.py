@@ -132,3 +132,40 @@ def test_spark_arrow_udf_agrees_with_scalar(spark):
             expected = P.partition_for(k, 12, name)
             if expected is not None:
                 assert got[k] == expected, (name, k)
+
+
+_examples = iter(range(10**6))
+
+
+@settings(max_examples=8, deadline=None)
+@given(
+    keys=st.lists(
+        st.one_of(st.binary(max_size=40), st.text(max_size=20).map(str.encode)),
+        min_size=1,
+        max_size=60,
+        unique=True,
+    ),
+    partitions=st.integers(min_value=1, max_value=17),
+)
+def test_placements_on_the_broker_equal_the_vectorized_partitioners(keys, partitions):
+    """librdkafka's murmur2_random and consistent_random, producing to the real broker, put every key
+    where the product's vectorized partitioners say (empty keys are random under consistent_random,
+    so that one gets only non-empty keys)."""
+    from pathlib import Path
+
+    from spark_jobs.config import PipelineConfig, TopicSpec
+    from spark_jobs.kafka import connect, produce, read
+
+    n = next(_examples)
+    for partitioner in ("murmur2", "consistent_random"):
+        sent = [k for k in keys if k or partitioner == "murmur2"]
+        if not sent:
+            continue
+        spec = TopicSpec(
+            f"placement-{n}-{partitioner}", partitions, key_format="bytes", value_format="string"
+        )
+        cluster = connect(PipelineConfig("test", "test"), Path("."))  # the session's broker
+        produce(cluster, spec, [(pa.array(sent, pa.binary()), pa.array([b"v"] * len(sent)))], partitioner)
+        placed = {m.key(): m.partition() for batch in read(cluster, spec) for m in batch}
+        expected = P.partitions(pa.array(sent, pa.binary()), partitions, partitioner)
+        assert placed == dict(zip(sent, expected.tolist(), strict=True))

@@ -3,18 +3,17 @@ passes on clean data; reports (Data Docs, summary, quality_runs) say so."""
 
 from __future__ import annotations
 
-import io
 import json
 from pathlib import Path
 
 import pytest
+from bronzekit import append_lines
 
 from spark_jobs.backfill import refresh_lookup
 from spark_jobs.cli import main
-from spark_jobs.config import TopicSpec, load_config
+from spark_jobs.config import load_config
 from spark_jobs.lake import Lake
 from spark_jobs.quality import QUALITY_RUNS, run_suites
-from spark_jobs.topics import produce_lines
 
 CONFIG = """
 topics:
@@ -39,11 +38,10 @@ checks:
 """
 
 
-def put(lake, config, topic, lines: bytes, value_format=None, **kw):
-    spec = config.topic(topic)
-    if value_format:
-        spec = TopicSpec(spec.name, spec.partitions, spec.key_format, value_format)
-    produce_lines(lake, spec, io.BytesIO(lines), "test", key_sep="|", **kw)
+def put(lake, config, topic, lines: bytes, partitioner="murmur2", value_format=None):
+    """The topic's records as the ingest mirrors them into bronze (the suites read bronze); unlike
+    `lake produce`, nothing is checked, so a value_format override can plant bad values."""
+    append_lines(lake, config.topic(topic), lines, partitioner=partitioner)
 
 
 @pytest.fixture(scope="module")

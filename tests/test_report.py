@@ -11,6 +11,8 @@ import pytest
 
 from spark_jobs.backfill import run_backfill
 from spark_jobs.config import load_config
+from spark_jobs.ingest import sync_bronze
+from spark_jobs.kafka import connect
 from spark_jobs.lake import Lake
 from spark_jobs.quality import run_suites
 from spark_jobs.report import failures_per_run, latest_per_suite, misplaced, report_path, split_offending
@@ -84,8 +86,10 @@ def shop(spark, tmp_path_factory):
     config = load_config(root / "p.yaml")
     lake = Lake(root / "lake")
     orders = b"user_1|{}\nuser_3|{}\nuser_4|{}\nuser_10|{}\nuser_10|{}\n"
-    produce_lines(lake, config.topic("orders"), io.BytesIO(orders), "test", key_sep="|")
-    produce_lines(lake, config.topic("customers"), io.BytesIO(b'user_1|{"n":1}\n'), "test", key_sep="|")
+    cluster = connect(config, lake.root)
+    produce_lines(cluster, config.topic("orders"), io.BytesIO(orders), "test", key_sep="|")
+    produce_lines(cluster, config.topic("customers"), io.BytesIO(b'user_1|{"n":1}\n'), "test", key_sep="|")
+    sync_bronze(spark, lake, config, ["orders", "customers"])
     quiet = lambda m: None  # noqa: E731
     first = run_suites(spark, lake, config, log=quiet)
     run_backfill(spark, lake, config, "customers", partitioner="consistent_random", max_rejects=1, log=quiet)

@@ -163,7 +163,10 @@ def test_unreachable_cluster_is_one_line(monkeypatch, lake):
     with pytest.raises(UserError) as err:
         put(closed, b"a;1\n", key_sep=";")
     text = str(err.value)
-    assert text.startswith("Kafka at 127.0.0.1:1 (test): cannot read the cluster's topics: ") and "\n" not in text
+    assert (
+        text.startswith("Kafka at 127.0.0.1:1 (test): cannot read the cluster's topics: ")
+        and "\n" not in text
+    )
 
 
 def test_timestamps_out_of_range_and_refused_topic_names(kc):
@@ -221,5 +224,8 @@ def test_client_settings_pass_through_sasl(kafka, tmp_path, monkeypatch):
 def test_a_config_without_a_cluster_says_how_to_get_one(monkeypatch, tmp_path):
     monkeypatch.delenv("LAKE_KAFKA_BOOTSTRAP")
     config = PipelineConfig("p.yaml", "p", kafka=KafkaSpec(), topics={"t": SPEC})
-    with pytest.raises(UserError, match=r"no Kafka cluster: p.yaml names no kafka.bootstrap_servers, .* start it with 'lake kafka start'"):
+    with pytest.raises(
+        UserError,
+        match=r"no Kafka cluster: p.yaml names no kafka.bootstrap_servers, .* start it with 'lake kafka start'",
+    ):
         connect(config, tmp_path)

@@ -35,10 +35,10 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.utils import AnalysisException
 
 from spark_jobs.backfill import QUARANTINE, ensure_quarantine
-from spark_jobs.config import JOIN_META_COLUMNS, JoinSpec, PipelineConfig
+from spark_jobs.config import JOIN_META_COLUMNS, JoinSpec, PipelineConfig, TopicSpec
 from spark_jobs.errors import UserError
 from spark_jobs.ingest import ensure_bronze, next_offsets
-from spark_jobs.kafka import Cluster, connect, produce
+from spark_jobs.kafka import Cluster, connect, produce, tail
 from spark_jobs.lake import Lake, conform, table_arrow_schema
 from spark_jobs.session import arrow_frame
 
@@ -98,6 +98,8 @@ BY_FIELDS = {
     "list": [("items", pa.list_(pa.string())), ("ids", pa.list_(pa.binary()))],
 }
 # The subscription store: which left key pointed at which foreign (derived) key, per accepted version.
+BATCH_HEADER = "lake.batch"  # on every changelog record: "<query id>:<batch id>" that published it
+TAIL_DEPTH = 8  # records read back per changelog partition to recognize a replayed batch
 # one row per micro-batch whose changelog reached Kafka (its Delta txn makes a replay skip the publish)
 PUBLISHED_SCHEMA = pa.schema([("batch_id", pa.int64()), ("records", pa.int64()), ("published_at", TS)])
 SUBS_SCHEMA = pa.schema(
@@ -333,6 +335,7 @@ class JoinJob:
         self.tables = state_tables(spec)
         self._appended: set[str] = set()  # state logs appended to in this batch
         self._cluster: Cluster | None = None  # Kafka, for the changelog (connected on first publish)
+        self._replay_possible = True  # the first batch after a (re)start may be a replay
         self._create_tables()
 
     # --- setup ------------------------------------------------------------------------------
@@ -684,9 +687,28 @@ class JoinJob:
         if self.lake.committed(marker, txn):
             return
         spec = self.config.topic(self.spec.publish or "")
-        produce(self.cluster, spec, [(keys, values)], "murmur2", timestamp_ms=int(at.timestamp() * 1000))
+        tag = f"{txn[0]}:{txn[1]}".encode()
+        first, self._replay_possible = self._replay_possible, False
+        if not (first and self._on_kafka_already(spec, tag)):
+            produce(
+                self.cluster,
+                spec,
+                [(keys, values)],
+                "murmur2",
+                timestamp_ms=int(at.timestamp() * 1000),
+                headers=[(BATCH_HEADER, tag)],
+            )
         row = pa.table({"batch_id": [txn[1]], "records": [len(keys)], "published_at": [at]}, PUBLISHED_SCHEMA)
         self.lake.append(marker, row, txn=txn)
+
+    def _on_kafka_already(self, spec: TopicSpec, tag: bytes) -> bool:
+        """True when the batch's changelog reached Kafka before the process died (its marker did not
+        reach Delta). Each batch is one Kafka transaction whose records carry the batch in a header,
+        and only the first batch after a restart can be such a replay, so the tail of each partition
+        tells."""
+        return any(
+            dict(m.headers() or []).get(BATCH_HEADER) == tag for m in tail(self.cluster, spec, TAIL_DEPTH)
+        )
 
     @property
     def cluster(self) -> Cluster:

@@ -27,10 +27,12 @@ import pyarrow.compute as pc
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 
+from spark_jobs import ingest
 from spark_jobs.config import JoinSpec, PipelineConfig
 from spark_jobs.errors import UserError
 from spark_jobs.joins.engine import METRICS, BatchMetrics, side_records, state_tables
 from spark_jobs.joins.keyed import job_for
+from spark_jobs.kafka import connect, delete_topics
 from spark_jobs.lake import Lake
 from spark_jobs.repair import running_jobs
 
@@ -270,6 +272,13 @@ def reset_join(lake: Lake, config: PipelineConfig, name: str) -> list[str]:
     if checkpoint.exists():
         shutil.rmtree(checkpoint)
         removed.append(str(checkpoint))
+    if spec.publish:  # the rebuilt join publishes its whole result again, into a fresh changelog
+        cluster = connect(config, lake.root)
+        delete_topics(cluster, [cluster.topic(spec.publish)])
+        removed.append(f"Kafka topic {cluster.topic(spec.publish)}")
+        ingest_checkpoint = ingest.checkpoint_dir(lake, spec.publish)
+        if ingest_checkpoint.exists():
+            shutil.rmtree(ingest_checkpoint)
     return removed
 
 

@@ -149,20 +149,29 @@ def pipeline_dag(b: _Builder) -> DAG:
     doc = (
         f"Backfill, check, then stream: the main run of pipeline `{config.name}`.\n\n"
         f"{config.description}\n\n"
-        "1. **backfill_&lt;lookup&gt;**: loads each lookup's dump into its topic (only what changes), "
-        "with the partitioner of the topics it is joined with.\n"
-        "2. **run_quality_suites**: completeness, co-partitioning, key format.\n"
-        "3. **quality_gate**: fails the run, with the plain-words summary and the report path, when a "
+        "1. **ingest**: mirrors the pipeline's Kafka topics into their bronze Delta tables (`lake ingest "
+        "--once`, exactly once).\n"
+        "2. **backfill_&lt;lookup&gt;**: produces each lookup's missing or changed entities from its dump "
+        "to its Kafka topic, with the partitioner of the topics it is joined with.\n"
+        "3. **run_quality_suites**: completeness, co-partitioning, key format.\n"
+        "4. **quality_gate**: fails the run, with the plain-words summary and the report path, when a "
         "check failed. Then the joins are *not* started.\n"
-        "4. **ensure_joins_running**: starts each continuous join that is not running; healthy ones are "
+        "5. **ensure_joins_running**: starts each continuous join that is not running; healthy ones are "
         "left alone.\n"
-        "5. **wait_joins_caught_up**: waits until the joins have read all of their input.\n"
-        "6. **dbt_build**: `lake dbt build` of the pipeline's dbt models (staging views, marts, tests).\n\n"
+        "6. **wait_joins_caught_up**: waits until the joins have read all of their input.\n"
+        "7. **dbt_build**: `lake dbt build` of the pipeline's dbt models (staging views, marts, tests).\n\n"
         f"Config: `{b.config_path}`; lake root: `{b.root}`."
     )
     with b.dag(
         "pipeline", config.airflow.schedule, doc, "pipeline", is_paused_upon_creation=b.af.paused_at_creation
     ) as dag:
+        ingest = b.spark(
+            "ingest",
+            ["ingest", "--once", *b.common()],
+            f"Mirrors the Kafka topics of the pipeline ({', '.join(config.topics)}) into their bronze "
+            "Delta tables: Spark's Kafka source into Delta's sink, exactly once through the checkpoints "
+            "under `<root>/_checkpoints/ingest`.",
+        )
         backfills = [
             b.spark(
                 f"backfill_{name}",
@@ -209,7 +218,9 @@ def pipeline_dag(b: _Builder) -> DAG:
             retries=0,  # a failing data test is not fixed by running it again
         )
         if backfills:
-            backfills >> suites
+            ingest >> backfills >> suites
+        else:
+            ingest >> suites
         suites >> gate >> ensure >> caught_up >> dbt
     return dag
 

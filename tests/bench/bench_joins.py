@@ -16,15 +16,16 @@ import tempfile
 import time
 from pathlib import Path
 
+import benchkit  # noqa: F401  (tests/ on sys.path)
 import numpy as np
 import pyarrow as pa
+from bronzekit import append_bronze
 
 from spark_jobs.config import load_config
 from spark_jobs.joins.engine import JoinJob
 from spark_jobs.joins.oracle import expected
 from spark_jobs.lake import Lake
 from spark_jobs.session import arrow_frame, get_spark
-from spark_jobs.topics import produce_records
 
 BATCHES = int(sys.argv[1]) if len(sys.argv) > 1 else 10
 CONFIG = """
@@ -56,8 +57,8 @@ def run_size(spark, root: Path, left_keys: int, right_keys: int) -> dict:
     config = load_config(root / "p.yaml")
     lake = Lake(root / "lake")
     rng = np.random.default_rng(42)
-    produce_records(lake, config.topic("left"), [(keys(np.arange(left_keys)), values("l", left_keys))])
-    produce_records(lake, config.topic("right"), [(keys(np.arange(right_keys)), values("r", right_keys))])
+    append_bronze(lake, config.topic("left"), keys(np.arange(left_keys)), values("l", left_keys))
+    append_bronze(lake, config.topic("right"), keys(np.arange(right_keys)), values("r", right_keys))
     job = JoinJob(spark, lake, config, config.join("bench"), "bench")
     initial = pa.concat_tables([new_records(lake, "left", 1, "left"), new_records(lake, "right", 1, "right")])
     started = time.perf_counter()
@@ -65,16 +66,18 @@ def run_size(spark, root: Path, left_keys: int, right_keys: int) -> dict:
     first = time.perf_counter() - started
     latencies = []
     for b in range(1, BATCHES + 1):
-        lv = produce_records(
+        lv = append_bronze(
             lake,
             config.topic("left"),
-            [(keys(rng.choice(left_keys, 1000, replace=False)), values(f"l{b}-", 1000))],
-        ).version
-        rv = produce_records(
+            keys(rng.choice(left_keys, 1000, replace=False)),
+            values(f"l{b}-", 1000),
+        )
+        rv = append_bronze(
             lake,
             config.topic("right"),
-            [(keys(rng.choice(right_keys, 100, replace=False)), values(f"r{b}-", 100))],
-        ).version
+            keys(rng.choice(right_keys, 100, replace=False)),
+            values(f"r{b}-", 100),
+        )
         batch = pa.concat_tables(
             [new_records(lake, "left", lv, "left"), new_records(lake, "right", rv, "right")]
         )

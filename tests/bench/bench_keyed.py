@@ -25,15 +25,16 @@ import tempfile
 import time
 from pathlib import Path
 
+import benchkit  # noqa: F401  (tests/ on sys.path)
 import numpy as np
 import pyarrow as pa
+from bronzekit import append_bronze
 
 from spark_jobs.config import load_config
 from spark_jobs.joins.keyed import job_for
 from spark_jobs.joins.oracle import expected
 from spark_jobs.lake import Lake
 from spark_jobs.session import arrow_frame, get_spark
-from spark_jobs.topics import produce_records
 
 CONFIG = """
 topics:
@@ -77,9 +78,7 @@ class Bench:
         self.batch_id = 0
 
     def produce(self, topic: str, keys, values) -> int:
-        return produce_records(
-            self.lake, self.config.topic(topic), [(encode(keys), json_values(values))]
-        ).version
+        return append_bronze(self.lake, self.config.topic(topic), encode(keys), json_values(values))
 
     def process(self, job, versions) -> tuple[float, object]:
         frame = arrow_frame(self.spark, batch_of(self.lake, versions))

@@ -1,11 +1,14 @@
-"""Benchmark: `lake produce` of big dumps into a 12-partition topic vs. the physical floor.
+"""Benchmark: producing to Kafka and mirroring it into bronze, on an embedded broker of its own.
 
-For 1,000,000 and 10,000,000 `user_N;"userN@example.com"` lines it reports
-  - produce: read the file, split lines, partition (murmur2, vectorized), assign offsets, write Delta
-    (delta-rs), one commit: records/s;
-  - floor: `pyarrow.parquet.write_table` of the very same final rows, already in memory: records/s;
-  - ratio produce/floor (goal >= 0.5);
-and, separately, the start-up costs of the interpreter with the product imported and of a Spark JVM.
+For 1,000,000 (and more, given as arguments) `user_N;"userN@example.com"` lines into a 12-partition
+topic it reports
+  - `lake produce`: the CLI as a user runs it (process start to exit: read, split and check the lines,
+    produce them through librdkafka with murmur2_random in one transaction): records/s;
+  - the baseline: confluent-kafka's raw producer sending the same records (keys and values already in
+    memory, idempotent, acks=all, murmur2_random, one transaction) in a plain loop: records/s;
+  - the ratio of the two (lake / raw);
+  - `lake ingest --once` of that topic into its bronze Delta table (the CLI process, Spark start-up
+    included) and the ingest's rate without the start-up (the same query in a running session).
 Run with `make bench`; nothing here is a test.
 """
 
@@ -16,63 +19,109 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
 
-import pyarrow.parquet as pq
+from benchkit import embedded_broker
 
 from spark_jobs.config import TopicSpec
 from spark_jobs.demo import write_synthetic_dump
-from spark_jobs.lake import Lake
-from spark_jobs.topics import produce_lines
 
-SIZES = [int(a) for a in sys.argv[1:]] or [1_000_000, 10_000_000]
-SPEC = TopicSpec("bench_accounts", partitions=12, key_format="string", value_format="string")
+SIZES = [int(a) for a in sys.argv[1:]] or [1_000_000]
+PIPELINE = "topics:\n  lake_produced: {partitions: 12, value: string}\n  raw_produced: {partitions: 12, value: string}\n"
 
 
-def startup_seconds(code: str) -> float:
+def lake_cli(root: Path, config: Path, *args: str) -> float:
     started = time.perf_counter()
-    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "spark_jobs.cli", "--root", str(root), "--config", str(config), *args],
+        check=True,
+        capture_output=True,
+    )
     return time.perf_counter() - started
 
 
-def warm_up() -> None:
-    """Pay one-off import costs (pandas via delta-rs add actions) outside the timed runs."""
-    with tempfile.TemporaryDirectory() as tmp:
-        lake = Lake(tmp)
-        with open(os.devnull, "rb") as empty:
-            produce_lines(lake, SPEC, empty, "warm-up")
-        lake.add_actions(SPEC.name)
+def raw_produce(bootstrap: str, topic: str, dump: Path) -> tuple[float, int]:
+    """The floor: confluent-kafka's producer in a plain loop over records already in memory."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    AdminClient({"bootstrap.servers": bootstrap}).create_topics([NewTopic(topic, 12, 1)])[topic].result()
+    records = [line.split(b";", 1) for line in dump.read_bytes().splitlines()]
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "partitioner": "murmur2_random",
+            "enable.idempotence": True,
+            "acks": "all",
+            "linger.ms": 10,
+            "queue.buffering.max.messages": 500_000,
+            "transactional.id": f"bench-{uuid.uuid4().hex[:8]}",
+        }
+    )
+    producer.init_transactions(30)
+    started = time.perf_counter()
+    producer.begin_transaction()
+    for key, value in records:
+        while True:
+            try:
+                producer.produce(topic, value, key)
+                break
+            except BufferError:
+                producer.poll(0.05)
+    producer.commit_transaction(120)
+    return time.perf_counter() - started, len(records)
 
 
 def main() -> None:
-    warm_up()
-    print(f"python {sys.version.split()[0]}, 2 cores; topic {SPEC.partitions} partitions, murmur2")
-    print(
-        f"start-up: interpreter + lake CLI import {startup_seconds('import spark_jobs.cli, spark_jobs.topics'):.2f}s; "
-        f"Spark session (JVM) {startup_seconds('from spark_jobs.session import get_spark; get_spark()'):.2f}s"
-    )
-    print(
-        f"{'lines':>12} {'produce s':>10} {'produce rec/s':>14} {'floor s':>8} {'floor rec/s':>12} {'ratio':>6}"
-    )
-    for n in SIZES:
-        with tempfile.TemporaryDirectory() as tmp:
-            dump = Path(tmp) / "dump.txt"
+    with tempfile.TemporaryDirectory() as tmp, embedded_broker(Path(tmp) / "kafka") as bootstrap:
+        root = Path(tmp) / "lake"
+        config = Path(tmp) / "pipeline.yaml"
+        config.write_text(PIPELINE)
+        os.environ["LAKE_KAFKA_TOPIC_PREFIX"] = ""
+        print(f"python {sys.version.split()[0]}, 2 cores; embedded KRaft broker {bootstrap}; 12 partitions")
+        print(
+            f"{'lines':>10} {'lake produce s':>15} {'rec/s':>10} {'raw producer s':>15} {'rec/s':>10} {'lake/raw':>9}"
+        )
+        for n in SIZES:
+            dump = Path(tmp) / f"dump-{n}.txt"
             write_synthetic_dump(dump, n)
-            lake = Lake(Path(tmp) / "lake")
-            with open(dump, "rb") as fh:
-                t0 = time.perf_counter()
-                res = produce_lines(lake, SPEC, fh, str(dump), key_sep=";", timestamp_ms=0)
-                produce_s = time.perf_counter() - t0
-            assert res.records == n
-            rows = lake.read_arrow(SPEC.name)
-            t0 = time.perf_counter()
-            pq.write_table(rows, Path(tmp) / "floor.parquet")
-            floor_s = time.perf_counter() - t0
+            spec = TopicSpec(f"lake_produced_{n}", 12, value_format="string")
+            config.write_text(PIPELINE + f"  {spec.name}: {{partitions: 12, value: string}}\n")
+            lake_s = lake_cli(root, config, "produce", spec.name, str(dump), "-K", ";")
+            raw_s, count = raw_produce(bootstrap, f"raw_produced_{n}", dump)
+            assert count == n
             print(
-                f"{n:>12,} {produce_s:>10.2f} {n / produce_s:>14,.0f} {floor_s:>8.2f} "
-                f"{n / floor_s:>12,.0f} {floor_s / produce_s:>6.2f}",
+                f"{n:>10,} {lake_s:>15.2f} {n / lake_s:>10,.0f} {raw_s:>15.2f} {n / raw_s:>10,.0f} "
+                f"{(n / lake_s) / (n / raw_s):>9.2f}",
                 flush=True,
             )
+            ingest_s = lake_cli(root, config, "ingest", spec.name, "--once")
+            print(
+                f"{'':>10} lake ingest --once (CLI, Spark start-up included): {ingest_s:.1f}s, {n / ingest_s:,.0f} rec/s"
+            )
+            measure_ingest(root, config, n)
+
+
+def measure_ingest(root: Path, config: Path, n: int) -> None:
+    """The ingest's rate in a running session: the same topic into a fresh bronze table."""
+    from spark_jobs.config import load_config
+    from spark_jobs.ingest import run_ingest
+    from spark_jobs.lake import Lake
+    from spark_jobs.session import get_spark
+
+    spark = get_spark(app_name="bench-ingest")
+    cfg = load_config(config)
+    fresh = Lake(root.parent / f"lake-warm-{n}")
+    started = time.perf_counter()
+    summary = run_ingest(spark, fresh, cfg, [f"lake_produced_{n}"], once=True)
+    secs = time.perf_counter() - started
+    got = sum(summary.topics.values())
+    assert got == n, (got, n)
+    print(
+        f"{'':>10} ingest Kafka -> bronze in a running Spark session: {secs:.1f}s, {n / secs:,.0f} rec/s",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

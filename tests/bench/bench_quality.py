@@ -11,12 +11,14 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchkit import embedded_broker
+from bronzekit import append_bronze
+
 from spark_jobs.backfill import run_backfill
 from spark_jobs.config import load_config
 from spark_jobs.demo import synthetic_dump_chunks, write_synthetic_dump
 from spark_jobs.lake import Lake
 from spark_jobs.quality import run_suites
-from spark_jobs.topics import produce_records
 
 STREAM = int(sys.argv[1]) if len(sys.argv) > 1 else 10_000_000
 KEYS = int(sys.argv[2]) if len(sys.argv) > 2 else 1_000_000
@@ -42,7 +44,7 @@ def main() -> None:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, embedded_broker(Path(tmp) / "kafka"):
         root = Path(tmp)
         (root / "p.yaml").write_text(CONFIG)
         (root / "suite.yaml").write_text(SUITE)
@@ -64,7 +66,8 @@ def main() -> None:
                         return
 
         t0 = time.perf_counter()
-        produce_records(lake, config.topic("events"), stream(), timestamp_ms=0)
+        for keys, values in stream():  # the checked stream, as the ingest mirrors it into bronze
+            append_bronze(lake, config.topic("events"), keys, values)
         print(f"setup: produced {STREAM:,} stream records in {time.perf_counter() - t0:.1f}s", flush=True)
         dump = root / "accounts.dump"
         write_synthetic_dump(dump, KEYS)

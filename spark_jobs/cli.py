@@ -107,6 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
     ing.add_argument(
         "--trigger", type=float, default=1.0, metavar="SECONDS", help="continuous: batch interval"
     )
+    ing.add_argument("--max-records", type=int, metavar="N", help="at most N offsets per topic and micro-batch")
     ing.set_defaults(run=cmd_ingest)
 
     b = sub.add_parser(
@@ -420,6 +421,8 @@ def cmd_ingest(args) -> int:
     config, lake = _context(args)
     for topic in args.topics:
         config.topic(topic)  # unknown names fail before Spark starts
+    if args.max_records is not None and args.max_records < 1:
+        raise UserError("--max-records must be at least 1")
     spark = get_spark(app_name="lake-ingest")
     summary = run_ingest(
         spark,
@@ -428,6 +431,7 @@ def cmd_ingest(args) -> int:
         args.topics or None,
         once=not args.continuous,
         trigger_seconds=args.trigger,
+        max_records=args.max_records,
         log=lambda m: print(m, flush=True),
     )
     if args.continuous:

@@ -93,7 +93,15 @@ class IngestSummary:
         return f"ingest: {parts} in {self.seconds:.1f}s"
 
 
-def _query(spark: SparkSession, lake: Lake, cluster: Cluster, spec: TopicSpec, once: bool, trigger_s: float):
+def _query(
+    spark: SparkSession,
+    lake: Lake,
+    cluster: Cluster,
+    spec: TopicSpec,
+    once: bool,
+    trigger_s: float,
+    max_records: int | None,
+):
     from pyspark.sql import functions as F
 
     ensure_bronze(lake, spec)
@@ -104,8 +112,10 @@ def _query(spark: SparkSession, lake: Lake, cluster: Cluster, spec: TopicSpec, o
         .option("startingOffsets", _starting_offsets(lake, spec.name))
         .option("includeHeaders", "true")
         .option("kafka.isolation.level", "read_committed")
-        .load()
     )
+    if max_records:
+        source = source.option("maxOffsetsPerTrigger", max_records)
+    source = source.load()
     # the Kafka source's columns, in the table's order (its timestamp is the record's, in UTC)
     frame = source.select(*[F.col(c) for c in COLUMNS])
     writer = (
@@ -128,11 +138,13 @@ def run_ingest(
     *,
     once: bool = True,
     trigger_seconds: float = 1.0,
+    max_records: int | None = None,
     stop: threading.Event | None = None,
     log: Callable[[str], None] = lambda _: None,
 ) -> IngestSummary:
     """Mirror ``topics`` (default: every declared topic) into their bronze tables: ``once`` everything
-    available now, then return; otherwise until ``stop`` is set (or SIGTERM / Ctrl-C).
+    available now, then return; otherwise until ``stop`` is set (or SIGTERM / Ctrl-C). ``max_records``
+    caps the Kafka offsets one micro-batch reads per topic (Spark's ``maxOffsetsPerTrigger``).
 
     One ingest per topic runs at a time (``<root>/_locks/ingest-<topic>.lock``). ``once`` on a topic
     that a continuous ingest is mirroring waits until that one has passed the topic's end as of now;
@@ -151,7 +163,7 @@ def run_ingest(
             names = ", ".join(s.name for s in others)
             raise UserError(f"a continuous ingest of {names} is already running (lake ingest --continuous)")
         targets = {s.name: [high for _, high in watermarks(cluster, s)] for s in others}
-        queries = [_query(spark, lake, cluster, s, once, trigger_seconds) for s in mine]
+        queries = [_query(spark, lake, cluster, s, once, trigger_seconds, max_records) for s in mine]
         _await(queries, stop or threading.Event())
         for spec in others:
             log(f"ingest: {spec.name} is mirrored by a running continuous ingest; waiting for it ...")

@@ -51,6 +51,7 @@ lint: setup ## ruff + mypy on spark_jobs/
 bench: setup ## benchmarks (minutes); figures go to bench-results/ and belong in the README
 	@mkdir -p bench-results
 	@$(BIN)/python tests/bench/bench_produce.py | tee bench-results/produce.txt
+	@$(BIN)/python tests/bench/bench_freshness.py | tee bench-results/freshness.txt
 	@$(BIN)/python tests/bench/bench_quality.py | tee bench-results/quality.txt
 	@$(BIN)/python tests/bench/bench_joins.py | tee bench-results/joins.txt
 	@$(BIN)/python tests/bench/bench_keyed.py --hot-million | tee bench-results/keyed.txt

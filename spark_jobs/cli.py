@@ -107,7 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
     ing.add_argument(
         "--trigger", type=float, default=1.0, metavar="SECONDS", help="continuous: batch interval"
     )
-    ing.add_argument("--max-records", type=int, metavar="N", help="at most N offsets per topic and micro-batch")
+    ing.add_argument("--max-records", type=int, metavar="N", help="at most N offsets per topic and batch")
     ing.set_defaults(run=cmd_ingest)
 
     b = sub.add_parser(

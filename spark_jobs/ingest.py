@@ -105,7 +105,7 @@ def _query(
     from pyspark.sql import functions as F
 
     ensure_bronze(lake, spec)
-    source = (
+    reader = (
         spark.readStream.format("kafka")
         .options(**cluster.spark_options())
         .option("subscribe", cluster.topic(spec.name))
@@ -114,10 +114,9 @@ def _query(
         .option("kafka.isolation.level", "read_committed")
     )
     if max_records:
-        source = source.option("maxOffsetsPerTrigger", max_records)
-    source = source.load()
+        reader = reader.option("maxOffsetsPerTrigger", max_records)
     # the Kafka source's columns, in the table's order (its timestamp is the record's, in UTC)
-    frame = source.select(*[F.col(c) for c in COLUMNS])
+    frame = reader.load().select(*[F.col(c) for c in COLUMNS])
     writer = (
         frame.writeStream.format("delta")
         .queryName(f"ingest_{spec.name}")

@@ -119,7 +119,7 @@ def test_manual_backfill_params_are_typed_and_it_publishes_the_lookup_asset(fact
         },
         "partitioner": {
             "type": "string",
-            "enum": ["default", "murmur2", "consistent_random"],
+            "enum": ["default", "murmur2_random", "murmur2", "consistent_random"],
             "title": "Partitioner override",
             "description": "default: the partitioner of the topics the lookup is joined with (murmur2 for "
             "Java clients). Override only if you know the consumers' partitioner.",

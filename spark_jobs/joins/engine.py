@@ -38,7 +38,7 @@ from spark_jobs.backfill import QUARANTINE, ensure_quarantine
 from spark_jobs.config import JOIN_META_COLUMNS, JoinSpec, PipelineConfig, TopicSpec
 from spark_jobs.errors import UserError
 from spark_jobs.ingest import ensure_bronze, next_offsets
-from spark_jobs.kafka import Cluster, connect, produce, tail
+from spark_jobs.kafka import Cluster, connect, ensure_topics, produce, tail
 from spark_jobs.lake import Lake, conform, table_arrow_schema
 from spark_jobs.session import arrow_frame
 
@@ -706,6 +706,7 @@ class JoinJob:
         reach Delta). Each batch is one Kafka transaction whose records carry the batch in a header,
         and only the first batch after a restart can be such a replay, so the tail of each partition
         tells."""
+        ensure_topics(self.cluster, [spec])
         return any(
             dict(m.headers() or []).get(BATCH_HEADER) == tag for m in tail(self.cluster, spec, TAIL_DEPTH)
         )

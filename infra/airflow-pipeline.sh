@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The demo pipeline as Airflow runs it (make pipeline; the last step of make demo):
-#   1. `airflow dags test consents_pipeline`: backfill -> quality suites -> gate -> start the joins
+#   1. `airflow dags test consents_pipeline`: ingest -> backfill -> quality suites -> gate -> start the joins
 #      -> wait until they have caught up -> dbt build of the pipeline's marts
 #   2. wait until the continuous joins have caught up (`lake health`), show a result
 #   3. `airflow dags test consents_streams`: the scheduled health check
@@ -38,7 +38,7 @@ airflow db migrate
 "$LAKE" demo --topics-only >/dev/null   # the demo topics, left as they are when present
 
 echo
-echo "== 8. the pipeline DAG: backfill -> quality suites -> gate -> continuous joins -> dbt build"
+echo "== 8. the pipeline DAG: ingest -> backfill -> quality suites -> gate -> continuous joins -> dbt build"
 dag_test consents_pipeline || { echo "the pipeline DAG failed; see $LOG"; exit 1; }
 
 echo

@@ -235,7 +235,7 @@ def run_backfill(
         records = to_write.toArrow()
         if records.num_rows:
             log(f"producing {records.num_rows:,} records to {cluster.topic(topic.name)} with {chosen} ...")
-            with producing(lake.root, topic.name, log=log):
+            with producing(lake, topic.name, log=log):
                 result = produce(
                     cluster,
                     topic,

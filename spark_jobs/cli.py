@@ -329,7 +329,7 @@ def cmd_produce(args) -> int:
     stream, source = open_input(args.file)
     progress = Progress(f"produce {spec.name}")
     try:
-        with producing(lake.root, spec.name, log=lambda m: print(m, file=sys.stderr)):
+        with producing(lake, spec.name, log=lambda m: print(m, file=sys.stderr)):
             result = produce_lines(
                 cluster,
                 spec,

@@ -13,14 +13,12 @@ lookups, the quality suites, the audits and the joins read these tables.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import shutil
-import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -33,6 +31,7 @@ from spark_jobs.config import PipelineConfig, TopicSpec
 from spark_jobs.errors import UserError
 from spark_jobs.kafka import Cluster, connect, ensure_topics, watermarks
 from spark_jobs.lake import Lake
+from spark_jobs.stopping import stop_on_signals
 
 HEADER_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 TOPIC_SCHEMA = pa.schema(
@@ -157,7 +156,9 @@ def run_ingest(
         mine: list[TopicSpec] = []
         others: list[TopicSpec] = []
         for spec in specs:
-            (mine if held.enter_context(_ingest_lock(lake, spec.name)) else others).append(spec)
+            (mine if held.enter_context(lake.lock(f"ingest-{spec.name}", wait=False)) else others).append(
+                spec
+            )
         if others and not once:
             names = ", ".join(s.name for s in others)
             raise UserError(f"a continuous ingest of {names} is already running (lake ingest --continuous)")
@@ -182,7 +183,7 @@ def sync_bronze(
 
 
 def _await(queries: list, stop: threading.Event) -> None:
-    with _signals_set(stop):
+    with stop_on_signals(stop):
         try:
             while any(q.isActive for q in queries):
                 if stop.is_set():
@@ -197,23 +198,6 @@ def _await(queries: list, stop: threading.Event) -> None:
         error = q.exception()
         if error is not None:
             raise UserError(f"ingest of {q.name.removeprefix('ingest_')} failed: {_first_line(error)}")
-
-
-@contextmanager
-def _ingest_lock(lake: Lake, topic: str) -> Iterator[bool]:
-    """Hold the topic's ingest lock if it is free (yields True), else yield False."""
-    folder = lake.root / "_locks"
-    folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / f"ingest-{topic}.lock", "w") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            yield False
-            return
-        try:
-            yield True
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def committed_offsets(lake: Lake, topic: str) -> dict[int, int]:
@@ -241,22 +225,6 @@ def _wait_until_mirrored(lake: Lake, spec: TopicSpec, ends: list[int], timeout: 
         time.sleep(0.5)
 
 
-@contextmanager
-def _signals_set(stop: threading.Event) -> Iterator[None]:
-    """SIGTERM and SIGINT (Ctrl-C) set ``stop`` while the queries run (main thread only)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
-    for s in previous:
-        signal.signal(s, lambda *_: stop.set())
-    try:
-        yield
-    finally:
-        for s, h in previous.items():
-            signal.signal(s, h)
-
-
 def mirrored_records(lake: Lake, spec: TopicSpec) -> int:
     """How many records the bronze table holds (from the Delta log's file statistics)."""
     if not lake.exists(spec.name):
@@ -272,7 +240,7 @@ def rebuild_bronze(spark: SparkSession, lake: Lake, config: PipelineConfig, spec
     from pyspark.sql import functions as F
 
     cluster = connect(config, lake.root)
-    with _ingest_lock(lake, spec.name) as mine:
+    with lake.lock(f"ingest-{spec.name}", wait=False) as mine:
         if not mine:
             raise UserError(
                 f"a continuous ingest of {spec.name} is running; stop it before rebuilding bronze"

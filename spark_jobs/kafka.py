@@ -251,6 +251,13 @@ def delete_topics(cluster: Cluster, names: list[str]) -> None:
         except KafkaException as exc:
             if exc.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
                 raise cluster.error(f"cannot delete topic {name}", exc) from None
+    # until the deletion has reached the metadata, a topic created under the same name would look like
+    # the old one, and records produced to it would go with it
+    deadline = time.monotonic() + TIMEOUT_S * 4
+    while set(partition_counts(cluster, names)):
+        if time.monotonic() > deadline:
+            raise cluster.error(f"topics {', '.join(names)} were deleted but are still listed", "timed out")
+        time.sleep(0.1)
 
 
 def require_topic(cluster: Cluster, spec: TopicSpec) -> None:
@@ -452,6 +459,8 @@ def _consumer(cluster: Cluster) -> Consumer:
                     "enable.auto.commit": False,
                     "isolation.level": "read_committed",
                     "enable.partition.eof": True,
+                    # a fetch refused right after a topic was (re)created must not jump to the end
+                    "auto.offset.reset": "earliest",
                     "fetch.max.bytes": 52428800,
                 }
             )
@@ -504,6 +513,8 @@ def read(
                             done = done or m.partition() == p
                             continue
                         raise cluster.error(f"reading {name}[{p}]", err)
+                    if m.partition() != p or cast(int, m.offset()) < first:
+                        continue  # a record of the previous assignment, or one read again after a reset
                     out.append(m)
                     first = cast(int, m.offset()) + 1
                     if first >= high:

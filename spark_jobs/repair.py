@@ -139,7 +139,7 @@ def repartition(
         raise UserError(f"refusing to rewrite {topic}: jobs reading it are running: {names}; stop them first")
     staging = cluster.topic(topic + STAGING_SUFFIX)
     marker = _marker(lake, topic)
-    with producing(lake.root, topic, exclusive=True, log=log):
+    with producing(lake, topic, exclusive=True, log=log):
         state = json.loads(marker.read_text()) if marker.exists() else {}
         if state.get("step") not in ("copied", "replaced"):  # step 1-2 (again, after a crash in them)
             delete_topics(cluster, [staging])
@@ -165,14 +165,14 @@ def repartition(
             marker.parent.mkdir(parents=True, exist_ok=True)
             marker.write_text(json.dumps(state))
         if state["step"] == "copied":  # step 3
-            log(f"replacing {cluster.topic(topic)} with the copy ...")
-            delete_topics(cluster, [cluster.topic(topic)])
-            _create_like(cluster, spec, cluster.topic(topic))
             # the copy is placed already, and each key's records sit in one of its partitions in order
             copy = _read_all(cluster, spec, as_topic=staging.removeprefix(cluster.topic_prefix))
-            produce(
-                cluster, spec, [(copy.keys, copy.values, copy.timestamps, copy.headers)], state["partitioner"]
-            )
+            if copy.count != state["records"]:
+                raise UserError(
+                    f"the staging topic {staging} holds {copy.count:,} records, not the {state['records']:,} "
+                    f"copied into it; {cluster.topic(topic)} was left as it is"
+                )
+            _replace(cluster, spec, copy, state["partitioner"], log)
             state["step"] = "replaced"
             marker.write_text(json.dumps(state))
         delete_topics(cluster, [staging])
@@ -180,6 +180,32 @@ def repartition(
         rebuild_bronze(spark, lake, config, spec)
         marker.unlink(missing_ok=True)
     return RepartitionResult(topic, state["partitioner"], state["records"], state["moved"], True, restart)
+
+
+def _replace(
+    cluster: Cluster, spec: TopicSpec, copy: _Records, partitioner: str, log, attempts: int = 3
+) -> None:
+    """Delete the topic, create it again and produce the copy into it; the result is read back and
+    compared with the copy (per partition), and the step is repeated when they differ, so the staging
+    topic is only ever deleted after the topic holds every record."""
+    name = cluster.topic(spec.name)
+    want = np.bincount(copy.partitions, minlength=spec.partitions).tolist()
+    for attempt in range(1, attempts + 1):
+        log(f"replacing {name} with the copy ...")
+        delete_topics(cluster, [name])
+        _create_like(cluster, spec, name)
+        produce(cluster, spec, [(copy.keys, copy.values, copy.timestamps, copy.headers)], partitioner)
+        got = [0] * spec.partitions
+        for batch in read(cluster, spec):
+            for m in batch:
+                got[cast(int, m.partition())] += 1
+        if got == want:
+            return
+        log(f"attempt {attempt}: {name} holds {got} records per partition, not {want}; again")
+    raise UserError(
+        f"{name} did not take the copy after {attempts} attempts; the copy stays in "
+        f"{name}{STAGING_SUFFIX}: rerun 'lake topic repartition {spec.name}'"
+    )
 
 
 def _create_like(cluster: Cluster, spec: TopicSpec, name: str, timeout: float = 60.0) -> None:

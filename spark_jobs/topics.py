@@ -13,14 +13,11 @@ with ``%k %s %p %o %T %t`` (and ``%K %S`` for lengths, ``%h`` for headers) and t
 
 from __future__ import annotations
 
-import fcntl
 import json
 import sys
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import BinaryIO, cast
 
 import numpy as np
@@ -30,6 +27,7 @@ import pyarrow.compute as pc
 from spark_jobs.config import TopicSpec
 from spark_jobs.errors import UserError
 from spark_jobs.kafka import Cluster, Delivered, Message, produce, read
+from spark_jobs.lake import Lake
 
 CHUNK_BYTES = 16 * 1024 * 1024  # ~500k dump lines: small enough to overlap parsing and producing
 
@@ -285,25 +283,12 @@ def _start_offset(start: str, low: int, high: int) -> int:
     return max(high + value, low) if value < 0 else value
 
 
-@contextmanager
-def producing(root: Path, topic: str, exclusive: bool = False, log=lambda _: None) -> Iterator[None]:
+def producing(lake: Lake, topic: str, exclusive: bool = False, log=lambda _: None):
     """The topic's producer lock ``<root>/_locks/topic-<topic>.lock``: the product's producers hold it
     shared, ``lake topic repartition`` exclusively while it replaces the topic, so a produce that runs
     at the same time waits and is never lost. (It serializes processes on one machine; producers
     outside the product do not take it.)"""
-    folder = root / "_locks"
-    folder.mkdir(parents=True, exist_ok=True)
-    mode = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
-    with open(folder / f"topic-{topic}.lock", "w") as handle:
-        try:
-            fcntl.flock(handle, mode | fcntl.LOCK_NB)
-        except BlockingIOError:
-            log(f"waiting for another process that {'writes to' if exclusive else 'rewrites'} {topic} ...")
-            fcntl.flock(handle, mode)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    return lake.lock(f"topic-{topic}", log, shared=not exclusive)
 
 
 def open_input(path: str | None) -> tuple[BinaryIO, str]:

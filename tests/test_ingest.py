@@ -71,17 +71,20 @@ def test_ingest_is_exactly_once_across_kill_9(spark, lake, tmp_path):
         sys.executable, "-m", "spark_jobs.cli", "--root", str(lake.root), "--config", str(tmp_path / "p.yaml"),
         "ingest", "events", "--continuous", "--trigger", "0.2", "--max-records", "600",
     ]  # fmt: skip
-    job = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=os.environ)
+    # its own session: kill -9 takes the whole job, the Python driver and its Spark JVM alike
+    job = subprocess.Popen(
+        command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=os.environ, start_new_session=True
+    )
     try:
         deadline = time.monotonic() + 180
         while mirrored_records(lake, spec) < 1200:  # a few micro-batches in, far from done
             assert job.poll() is None and time.monotonic() < deadline
             time.sleep(0.2)
-        job.send_signal(signal.SIGKILL)
+        os.killpg(job.pid, signal.SIGKILL)
         job.wait(timeout=30)
     finally:
         if job.poll() is None:
-            job.kill()
+            os.killpg(job.pid, signal.SIGKILL)
     assert mirrored_records(lake, spec) < 12_000
     run_ingest(spark, lake, config, ["events"])  # resumes from the killed job's checkpoint
     got = bronze_records(lake, "events")

@@ -113,7 +113,7 @@ def test_a_produce_running_during_the_repartition_is_not_lost(spark, lake, demo_
     assert proc is not None
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err
-    assert "waiting for another process that rewrites customer_accounts" in err
+    assert "waiting for another process to finish topic-customer_accounts" in err
     got = [line.split("|") for line in records(cluster, spec)]
     keys = sorted(k for k, *_ in got)
     assert keys == sorted([f"user_{n}" for n in range(1, 201)] + [f"late_{n}" for n in range(50)])
@@ -121,5 +121,6 @@ def test_a_produce_running_during_the_repartition_is_not_lost(spark, lake, demo_
 
 
 def test_the_producer_lock_is_shared_between_producers(lake):
-    with producing(lake.root, "t"), producing(lake.root, "t"):
+    with producing(lake, "t") as first, producing(lake, "t") as second:
+        assert first and second
         pass  # two producers at once do not wait for each other

@@ -13,7 +13,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -35,6 +34,7 @@ from spark_jobs.joins.keyed import job_for
 from spark_jobs.kafka import connect, delete_topics
 from spark_jobs.lake import Lake
 from spark_jobs.repair import running_jobs
+from spark_jobs.stopping import stop_on_signals
 
 HEARTBEAT_SECONDS = 10  # a running job rewrites its registry entry at least this often
 STOP_MARKER = "lake: stop requested, this micro-batch is left for the next run"
@@ -193,7 +193,7 @@ def run_join(
         else:
             writer = writer.trigger(processingTime=f"{trigger_seconds} seconds")
         last_beat = [time.monotonic()]
-        with _signals_set(stop):
+        with stop_on_signals(stop):
             query = writer.start()
             log(f"join {spec.name}: started ({'once' if once else f'every {trigger_seconds:g} s'})")
             try:
@@ -236,26 +236,6 @@ def _user_error(error: Any, spec: JoinSpec) -> str | None:
             f"'lake topic repartition'); the join must start over: rerun with --reset"
         )
     return None
-
-
-@contextmanager
-def _signals_set(stop: threading.Event) -> Iterator[None]:
-    """SIGTERM and SIGINT (Ctrl-C) set ``stop`` while the query runs (main thread only)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
-
-    def handler(signum, frame):  # noqa: ARG001
-        stop.set()
-
-    for s in previous:
-        signal.signal(s, handler)
-    try:
-        yield
-    finally:
-        for s, h in previous.items():
-            signal.signal(s, h)
 
 
 def reset_join(lake: Lake, config: PipelineConfig, name: str) -> list[str]:

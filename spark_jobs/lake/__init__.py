@@ -145,21 +145,34 @@ class Lake:
         return DeltaTable.is_deltatable(self.uri(name))
 
     @contextmanager
-    def lock(self, name: str, log: Callable[[str], None] | None = None) -> Iterator[None]:
-        """Hold ``<root>/_locks/<name>.lock`` exclusively (waiting for another holder) while the block
-        runs: work that several processes may start at once (Airflow DAGs overlapping) runs one at a
-        time. The lock dies with its process, so a killed holder never leaves it taken."""
+    def lock(
+        self,
+        name: str,
+        log: Callable[[str], None] | None = None,
+        *,
+        shared: bool = False,
+        wait: bool = True,
+    ) -> Iterator[bool]:
+        """Hold ``<root>/_locks/<name>.lock`` while the block runs: exclusively (work that several
+        processes may start at once, such as overlapping Airflow DAGs, runs one at a time), or
+        ``shared`` with other shared holders. Waits for a conflicting holder, or with ``wait=False``
+        yields False at once instead of taking the lock (True when taken). The lock dies with its
+        process, so a killed holder never leaves it taken."""
         folder = self.root / "_locks"
         folder.mkdir(parents=True, exist_ok=True)
+        mode = fcntl.LOCK_SH if shared else fcntl.LOCK_EX
         with open(folder / f"{name}.lock", "w") as handle:
             try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(handle, mode | fcntl.LOCK_NB)
             except BlockingIOError:
+                if not wait:
+                    yield False
+                    return
                 if log:
                     log(f"waiting for another process to finish {name} ...")
-                fcntl.flock(handle, fcntl.LOCK_EX)
+                fcntl.flock(handle, mode)
             try:
-                yield
+                yield True
             finally:
                 fcntl.flock(handle, fcntl.LOCK_UN)
 

@@ -29,7 +29,7 @@ from spark_jobs import partitioners
 from spark_jobs.config import LookupSpec, PipelineConfig
 from spark_jobs.dumps import parse_dump, read_lines
 from spark_jobs.errors import UserError
-from spark_jobs.ingest import ensure_bronze, sync_bronze
+from spark_jobs.ingest import ensure_bronze, kafka_records, sync_bronze
 from spark_jobs.kafka import connect, partition_counts, produce
 from spark_jobs.lake import Lake
 from spark_jobs.topics import producing
@@ -267,14 +267,7 @@ def _current_values(
     name = cluster.topic(lookup.topic)
     if name not in partition_counts(cluster, [name]):
         return spark.createDataFrame([], "key binary, value binary")
-    records = (
-        spark.read.format("kafka")
-        .options(**cluster.spark_options())
-        .option("subscribe", name)
-        .option("kafka.isolation.level", "read_committed")
-        .load()
-        .withColumn("_commit_version", F.lit(0))
-    )
+    records = kafka_records(spark, cluster, lookup.topic).withColumn("_commit_version", F.lit(0))
     return _latest_per_key(records, 0).filter(F.col("value").isNotNull()).select("key", "value")
 
 

@@ -156,9 +156,8 @@ def run_ingest(
         mine: list[TopicSpec] = []
         others: list[TopicSpec] = []
         for spec in specs:
-            (mine if held.enter_context(lake.lock(f"ingest-{spec.name}", wait=False)) else others).append(
-                spec
-            )
+            taken = held.enter_context(lake.lock(f"ingest-{spec.name}", wait=False))
+            (mine if taken else others).append(spec)
         if others and not once:
             names = ", ".join(s.name for s in others)
             raise UserError(f"a continuous ingest of {names} is already running (lake ingest --continuous)")
@@ -237,7 +236,6 @@ def rebuild_bronze(spark: SparkSession, lake: Lake, config: PipelineConfig, spec
     """Replace a topic's bronze table with the Kafka topic's current records (after the topic was
     replaced, ``lake topic repartition``): one Delta overwrite, so the readers that keep positions in
     the table see a rewrite, and a new ingest checkpoint that continues after those records."""
-    from pyspark.sql import functions as F
 
     cluster = connect(config, lake.root)
     with lake.lock(f"ingest-{spec.name}", wait=False) as mine:
@@ -246,16 +244,7 @@ def rebuild_bronze(spark: SparkSession, lake: Lake, config: PipelineConfig, spec
                 f"a continuous ingest of {spec.name} is running; stop it before rebuilding bronze"
             )
         ends = {str(p): high for p, (_, high) in enumerate(watermarks(cluster, spec))}
-        frame = (
-            spark.read.format("kafka")
-            .options(**cluster.spark_options())
-            .option("subscribe", cluster.topic(spec.name))
-            .option("includeHeaders", "true")
-            .option("kafka.isolation.level", "read_committed")
-            .option("endingOffsets", json.dumps({cluster.topic(spec.name): ends}))
-            .load()
-            .select(*[F.col(c) for c in COLUMNS])
-        )
+        frame = kafka_records(spark, cluster, spec.name, ends)
         ensure_bronze(lake, spec)
         frame.write.format("delta").mode("overwrite").save(lake.uri(spec.name))
         checkpoint = checkpoint_dir(lake, spec.name)
@@ -266,6 +255,23 @@ def rebuild_bronze(spark: SparkSession, lake: Lake, config: PipelineConfig, spec
             json.dumps({cluster.topic(spec.name): ends})
         )
     return mirrored_records(lake, spec)
+
+
+def kafka_records(spark: SparkSession, cluster: Cluster, topic: str, ends: dict[str, int] | None = None):
+    """The committed records of a Kafka topic (up to ``ends``: partition -> offset, default the end) as
+    a Spark DataFrame with the bronze columns: Spark's Kafka source in a batch query."""
+    from pyspark.sql import functions as F
+
+    reader = (
+        spark.read.format("kafka")
+        .options(**cluster.spark_options())
+        .option("subscribe", cluster.topic(topic))
+        .option("includeHeaders", "true")
+        .option("kafka.isolation.level", "read_committed")
+    )
+    if ends is not None:
+        reader = reader.option("endingOffsets", json.dumps({cluster.topic(topic): ends}))
+    return reader.load().select(*[F.col(c) for c in COLUMNS])
 
 
 def _starting_offsets(lake: Lake, topic: str) -> str:

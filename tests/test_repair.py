@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import zlib
 
 import pytest
@@ -28,10 +29,13 @@ def records(cluster, spec):
 def test_repartition_places_every_record_and_keeps_per_key_order(spark, lake, demo_config, cluster):
     spec = demo_config.topic("customer_accounts")
     # user_10 lands in partition 0 under crc32 and 1 under murmur2; its two versions span both
+    # Recent timestamps: the topic is compacted, and a segment whose records are older than segment.ms
+    # (7 days) rolls at once, after which the cleaner may drop the superseded user_10 v1.
+    now = int(time.time() * 1000)
     kcat = io.BytesIO(b'user_10;{"v":1}\nuser_1;{"v":1}\n')
-    produce_lines(cluster, spec, kcat, "-", key_sep=";", partitioner="consistent_random", timestamp_ms=1000)
+    produce_lines(cluster, spec, kcat, "-", key_sep=";", partitioner="consistent_random", timestamp_ms=now)
     java = io.BytesIO(b'user_10;{"v":2}\nuser_2;{"v":1}\n')
-    produce_lines(cluster, spec, java, "-", key_sep=";", timestamp_ms=2000)
+    produce_lines(cluster, spec, java, "-", key_sep=";", timestamp_ms=now + 1)
     assert zlib.crc32(b"user_10") % 4 == 0 and partition_for(b"user_10", 4) == 1
     sync_bronze(spark, lake, demo_config, ["customer_accounts"])
     refresh_lookup(spark, lake, demo_config, demo_config.lookup("accounts"))

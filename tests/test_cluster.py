@@ -58,6 +58,8 @@ def test_a_join_submitted_to_the_standalone_cluster_runs_on_its_workers(cluster,
     root = tmp_path / "lake"
     af = Airflow(tmp_path / "airflow", root)
     demo_topics(af)
+    mirrored = af.lake_cli("ingest", "--once")  # the join reads the topics' bronze tables
+    assert mirrored.returncode == 0, mirrored.stderr
     conf = [arg for key, value in submit_conf().items() for arg in ("--conf", f"{key}={value}")]
     submit = Path(sys.executable).with_name("spark-submit")
     done = subprocess.run(

@@ -15,6 +15,16 @@ PY=${LAKE_PYTHON:-python3.11}
 
 say() { printf '[setup] %s\n' "$*" >&2; }
 die() { printf '[setup] error: %s\n' "$*" >&2; exit 1; }
+apt_install() {  # package, why: install a Debian package when we are root and have apt; else fail
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    say "$2: installing $1 with apt-get"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq >/dev/null
+    apt-get install -y -qq "$1" >/dev/null
+  else
+    return 1
+  fi
+}
 
 # --- Python 3.11 ---------------------------------------------------------------------------------
 if ! command -v "$PY" >/dev/null 2>&1; then
@@ -28,40 +38,22 @@ fi
 # --- Java 17+ (Spark 4) ---------------------------------------------------------------------------
 java_major() { java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -n1; }
 if ! command -v java >/dev/null 2>&1 || [ "$(java_major)" -lt 17 ] 2>/dev/null; then
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    say "Java 17 is missing: installing openjdk-17-jre-headless with apt-get"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq >/dev/null
-    apt-get install -y -qq openjdk-17-jre-headless >/dev/null
-  else
-    die "Spark needs Java 17 or newer and none was found. Install it, e.g. 'sudo apt-get install openjdk-17-jre-headless', then rerun."
-  fi
+  apt_install openjdk-17-jre-headless "Java 17 is missing" \
+    || die "Spark needs Java 17 or newer and none was found. Install it, e.g. 'sudo apt-get install openjdk-17-jre-headless', then rerun."
 fi
 
 # --- Chromium (the report's browser test and README screenshot; nothing else needs it) -----------
 if ! command -v chromium >/dev/null 2>&1; then
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    say "Chromium is missing: installing Debian's chromium with apt-get (for the report's browser test)"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq >/dev/null
-    apt-get install -y -qq chromium >/dev/null
-  else
-    say "warning: no chromium found; the report's browser test will fail until it is installed ('sudo apt-get install chromium')"
-  fi
+  apt_install chromium "Chromium is missing (for the report's browser test)" \
+    || say "warning: no chromium found; the report's browser test will fail until it is installed ('sudo apt-get install chromium')"
 fi
 
 # --- JVM jars (Maven Central, locked by infra/jvm/*.pom.xml + infra/jvm/jars.sha256) -------------
 jvm_stamp=$(cat infra/jvm/*.pom.xml infra/jvm/jars.sha256 infra/setup.sh | sha256sum | cut -d' ' -f1)
 if ! [ -f .jvm/.stamp ] || [ "$(cat .jvm/.stamp)" != "$jvm_stamp" ]; then
   if ! command -v mvn >/dev/null 2>&1; then
-    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-      say "Maven is missing: installing maven with apt-get (it fetches the locked JVM jars)"
-      export DEBIAN_FRONTEND=noninteractive
-      apt-get update -qq >/dev/null
-      apt-get install -y -qq maven >/dev/null
-    else
-      die "Maven is needed to fetch the locked JVM jars and none was found. Install it, e.g. 'sudo apt-get install maven', then rerun."
-    fi
+    apt_install maven "Maven is missing (it fetches the locked JVM jars)" \
+      || die "Maven is needed to fetch the locked JVM jars and none was found. Install it, e.g. 'sudo apt-get install maven', then rerun."
   fi
   say "fetching the locked JVM jars with Maven into .jvm/"
   rm -rf .jvm.tmp && mkdir -p .jvm.tmp

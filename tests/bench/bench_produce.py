@@ -46,7 +46,8 @@ def raw_produce(bootstrap: str, topic: str, dump: Path) -> tuple[float, int]:
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    AdminClient({"bootstrap.servers": bootstrap}).create_topics([NewTopic(topic, 12, 1)])[topic].result()
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # alive until the topic exists
+    admin.create_topics([NewTopic(topic, 12, 1)])[topic].result()
     records = [line.split(b";", 1) for line in dump.read_bytes().splitlines()]
     producer = Producer(
         {

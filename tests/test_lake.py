@@ -109,32 +109,6 @@ def test_concurrent_writers_all_land(lake, table):
     assert [r["id"] for r in rows(lake, "t")] == ["a", "b"] + [f"k{i}" for i in range(8)]
 
 
-def test_append_files_commits_once_and_cleans_up_on_failure(lake):
-    lake.create(
-        "p", pa.schema([("id", pa.string()), ("n", pa.int64()), ("part", pa.int32())]), partition_by=["part"]
-    )
-
-    def parts(fail: bool):
-        yield {"part": 0}, pa.table({"id": ["a", "b"], "n": [1, 2]})
-        yield {"part": 1}, lambda: pa.table({"id": ["c"], "n": [3]})
-        if fail:
-            raise RuntimeError("input broke")
-
-    with pytest.raises(RuntimeError, match="input broke"):
-        lake.append_files("p", parts(fail=True), stats_columns=["n"])
-    assert lake.version("p") == 0
-    assert list(lake.path("p").rglob("*.parquet")) == []
-
-    assert lake.append_files("p", parts(fail=False), stats_columns=["n"], txn=("bulk", 1)) == 1
-    got = sorted((r["part"], r["id"], r["n"]) for r in lake.read_arrow("p").to_pylist())
-    assert got == [(0, "a", 1), (0, "b", 2), (1, "c", 3)]
-    stats = lake.add_actions("p").sort_by("partition.part")
-    assert stats.column("max.n").to_pylist() == [2, 3]
-    # a replayed bulk batch commits nothing and leaves no stray files
-    assert lake.append_files("p", parts(fail=False), txn=("bulk", 1)) is None
-    assert len(list(lake.path("p").rglob("*.parquet"))) == 2
-
-
 def test_lock_makes_a_second_holder_wait_and_says_so(tmp_path):
     import threading
 

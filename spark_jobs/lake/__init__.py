@@ -17,9 +17,7 @@ import fcntl
 import json
 import os
 import time
-import uuid
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,11 +25,9 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable, QueryBuilder, Transaction, write_deltalake
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 from deltalake.schema import Field as DeltaField
-from deltalake.transaction import AddAction
 
 from spark_jobs.config import resolve_root
 from spark_jobs.errors import UserError
@@ -342,77 +338,6 @@ class Lake:
 
         return self._commit_with_retries(name, txn, attempt)
 
-    def append_files(
-        self,
-        name: str,
-        parts: Iterable[tuple[dict[str, Any], pa.Table | Callable[[], pa.Table]]],
-        *,
-        stats_columns: Sequence[str] = (),
-        dictionary_columns: Sequence[str] | None = None,
-        txn: Txn | None = None,
-        threads: int = 2,
-    ) -> int | None:
-        """Append many rows fast: every ``(partition values, rows)`` item becomes one Parquet data file
-        written by pyarrow, and all files are committed together as one Delta append (the protocol's
-        write path: data files first, then one commit that adds them).
-
-        ``rows`` may be a callable producing the table, so that preparing it runs on the writer
-        threads too; ``threads`` files are written at once while the caller produces the next items.
-        Integer ``stats_columns`` get min/max statistics; ``dictionary_columns`` limits Parquet
-        dictionary encoding to low-cardinality columns (default: all columns, as pyarrow does). If
-        anything fails, the files written so far are removed and nothing is committed. Returns the new
-        version, or None when there were no rows or ``txn`` was already committed."""
-        dt = self.table(name)
-        schema = table_arrow_schema(dt)
-        part_cols = list(dt.metadata().partition_columns)
-        data_schema = pa.schema([f for f in schema if f.name not in part_cols])
-        use_dictionary: bool | list[str] = True if dictionary_columns is None else list(dictionary_columns)
-        written: list[Path] = []
-
-        def write(values: dict[str, Any], rows: pa.Table | Callable[[], pa.Table]) -> AddAction | None:
-            table = rows() if callable(rows) else rows
-            if table.num_rows == 0:
-                return None
-            prefix = "".join(f"{c}={values[c]}/" for c in part_cols)
-            rel = f"{prefix}part-{uuid.uuid4()}.snappy.parquet"
-            full = self.path(name) / rel
-            full.parent.mkdir(parents=True, exist_ok=True)
-            data = table.select(data_schema.names).cast(data_schema)
-            written.append(full)
-            pq.write_table(data, full, compression="snappy", use_dictionary=use_dictionary)
-            return AddAction(
-                rel,
-                full.stat().st_size,
-                {c: str(values[c]) for c in part_cols},
-                int(time.time() * 1000),
-                True,
-                json.dumps(_file_stats(data, stats_columns)),
-            )
-
-        try:
-            futures: list[Future] = []
-            with ThreadPoolExecutor(max(threads, 1), thread_name_prefix=f"write-{name}") as pool:
-                for values, rows in parts:
-                    futures.append(pool.submit(write, values, rows))
-                    pending = [f for f in futures if not f.done()]
-                    if len(pending) > 2 * threads:  # bound memory: wait for the oldest
-                        pending[0].result()
-            actions = [a for a in (f.result() for f in futures) if a is not None]
-            if not actions or self.committed(name, txn):
-                _remove(written)
-                return None
-            dt.create_write_transaction(
-                actions,
-                "append",
-                schema,
-                partition_by=part_cols or None,
-                commit_properties=_commit_properties(txn),
-            )
-        except BaseException:
-            _remove(written)
-            raise
-        return self.version(name)
-
     def merge(
         self,
         name: str,
@@ -490,22 +415,6 @@ def _commit_properties(txn: Txn | None) -> CommitProperties:
         max_commit_retries=CONFLICT_RETRIES,
         app_transactions=[Transaction(app_id, batch_id, int(time.time() * 1000))],
     )
-
-
-def _remove(files: list[Path]) -> None:
-    for f in files:
-        f.unlink(missing_ok=True)
-
-
-def _file_stats(data: pa.Table, columns: Sequence[str]) -> dict[str, Any]:
-    """Delta file statistics (numRecords; min/max/nullCount of the given integer columns)."""
-    stats: dict[str, Any] = {"numRecords": data.num_rows, "minValues": {}, "maxValues": {}, "nullCount": {}}
-    for col in columns:
-        mm = pc.min_max(data.column(col))
-        stats["minValues"][col] = mm["min"].as_py()
-        stats["maxValues"][col] = mm["max"].as_py()
-        stats["nullCount"][col] = data.column(col).null_count
-    return stats
 
 
 def _check_unique(source: pa.Table, keys: Sequence[str], name: str) -> None:

@@ -5,7 +5,7 @@
 #   2. wait until the continuous joins have caught up (`lake health`), show a result
 #   3. `airflow dags test consents_streams`: the scheduled health check
 #   4. `airflow dags test consents_streams --conf '{"action": "stop"}'`: stop the joins
-#      (KEEP_JOINS=1 leaves them running; stop them later with `lake stop JOIN`)
+#      (KEEP_JOINS=1 leaves them running; stop them later with `lake stop JOIN` and `lake ingest --stop`)
 # Airflow's full output goes to $AIRFLOW_LOG (default .airflow/pipeline.log); this prints the task
 # lines. Uses LAKE_ROOT / --root like every lake command (default ./lakehouse).
 set -euo pipefail
@@ -27,7 +27,7 @@ dag_test() {
   echo "-- airflow dags test $dag $*"
   local from; from=$(wc -l <"$LOG")
   if airflow dags test "$dag" "$@"; then status=0; else status=$?; fi
-  tail -n +"$((from + 1))" "$LOG" | grep -E "\[DAG TEST\] (starting|end) task|PASS |FAIL |quality gate|backfill [a-z_]+ from|join [a-z_]+: |healthy|problem\(s\)|report in the browser|DagRun Finished|Done\. PASS=|Completed successfully|Completed with" \
+  tail -n +"$((from + 1))" "$LOG" | grep -E "\[DAG TEST\] (starting|end) task|PASS |FAIL |quality gate|backfill [a-z_]+ from|join [a-z_]+: |ingest of [a-z_]+: |healthy|problem\(s\)|report in the browser|DagRun Finished|Done\. PASS=|Completed successfully|Completed with" \
     | grep -Ev "(PASS|FAIL)  .*SparkSubmitHook|Done\. Returned" \
     | sed -E 's/^[0-9TZ:.-]+ \[[a-z ]+\] //; s/ +\[[A-Za-z_.]+\] loc=.*$//; s/ map_index=-1.*$//' | cut -c1-300
   return $status
@@ -55,7 +55,7 @@ echo "== 9. the streams DAG: health check (what the schedule runs every 15 minut
 dag_test consents_streams || { echo "the health check failed; see $LOG"; exit 1; }
 
 if [[ "${KEEP_JOINS:-0}" == 1 ]]; then
-  echo "the joins keep running (KEEP_JOINS=1): stop them with '$LAKE stop JOIN' or the streams DAG"
+  echo "the joins keep running (KEEP_JOINS=1): stop them with '$LAKE stop JOIN' and '$LAKE ingest --stop', or the streams DAG"
   exit 0
 fi
 echo

@@ -104,6 +104,12 @@ def build_parser() -> argparse.ArgumentParser:
     mode = ing.add_mutually_exclusive_group()
     mode.add_argument("--once", action="store_true", help="everything available now, then exit (default)")
     mode.add_argument("--continuous", action="store_true", help="until SIGTERM / Ctrl-C")
+    mode.add_argument(
+        "--detach",
+        action="store_true",
+        help="start the pipeline's continuous ingest as a detached job (nothing happens if it runs)",
+    )
+    mode.add_argument("--stop", action="store_true", help="stop the detached continuous ingest")
     ing.add_argument(
         "--trigger", type=float, default=1.0, metavar="SECONDS", help="continuous: batch interval"
     )
@@ -423,7 +429,11 @@ def cmd_ingest(args) -> int:
         config.topic(topic)  # unknown names fail before Spark starts
     if args.max_records is not None and args.max_records < 1:
         raise UserError("--max-records must be at least 1")
-    spark = get_spark(app_name="lake-ingest")
+    if args.trigger <= 0:
+        raise UserError("--trigger must be a positive number of seconds")
+    if args.detach or args.stop:
+        return _ingest_job(args, config, lake)
+    spark = get_spark(app_name=f"ingest-{config.name}")
     summary = run_ingest(
         spark,
         lake,
@@ -436,6 +446,22 @@ def cmd_ingest(args) -> int:
     )
     if args.continuous:
         print(summary.text())
+    return 0
+
+
+def _ingest_job(args, config, lake) -> int:
+    from spark_jobs.config import resolve_config_path
+    from spark_jobs.joins.supervise import start_ingest, stop_ingest
+
+    if args.topics or args.max_records:
+        raise UserError("--detach and --stop act on the pipeline's whole ingest: no TOPIC or --max-records")
+    if args.stop:
+        state = stop_ingest(lake, config)
+        print(f"{state.label}: " + (f"stopped (pid {state.pid})" if state.changed else "was not running"))
+        return 0
+    state = start_ingest(lake, str(resolve_config_path(args.config).resolve()), config, args.trigger)
+    verb = "started" if state.changed else "already running"
+    print(f"{state.label}: {verb} (pid {state.pid}); log: {state.log}")
     return 0
 
 
@@ -666,24 +692,28 @@ def cmd_run(args) -> int:
 
 def cmd_start(args) -> int:
     from spark_jobs.config import resolve_config_path
-    from spark_jobs.joins.supervise import start_detached
+    from spark_jobs.joins.supervise import start_ingest, start_join
 
     config, lake = _context(args)
     spec = config.join(args.join)
     if args.trigger <= 0:
         raise UserError("--trigger must be a positive number of seconds")
-    state = start_detached(lake, str(resolve_config_path(args.config).resolve()), spec, args.trigger)
-    verb = "started" if state.started else "already running"
-    print(f"join {state.join}: {verb} (pid {state.pid}); log: {state.log}")
+    config_path = str(resolve_config_path(args.config).resolve())
+    ingest = start_ingest(lake, config_path, config)  # the join sees new Kafka records only through it
+    if ingest.changed:
+        print(f"{ingest.label}: started (pid {ingest.pid}); log: {ingest.log}")
+    state = start_join(lake, config_path, spec, args.trigger)
+    verb = "started" if state.changed else "already running"
+    print(f"{state.label}: {verb} (pid {state.pid}); log: {state.log}")
     return 0
 
 
 def cmd_stop(args) -> int:
-    from spark_jobs.joins.supervise import stop_job
+    from spark_jobs.joins.supervise import stop_join
 
     config, lake = _context(args)
-    state = stop_job(lake, config.join(args.join), args.timeout)
-    print(f"join {state.join}: " + (f"stopped (pid {state.pid})" if state.started else "was not running"))
+    state = stop_join(lake, config.join(args.join), args.timeout)
+    print(f"{state.label}: " + (f"stopped (pid {state.pid})" if state.changed else "was not running"))
     return 0
 
 
@@ -691,13 +721,22 @@ def cmd_status(args) -> int:
     import json
 
     from spark_jobs.joins.runner import status
+    from spark_jobs.joins.supervise import ingest_status
 
     config, lake = _context(args)
     rows = status(lake, config)
+    ingest = ingest_status(lake, config)
     if args.json:
+        print(json.dumps(ingest))
         for row in rows:
             print(json.dumps(row))
         return 0
+    state = (
+        f"running (pid {ingest['pid']}, heartbeat {ingest['heartbeat_at']})"
+        if ingest["running"]
+        else "stopped"
+    )
+    print(f"ingest ({ingest['job']}): {state}")
     if not rows:
         print(f"no joins declared in {config.source}")
     for row in rows:

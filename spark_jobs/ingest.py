@@ -21,6 +21,7 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -29,6 +30,7 @@ from pyspark.sql import SparkSession
 
 from spark_jobs.config import PipelineConfig, TopicSpec
 from spark_jobs.errors import UserError
+from spark_jobs.jobs import HEARTBEAT_SECONDS, ingest_job, registered
 from spark_jobs.kafka import Cluster, connect, ensure_topics, watermarks
 from spark_jobs.lake import Lake
 from spark_jobs.stopping import stop_on_signals
@@ -145,14 +147,19 @@ def run_ingest(
     caps the Kafka offsets one micro-batch reads per topic (Spark's ``maxOffsetsPerTrigger``).
 
     One ingest per topic runs at a time (``<root>/_locks/ingest-<topic>.lock``). ``once`` on a topic
-    that a continuous ingest is mirroring waits until that one has passed the topic's end as of now;
-    a second continuous ingest of a topic is refused."""
+    that a continuous ingest is mirroring waits until that one has passed the topic's end as of now.
+    A continuous ingest registers as the pipeline's job ``ingest:<pipeline>`` under ``<root>/_jobs``
+    (pid, heartbeat, each topic's last batch; ``lake ingest --detach`` starts it detached, ``lake
+    status`` shows it); a second one of the pipeline, or of one of its topics, is refused."""
     started = time.perf_counter()
     specs = [config.topic(t) for t in topics] if topics else list(config.topics.values())
     cluster = connect(config, lake.root)
     ensure_topics(cluster, specs)  # Spark's source needs them to exist
+    for spec in specs:  # before registering: whoever sees the job running finds the tables
+        ensure_bronze(lake, spec)
     before = {s.name: mirrored_records(lake, s) for s in specs}
     with ExitStack() as held:
+        beat = None if once else held.enter_context(registered(lake, ingest_job(config), "continuous"))
         mine: list[TopicSpec] = []
         others: list[TopicSpec] = []
         for spec in specs:
@@ -163,7 +170,7 @@ def run_ingest(
             raise UserError(f"a continuous ingest of {names} is already running (lake ingest --continuous)")
         targets = {s.name: [high for _, high in watermarks(cluster, s)] for s in others}
         queries = [_query(spark, lake, cluster, s, once, trigger_seconds, max_records) for s in mine]
-        _await(queries, stop or threading.Event())
+        _await(queries, stop or threading.Event(), beat)
         for spec in others:
             log(f"ingest: {spec.name} is mirrored by a running continuous ingest; waiting for it ...")
             _wait_until_mirrored(lake, spec, targets[spec.name])
@@ -181,7 +188,8 @@ def sync_bronze(
     return run_ingest(spark, lake, config, topics, once=True, log=log)
 
 
-def _await(queries: list, stop: threading.Event) -> None:
+def _await(queries: list, stop: threading.Event, beat: Callable[[dict], None] | None) -> None:
+    last_beat = time.monotonic()
     with stop_on_signals(stop):
         try:
             while any(q.isActive for q in queries):
@@ -189,6 +197,9 @@ def _await(queries: list, stop: threading.Event) -> None:
                     break
                 for q in queries:
                     q.awaitTermination(0.5)
+                if beat and time.monotonic() - last_beat >= HEARTBEAT_SECONDS:  # alive, even when idle
+                    beat({"topics": {q.name.removeprefix("ingest_"): _progress(q) for q in queries}})
+                    last_beat = time.monotonic()
         finally:
             for q in queries:
                 if q.isActive:
@@ -197,6 +208,12 @@ def _await(queries: list, stop: threading.Event) -> None:
         error = q.exception()
         if error is not None:
             raise UserError(f"ingest of {q.name.removeprefix('ingest_')} failed: {_first_line(error)}")
+
+
+def _progress(query) -> dict[str, Any]:
+    """The query's last micro-batch, for the job registry: when, and how many records."""
+    last = query.lastProgress or {}
+    return {"last_batch_id": last.get("batchId"), "last_batch_rows": last.get("numInputRows")}
 
 
 def committed_offsets(lake: Lake, topic: str) -> dict[int, int]:

@@ -23,7 +23,6 @@ refused while one of them, or a continuous ingest of the topic, runs. Producers 
 from __future__ import annotations
 
 import json
-import os
 import time
 from dataclasses import dataclass
 from typing import cast
@@ -36,6 +35,7 @@ from spark_jobs import partitioners
 from spark_jobs.config import PipelineConfig, TopicSpec
 from spark_jobs.errors import UserError
 from spark_jobs.ingest import rebuild_bronze
+from spark_jobs.jobs import ingest_job, running_jobs
 from spark_jobs.kafka import Cluster, connect, delete_topics, ensure_topics, partition_counts, produce, read
 from spark_jobs.lake import Lake
 from spark_jobs.topics import producing
@@ -48,23 +48,6 @@ def dependents(config: PipelineConfig, topic: str) -> list[str]:
     jobs = [f"lookup:{lk.name}" for lk in config.lookups.values() if lk.topic == topic]
     jobs += [join.job for join in config.joins.values() if topic in (join.left, join.right)]
     return jobs
-
-
-def running_jobs(lake: Lake) -> dict[str, int]:
-    """Jobs registered as running under ``<root>/_jobs/<job>.json`` whose process is alive."""
-    alive: dict[str, int] = {}
-    folder = lake.root / "_jobs"
-    if not folder.is_dir():
-        return alive
-    for entry in folder.glob("*.json"):
-        try:
-            info = json.loads(entry.read_text())
-            pid = int(info["pid"])
-            os.kill(pid, 0)
-        except (ValueError, KeyError, OSError):
-            continue
-        alive[info.get("job", entry.stem)] = pid
-    return alive
 
 
 @dataclass
@@ -133,7 +116,8 @@ def repartition(
     chosen = partitioners.check_partitioner(partitioner or spec.partitioner)
     cluster = connect(config, lake.root)
     restart = dependents(config, topic)
-    running = {job: pid for job, pid in running_jobs(lake).items() if job in restart}
+    readers = [*restart, ingest_job(config).id]
+    running = {job: pid for job, pid in running_jobs(lake).items() if job in readers}
     if running:
         names = ", ".join(f"{job} (pid {pid})" for job, pid in sorted(running.items()))
         raise UserError(f"refusing to rewrite {topic}: jobs reading it are running: {names}; stop them first")

@@ -38,16 +38,20 @@ class Airflow:
         args = ["dags", "test", dag_id] + (["--conf", json.dumps(conf)] if conf else [])
         return self(*args)
 
-    def lake_cli(self, *args: str) -> subprocess.CompletedProcess:
+    def lake_cli(self, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
         cmd = [LAKE, "--root", str(self.root)] + (["--config", str(self.config)] if self.config else [])
-        return subprocess.run([*cmd, *args], env=self.env, capture_output=True, text=True, timeout=300)
+        return subprocess.run(
+            [*cmd, *args], env=self.env, capture_output=True, text=True, timeout=300, input=stdin
+        )
 
     def stop_joins(self) -> None:
-        config = load_config(self.config)
-        from spark_jobs.joins.supervise import stop_job
+        """Stop the continuous jobs the DAGs started: the joins, then the ingest."""
+        from spark_jobs.joins.supervise import stop_ingest, stop_join
 
+        config = load_config(self.config)
         for spec in config.joins.values():
-            stop_job(self.lake, spec)
+            stop_join(self.lake, spec)
+        stop_ingest(self.lake, config)
 
 
 def ran(result: subprocess.CompletedProcess, task_id: str) -> bool:
@@ -59,7 +63,7 @@ def output(result: subprocess.CompletedProcess) -> str:
 
 
 def running(lake: Lake) -> dict[str, int]:
-    from spark_jobs.repair import running_jobs
+    from spark_jobs.jobs import running_jobs
 
     return running_jobs(lake)
 

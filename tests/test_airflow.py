@@ -326,10 +326,18 @@ def test_pipeline_passes_the_gate_and_starts_the_joins_once_then_streams_health_
     assert "backfill accounts from" in text and "2 new keys, 0 changed, 8 unchanged" in text
     assert "quality gate passed: 5 check(s)" in text
     jobs = running(af.lake)
-    assert sorted(jobs) == sorted(f"join:{j}" for j in JOINS)
+    assert sorted(jobs) == sorted(["ingest:consents", *(f"join:{j}" for j in JOINS)])
     assert "master local[2]" in text
     # the continuous table join catches up: every consent has its customer's e-mail
     wait_for(lambda: mails(af.lake, "consents_with_mail") == ALL_MAILS, 240, "consents_with_mail")
+    # a record produced to Kafka now reaches the join through the continuous ingest
+    moved = af.lake_cli(
+        "produce", "customer_accounts", "-K", ";",
+        stdin='user_4;{"customerId": "user_4", "contactMailAddress": "user4@example.org"}\n',
+    )  # fmt: skip
+    assert moved.returncode == 0, moved.stderr
+    changed = {**ALL_MAILS, "user_4": "user4@example.org"}
+    wait_for(lambda: mails(af.lake, "consents_with_mail") == changed, 120, "the produced account")
     # ... and the run built the pipeline's marts once the joins had caught up, their tests passing
     assert ran(result, "wait_joins_caught_up") and ran(result, "dbt_build")
     assert "Completed successfully" in text
@@ -339,7 +347,7 @@ def test_pipeline_passes_the_gate_and_starts_the_joins_once_then_streams_health_
     # start again (the streams DAG): nothing new starts, the same processes run on
     again = af.test_dag("consents_streams", {"action": "start"})
     assert again.returncode == 0, output(again)[-3000:]
-    assert output(again).count("already running, left alone") == 2
+    assert output(again).count("already running, left alone") == 3  # the ingest and both joins
     assert running(af.lake) == jobs
 
     healthy = af.test_dag("consents_streams")  # the scheduled action: the health check
@@ -356,7 +364,10 @@ def test_pipeline_passes_the_gate_and_starts_the_joins_once_then_streams_health_
     assert "join consents_with_mail is down (last batch " in text
     alerts = [json.loads(line) for line in (af.root / "_airflow" / "alerts.jsonl").read_text().splitlines()]
     assert [(a["dag_id"], a["task_id"]) for a in alerts] == [("consents_streams", "check_health")]
-    assert alerts[0]["error"].startswith("2 problem(s): join consents_with_mail is down")
+    assert alerts[0]["error"].startswith(
+        "3 problem(s): the continuous ingest of consents is down, so the joins see no new records; "
+        "start it with 'lake ingest --continuous --detach'; join consents_with_mail is down"
+    )
 
 
 def test_two_pipeline_files_with_one_name_are_refused(tmp_path, monkeypatch):

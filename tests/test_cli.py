@@ -175,10 +175,12 @@ def test_health_says_which_join_is_down_and_exits_1(tmp_path):
     code, out, err = lake_cli(root, "health", "consents_with_mail")
     assert (code, err) == (1, "")
     assert out == (
+        "UNHEALTHY: the continuous ingest of consents is down, so the joins see no new records; "
+        "start it with 'lake ingest --continuous --detach'\n"
         "UNHEALTHY: join consents_with_mail is down (no batch yet); start it with 'lake start consents_with_mail'\n"
     )
     code, out, _ = lake_cli(root, "health", "--max-behind", "3")
-    assert code == 1 and out.count("UNHEALTHY: ") == 2
+    assert code == 1 and out.count("UNHEALTHY: ") == 3
 
 
 @pytest.fixture(scope="module")

@@ -109,6 +109,7 @@ def test_the_pipeline_dag_runs_against_the_cluster(cluster, tmp_path):
         wait_for(lambda: mails(af.lake, "consents_with_mail") == ALL_MAILS, 300, "the join on the cluster")
         active = apps("activeapps")
         assert active == {
+            "ingest-consents": "RUNNING",
             "join-consents_with_mail": "RUNNING",
             "join-consents_enriched_at_event_time": "RUNNING",
         }

@@ -255,22 +255,40 @@ def test_start_is_idempotent_and_stop_ends_the_detached_job(spark, setup, capsys
     try:
         assert main(["start", "t_left", "--trigger", "0.5", *opts]) == 0
         started = capsys.readouterr().out
+        # the join reads bronze, so starting it starts the pipeline's continuous ingest first
+        assert "the continuous ingest of joins-test: started (pid " in started
         assert "join t_left: started (pid " in started
-        pid = int(started.split("(pid ")[1].split(")")[0])
+        pid = int(started.split("join t_left: started (pid ")[1].split(")")[0])
         assert main(["start", "t_left", *opts]) == 0
-        assert f"join t_left: already running (pid {pid})" in capsys.readouterr().out
-        produce(lake, cfg, "R", [("a", "r1", T0 + 1)])
+        assert capsys.readouterr().out.endswith(
+            f"join t_left: already running (pid {pid}); log: {lake.root / '_jobs' / 't_left.log'}\n"
+        )
+        # a record produced to Kafka reaches the running join through the running ingest
+        update = _lines(lake.root / "r.txt", 'a;{"v": "r1"}')
+        assert main(["produce", "R", str(update), "-K", ";", *opts]) == 0
         assert _wait(
             lambda: lake.exists("t_left") and result_rows(lake, "t_left") == [("a", "a1", "r1")], 120
         )
         assert next(r for r in status(lake, cfg) if r["join"] == "t_left")["pid"] == pid
     finally:
         assert main(["stop", "t_left", *opts]) == 0
-    assert f"join t_left: stopped (pid {pid})" in capsys.readouterr().out
+        assert main(["ingest", "--stop", *opts]) == 0
+    stopped = capsys.readouterr().out
+    assert f"join t_left: stopped (pid {pid})" in stopped
+    assert "the continuous ingest of joins-test: stopped (pid " in stopped
     assert main(["stop", "t_left", *opts]) == 0
-    assert "join t_left: was not running" in capsys.readouterr().out
+    assert main(["ingest", "--stop", *opts]) == 0
+    assert capsys.readouterr().out == (
+        "join t_left: was not running\nthe continuous ingest of joins-test: was not running\n"
+    )
     log = (lake.root / "_jobs" / "t_left.log").read_text()
     assert "join t_left: stopped on request after" in log
+
+
+def _lines(path, *lines: str):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(line + "\n" for line in lines))
+    return path
 
 
 @pytest.mark.parametrize("name", ["fk_left", "list_left", "derive"])

@@ -2,23 +2,19 @@
 
 Both topics' bronze tables are read with Delta's streaming source, unioned with a ``side`` column and
 handed to the engine by ``foreachBatch``. The checkpoint lives under ``<root>/_checkpoints/<join>``;
-a running job registers itself in ``<root>/_jobs/<join>.json`` (pid, heartbeat, last batch) and holds
-``<root>/_jobs/<join>.lock``, so a second copy refuses to start.
+a running job registers itself under ``<root>/_jobs`` (``spark_jobs.jobs``), so a second copy refuses
+to start.
 """
 
 from __future__ import annotations
 
-import fcntl
 import json
-import os
 import re
 import shutil
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -29,14 +25,13 @@ from pyspark.sql import DataFrame, SparkSession
 from spark_jobs import ingest
 from spark_jobs.config import JoinSpec, PipelineConfig
 from spark_jobs.errors import UserError
+from spark_jobs.jobs import HEARTBEAT_SECONDS, join_job, registered, registry, running_jobs
 from spark_jobs.joins.engine import METRICS, BatchMetrics, side_records, state_tables
 from spark_jobs.joins.keyed import job_for
 from spark_jobs.kafka import connect, delete_topics
 from spark_jobs.lake import Lake
-from spark_jobs.repair import running_jobs
 from spark_jobs.stopping import stop_on_signals
 
-HEARTBEAT_SECONDS = 10  # a running job rewrites its registry entry at least this often
 STOP_MARKER = "lake: stop requested, this micro-batch is left for the next run"
 REWRITTEN = (
     r"DELTA_SOURCE_TABLE_IGNORE_CHANGES\]? Detected a data update \(for example (\w+)[^)]*\)+ "
@@ -46,10 +41,6 @@ REWRITTEN = (
 
 def checkpoint_dir(lake: Lake, spec: JoinSpec) -> Path:
     return lake.root / "_checkpoints" / spec.name
-
-
-def jobs_dir(lake: Lake) -> Path:
-    return lake.root / "_jobs"
 
 
 def query_id(checkpoint: Path) -> str:
@@ -76,43 +67,6 @@ def delta_offset_version(offset: dict[str, Any]) -> int:
     version, which a source only stops at when ``maxFilesPerTrigger`` splits a commit."""
     version, index = int(offset["reservoirVersion"]), int(offset["index"])
     return version - 1 if index == -1 else version
-
-
-@contextmanager
-def registered(lake: Lake, spec: JoinSpec, mode: str) -> Iterator[Callable[[dict], None]]:
-    """Register a running job (refusing a second copy); yields ``beat(info)`` to record a heartbeat."""
-    folder = jobs_dir(lake)
-    folder.mkdir(parents=True, exist_ok=True)
-    lock = open(folder / f"{spec.name}.lock", "w")  # noqa: SIM115 - held for the job's lifetime
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        lock.close()
-        pid = running_jobs(lake).get(spec.job)
-        raise UserError(f"join {spec.name} is already running{f' (pid {pid})' if pid else ''}") from None
-    entry = folder / f"{spec.name}.json"
-    info: dict[str, Any] = {
-        "job": spec.job,
-        "pid": os.getpid(),
-        "mode": mode,
-        "started_at": datetime.now(UTC).isoformat(),
-    }
-
-    writing = threading.Lock()  # the query's batch thread and the main loop both beat
-
-    def beat(extra: dict) -> None:
-        with writing:
-            info.update(extra, heartbeat_at=datetime.now(UTC).isoformat())
-            tmp = entry.with_suffix(".tmp")
-            tmp.write_text(json.dumps(info))
-            tmp.replace(entry)
-
-    beat({})
-    try:
-        yield beat
-    finally:
-        entry.unlink(missing_ok=True)
-        lock.close()
 
 
 @dataclass
@@ -168,7 +122,7 @@ def run_join(
     checkpoint = checkpoint_dir(lake, spec)
     stop = stop or threading.Event()
     summary = RunSummary(spec.name)
-    with registered(lake, spec, "once" if once else "continuous") as beat:
+    with registered(lake, join_job(spec), "once" if once else "continuous") as beat:
         job = job_for(spark, lake, config, spec, lambda: query_id(checkpoint), log)
         guard = threading.Lock()
         stopping = [False]
@@ -262,13 +216,6 @@ def reset_join(lake: Lake, config: PipelineConfig, name: str) -> list[str]:
     return removed
 
 
-def _registry(lake: Lake, spec: JoinSpec) -> dict[str, Any]:
-    try:
-        return json.loads((jobs_dir(lake) / f"{spec.name}.json").read_text())
-    except (OSError, ValueError):
-        return {}
-
-
 def status(lake: Lake, config: PipelineConfig) -> list[dict[str, Any]]:
     """Per join: running or not, last batch, how far behind its inputs are."""
     running = running_jobs(lake)
@@ -277,7 +224,7 @@ def status(lake: Lake, config: PipelineConfig) -> list[dict[str, Any]]:
     for spec in config.joins.values():
         row: dict[str, Any] = {"join": spec.name, "kind": spec.kind, "running": spec.job in running}
         row["pid"] = running.get(spec.job)
-        row["heartbeat_at"] = _registry(lake, spec).get("heartbeat_at") if row["pid"] else None
+        row["heartbeat_at"] = registry(lake, join_job(spec)).get("heartbeat_at") if row["pid"] else None
         consumed = consumed_versions(lake, spec)
         behind: dict[str, int | None] = {}
         for side, topic in spec.sides:

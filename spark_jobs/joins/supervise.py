@@ -1,143 +1,111 @@
-"""Continuous joins as detached processes: ``lake start`` / ``lake stop`` (no Spark in the caller).
+"""The pipeline's long-running jobs, supervised: ``lake start`` / ``lake stop`` / ``lake health``.
 
-``lake start JOIN`` launches ``lake run JOIN --continuous`` in its own session, with its output
-appended to ``<root>/_jobs/<join>.log``, and returns once the job has registered itself (pid and
-heartbeat in ``<root>/_jobs/<join>.json``). Starting a running join does nothing, and the job's lock
-file means two starts at once still leave one copy. ``lake stop JOIN`` sends SIGTERM, so the job
-finishes its current micro-batch, and waits for the process to exit.
+Two kinds run continuously per pipeline: its joins (``lake run JOIN --continuous``, reading the bronze
+tables) and one ingest (``lake ingest --continuous``, mirroring every Kafka topic of the pipeline into
+those tables). A join without a running ingest sees only what the last ingest mirrored, so starting
+the joins starts the ingest first, and the health check covers both. The processes are detached and
+registered under ``<root>/_jobs`` (``spark_jobs.jobs``); no Spark runs in the caller.
 """
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
-import time
-from dataclasses import dataclass
-from datetime import UTC, datetime
-from pathlib import Path
-
 from spark_jobs.config import JoinSpec, PipelineConfig
-from spark_jobs.errors import UserError
+from spark_jobs.jobs import (
+    STALE_AFTER_SECONDS,
+    JobState,
+    ingest_job,
+    join_job,
+    log_path,
+    registry,
+    running_jobs,
+    silent_for,
+    start_detached,
+    stop_job,
+)
 from spark_jobs.lake import Lake
-from spark_jobs.repair import running_jobs
+
+INGEST_TRIGGER_SECONDS = 1.0  # the continuous ingest's micro-batch interval
 
 
-@dataclass
-class JobState:
-    join: str
-    pid: int | None
-    started: bool  # False: it was running already (start) / was not running (stop)
-    log: Path
+def _where(lake: Lake, config_path: str) -> list[str]:
+    return ["--root", str(lake.root), "--config", str(config_path)]
 
 
-def log_path(lake: Lake, spec: JoinSpec) -> Path:
-    return lake.root / "_jobs" / f"{spec.name}.log"
-
-
-def _tail(path: Path, lines: int = 5) -> str:
-    try:
-        return " | ".join(path.read_text(errors="replace").strip().splitlines()[-lines:])
-    except OSError:
-        return "(no log)"
-
-
-def start_detached(
+def start_ingest(
     lake: Lake,
     config_path: str,
-    spec: JoinSpec,
-    trigger_seconds: float,
-    timeout: float = 180.0,
+    config: PipelineConfig,
+    trigger_seconds: float = INGEST_TRIGGER_SECONDS,
     env: dict[str, str] | None = None,
 ) -> JobState:
-    """Start the join's continuous job unless it runs; return once it has registered. ``env`` adds
-    to the job's environment (e.g. ``LAKE_SPARK_MASTER``: on a cluster the job is a client-mode
-    driver here and its executors run on the cluster)."""
-    log = log_path(lake, spec)
-    pid = running_jobs(lake).get(spec.job)
-    if pid:
-        return JobState(spec.name, pid, False, log)
-    log.parent.mkdir(parents=True, exist_ok=True)
+    """Start the pipeline's continuous ingest unless it runs."""
     command = [
-        sys.executable,
-        "-m",
-        "spark_jobs.cli",
+        "ingest",
+        "--continuous",
+        "--trigger",
+        f"{trigger_seconds:g}",
+        *_where(lake, config_path),
+    ]
+    return start_detached(lake, ingest_job(config), command, env=env)
+
+
+def start_join(
+    lake: Lake, config_path: str, spec: JoinSpec, trigger_seconds: float, env: dict[str, str] | None = None
+) -> JobState:
+    """Start the join's continuous job unless it runs."""
+    command = [
         "run",
         spec.name,
         "--continuous",
         "--trigger",
         f"{trigger_seconds:g}",
-        "--root",
-        str(lake.root),
-        "--config",
-        str(config_path),
+        *_where(lake, config_path),
     ]
-    with open(log, "ab") as out:
-        out.write(f"\n== {time.strftime('%Y-%m-%dT%H:%M:%S%z')} lake start {spec.name}\n".encode())
-        out.flush()
-        proc = subprocess.Popen(
-            command,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=out,
-            start_new_session=True,
-            env={**os.environ, **(env or {})},
-        )
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        pid = running_jobs(lake).get(spec.job)
-        if pid:
-            return JobState(spec.name, pid, pid == proc.pid, log)
-        if proc.poll() is not None:
-            raise UserError(f"join {spec.name} did not start (exit {proc.returncode}): {_tail(log)}")
-        time.sleep(0.5)
-    raise UserError(f"join {spec.name} has not registered after {timeout:g} s; see {log}")
+    return start_detached(lake, join_job(spec), command, env=env)
 
 
-def stop_job(lake: Lake, spec: JoinSpec, timeout: float = 120.0) -> JobState:
-    """SIGTERM the join's job and wait until it has exited."""
-    log = log_path(lake, spec)
-    pid = running_jobs(lake).get(spec.job)
-    if not pid:
-        return JobState(spec.name, None, False, log)
-    os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not _alive(pid):
-            return JobState(spec.name, pid, True, log)
-        time.sleep(0.5)
-    raise UserError(f"join {spec.name} (pid {pid}) has not stopped after {timeout:g} s; see {log}")
+def stop_join(lake: Lake, spec: JoinSpec, timeout: float = 120.0) -> JobState:
+    return stop_job(lake, join_job(spec), timeout)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie (our own exited child) counts as gone
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().split()[2] != "Z"
-    except OSError:
-        return False
+def stop_ingest(lake: Lake, config: PipelineConfig, timeout: float = 120.0) -> JobState:
+    return stop_job(lake, ingest_job(config), timeout)
 
 
-STALE_AFTER_SECONDS = 60  # six missed heartbeats: the process lives but its query is stuck
+def ingest_status(lake: Lake, config: PipelineConfig) -> dict:
+    """The pipeline's continuous ingest: running?, pid, last heartbeat, each topic's last batch."""
+    job = ingest_job(config)
+    pid = running_jobs(lake).get(job.id)
+    entry = registry(lake, job) if pid else {}
+    return {
+        "job": job.id,
+        "running": pid is not None,
+        "pid": pid,
+        "heartbeat_at": entry.get("heartbeat_at"),
+        "topics": entry.get("topics", {}),
+    }
 
 
 def health(
     lake: Lake, config: PipelineConfig, max_versions_behind: int, joins: list[str] | None = None
 ) -> list[str]:
-    """What is wrong with the pipeline's continuous joins, one plain sentence each (empty: healthy).
+    """What is wrong with the pipeline's continuous jobs, one plain sentence each (empty: healthy).
 
-    A join is unhealthy when its job is not running, has not heartbeaten for a minute, or an input
-    topic has more than ``max_versions_behind`` versions it has not read yet."""
+    Unhealthy: the pipeline's ingest or a join is not running or has not heartbeaten for a minute,
+    or a join's input has more than ``max_versions_behind`` bronze versions it has not read yet."""
     from spark_jobs.joins.runner import status
 
     problems = []
-    now = datetime.now(UTC)
+    ingest = ingest_job(config)
+    if config.joins and ingest.id not in running_jobs(lake):
+        problems.append(
+            f"{ingest.label} is down, so the joins see no new records; start it with "
+            "'lake ingest --continuous --detach'"
+        )
+    elif (silent := silent_for(lake, ingest)) is not None and silent > STALE_AFTER_SECONDS:
+        problems.append(
+            f"{ingest.label} has not heartbeaten for {silent:.0f} s; see {log_path(lake, ingest)}"
+        )
     for row in status(lake, config):
         name = row["join"]
         if joins is not None and name not in joins:
@@ -147,13 +115,12 @@ def health(
             last = f"last batch {row['last_batch_at']}" if row["last_batch_at"] else "no batch yet"
             problems.append(f"join {name} is down ({last}); start it with 'lake start {name}'")
             continue
-        if row["heartbeat_at"]:
-            silent = (now - datetime.fromisoformat(row["heartbeat_at"])).total_seconds()
-            if silent > STALE_AFTER_SECONDS:
-                problems.append(
-                    f"join {name} (pid {row['pid']}) has not heartbeaten for {silent:.0f} s; "
-                    f"see {log_path(lake, spec)}"
-                )
+        silent = silent_for(lake, join_job(spec))
+        if silent is not None and silent > STALE_AFTER_SECONDS:
+            problems.append(
+                f"join {name} (pid {row['pid']}) has not heartbeaten for {silent:.0f} s; "
+                f"see {log_path(lake, join_job(spec))}"
+            )
         for side, behind in row["versions_behind"].items():
             if behind is not None and behind > max_versions_behind:
                 topic = dict(spec.sides)[side]

@@ -156,8 +156,8 @@ def pipeline_dag(b: _Builder) -> DAG:
         "3. **run_quality_suites**: completeness, co-partitioning, key format.\n"
         "4. **quality_gate**: fails the run, with the plain-words summary and the report path, when a "
         "check failed. Then the joins are *not* started.\n"
-        "5. **ensure_joins_running**: starts each continuous join that is not running; healthy ones are "
-        "left alone.\n"
+        "5. **ensure_joins_running**: starts the pipeline's continuous ingest (Kafka → bronze) and each "
+        "continuous join that is not running; running ones are left alone.\n"
         "6. **wait_joins_caught_up**: waits until the joins have read all of their input.\n"
         "7. **dbt_build**: `lake dbt build` of the pipeline's dbt models (staging views, marts, tests).\n\n"
         f"Config: `{b.config_path}`; lake root: `{b.root}`."
@@ -187,9 +187,10 @@ def pipeline_dag(b: _Builder) -> DAG:
         ensure = b.python(
             "ensure_joins_running",
             tasks.ensure_joins_running,
-            "Starts each continuous join of the pipeline that is not running (a detached, supervised "
-            "process with pid and heartbeat under `<root>/_jobs`); running ones are left alone, so "
-            f"re-runs never start a second copy. Joins: {', '.join(config.joins) or 'none'}.",
+            "Starts the pipeline's continuous ingest (Kafka → bronze; the joins read bronze, so they see "
+            "new records only through it), then each continuous join that is not running: detached, "
+            "supervised processes with pid and heartbeat under `<root>/_jobs`. Running ones are left "
+            f"alone, so re-runs never start a second copy. Joins: {', '.join(config.joins) or 'none'}.",
             retries=b.af.retries,
             op_kwargs={
                 "config_path": b.config_path,
@@ -337,11 +338,12 @@ def streams_dag(b: _Builder) -> DAG:
     joins = list(config.joins)
     doc = (
         f"The continuous joins of pipeline `{config.name}` ({', '.join(joins) or 'none'}).\n\n"
-        f"Scheduled (`{b.af.health_schedule}`) it checks their health: the run fails, and the failure "
-        "callbacks alert, when a job is down, has stopped heartbeating, or an input is more than "
+        f"Scheduled (`{b.af.health_schedule}`) it checks their health and that of the pipeline's "
+        "continuous ingest (Kafka → bronze): the run fails, and the failure callbacks alert, when a job "
+        "is down, has stopped heartbeating, or an input is more than "
         f"{b.af.max_versions_behind} versions behind. Triggered with `action` = `start` it starts the "
-        "joins that are not running (never a second copy); `stop` stops them after their current "
-        "micro-batch, for maintenance."
+        "ingest and the joins that are not running (never a second copy); `stop` stops them after their "
+        "current micro-batch, for maintenance (the ingest only when `join` is `all`)."
     )
     params = {
         "action": Param("health", type="string", enum=["health", "start", "stop"], title="Action"),
@@ -373,14 +375,15 @@ def streams_dag(b: _Builder) -> DAG:
         start = b.python(
             "start_joins",
             tasks.ensure_joins_running,
-            "Starts the chosen joins that are not running; running ones are left alone.",
+            "Starts the pipeline's continuous ingest and the chosen joins that are not running; running "
+            "ones are left alone.",
             retries=b.af.retries,
             op_kwargs={**common, "conn_id": b.af.spark_conn_id, "trigger": JOIN_TRIGGER_SECONDS},
         )
         stop = b.python(
             "stop_joins",
             tasks.stop_joins,
-            "Stops the chosen joins after their current micro-batch.",
+            "Stops the chosen joins after their current micro-batch (and the ingest, for `all`).",
             op_kwargs=common,
         )
         choose >> [health, start, stop]

@@ -124,22 +124,32 @@ def _chosen_joins(config, context: dict) -> list[str]:
 
 
 def ensure_joins_running(config_path: str, root: str, conn_id: str, trigger: float, **context: Any) -> dict:
-    """Start each join's continuous job unless it runs (then it is left alone). The jobs run detached
-    from this worker, registered with pid and heartbeat under ``<root>/_jobs``."""
-    from spark_jobs.joins.supervise import start_detached
+    """Start the pipeline's continuous ingest, then each join's continuous job, unless they run (then
+    they are left alone). The jobs run detached from this worker, registered with pid and heartbeat
+    under ``<root>/_jobs``."""
+    from spark_jobs.joins.supervise import start_ingest, start_join
 
     config, lake = _lake(config_path, root)
-    master = connection_master(conn_id)
-    outcome = {}
-    for name in _chosen_joins(config, context):
-        state = start_detached(
-            lake, config_path, config.join(name), trigger, env={"LAKE_SPARK_MASTER": master}
-        )
-        verb = "started" if state.started else "already running, left alone"
-        log.info("join %s: %s (pid %s, master %s); log %s", name, verb, state.pid, master, state.log)
-        outcome[name] = {"pid": state.pid, "started": state.started}
-    if not outcome:
+    if not config.joins:
         log.info("pipeline %s declares no joins", config.name)
+        return {}
+    env = {"LAKE_SPARK_MASTER": connection_master(conn_id)}
+    outcome = {}
+    for name, start in [("ingest", lambda: start_ingest(lake, config_path, config, env=env))] + [
+        (name, lambda name=name: start_join(lake, config_path, config.join(name), trigger, env=env))
+        for name in _chosen_joins(config, context)
+    ]:
+        state = start()
+        verb = "started" if state.changed else "already running, left alone"
+        log.info(
+            "%s: %s (pid %s, master %s); log %s",
+            state.label,
+            verb,
+            state.pid,
+            env["LAKE_SPARK_MASTER"],
+            state.log,
+        )
+        outcome[name] = {"pid": state.pid, "started": state.changed}
     return outcome
 
 
@@ -159,16 +169,17 @@ def joins_caught_up(config_path: str, root: str, **context: Any) -> bool:
 
 
 def stop_joins(config_path: str, root: str, **context: Any) -> dict:
-    """Stop the joins' jobs after their current micro-batch (maintenance)."""
-    from spark_jobs.joins.supervise import stop_job
+    """Stop the joins' jobs after their current micro-batch (maintenance); stopping all of them
+    stops the pipeline's continuous ingest too."""
+    from spark_jobs.joins.supervise import stop_ingest, stop_join
 
     config, lake = _lake(config_path, root)
-    outcome = {}
-    for name in _chosen_joins(config, context):
-        state = stop_job(lake, config.join(name))
-        log.info("join %s: %s", name, f"stopped (pid {state.pid})" if state.started else "was not running")
-        outcome[name] = {"pid": state.pid, "stopped": state.started}
-    return outcome
+    states = {name: stop_join(lake, config.join(name)) for name in _chosen_joins(config, context)}
+    if (context.get("params") or {}).get("join", "all") in (None, "all"):
+        states["ingest"] = stop_ingest(lake, config)
+    for state in states.values():
+        log.info("%s: %s", state.label, f"stopped (pid {state.pid})" if state.changed else "was not running")
+    return {name: {"pid": state.pid, "stopped": state.changed} for name, state in states.items()}
 
 
 def check_health(config_path: str, root: str, max_versions_behind: int, **context: Any) -> str:

@@ -385,7 +385,9 @@ def produce(
                 break
         remaining = producer.flush(TIMEOUT_S * 4)
         if failures or remaining:
-            reason = failures[0] if failures else f"{remaining} record(s) still unsent"
+            waited = f"{TIMEOUT_S * 4:g} s"
+            reason = failures[0] if failures else f"{remaining} record(s) not acknowledged within {waited}"
+            reason = reason if failures else f"{reason} (is the broker down?)"
             raise cluster.error(f"producing to {name} failed, nothing was committed", reason)
         producer.commit_transaction(TIMEOUT_S * 4)
         _await_visible(cluster, spec, last)

@@ -4,6 +4,7 @@ atomicity, and the errors a user meets (partition counts, unknown topics, unreac
 from __future__ import annotations
 
 import io
+import time
 import zlib
 
 import pyarrow as pa
@@ -229,3 +230,67 @@ def test_a_config_without_a_cluster_says_how_to_get_one(monkeypatch, tmp_path):
         match=r"no Kafka cluster: p.yaml names no kafka.bootstrap_servers, .* start it with 'lake kafka start'",
     ):
         connect(config, tmp_path)
+
+
+@pytest.mark.slow
+def test_a_broker_that_dies_mid_produce_is_one_line_and_nothing_is_visible(tmp_path, monkeypatch):
+    """A broker of its own (the session's must live): SIGKILL it after the first 1,000 records of a
+    transaction were sent, then start it again; read_committed readers see none of them."""
+    import os
+    import signal
+    import socket
+
+    from spark_jobs import broker, kafka
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    home = tmp_path / "own-broker"
+    state = broker.start(home, port)
+    monkeypatch.setenv("LAKE_KAFKA_BOOTSTRAP", state.bootstrap_servers)
+    monkeypatch.setattr(kafka, "TIMEOUT_S", 3.0)
+    config = PipelineConfig("test.yaml", "test", topics={"t": SPEC})
+    cluster = connect(config, tmp_path / "lake")
+    ensure_topics(cluster, [SPEC])
+
+    def in_the_log() -> int:
+        """Records in the topic's log, committed or not (a read_uncommitted client's end offsets)."""
+        from confluent_kafka import Consumer, TopicPartition
+
+        client = Consumer(
+            {
+                "bootstrap.servers": state.bootstrap_servers,
+                "group.id": "x",
+                "isolation.level": "read_uncommitted",
+            }
+        )
+        try:
+            return sum(
+                client.get_watermark_offsets(TopicPartition(cluster.topic("t"), p), timeout=10)[1]
+                for p in range(SPEC.partitions)
+            )
+        finally:
+            client.close()
+
+    def batches():
+        yield pa.array([f"k{i}".encode() for i in range(1000)]), pa.array([b"v"] * 1000)
+        deadline = time.monotonic() + 30
+        while in_the_log() < 1000 and time.monotonic() < deadline:  # sent, not committed
+            time.sleep(0.05)
+        os.kill(state.pid, signal.SIGKILL)
+        yield pa.array([b"late"]), pa.array([b"v"])
+
+    try:
+        with pytest.raises(UserError) as caught:
+            produce(cluster, SPEC, batches())
+        message = str(caught.value)
+        assert "\n" not in message
+        assert message.startswith(
+            f"Kafka at {state.bootstrap_servers} ($LAKE_KAFKA_BOOTSTRAP): producing to {cluster.topic('t')} "
+            "failed, nothing was committed: 1 record(s) not acknowledged within 12 s (is the broker down?)"
+        )
+        broker.start(home, port)
+        assert in_the_log() >= 1000  # the records are in the log
+        assert dump(kc=cluster) == ""  # ... and read_committed readers see none of them
+    finally:
+        broker.stop(home)

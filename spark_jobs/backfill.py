@@ -235,12 +235,13 @@ def run_backfill(
         records = to_write.toArrow()
         if records.num_rows:
             log(f"producing {records.num_rows:,} records to {cluster.topic(topic.name)} with {chosen} ...")
-            with producing(lake, topic.name, log=log):
+            with producing(lake, topic.name, log=log) as transactional_id:
                 result = produce(
                     cluster,
                     topic,
                     [(records.column("key").combine_chunks(), records.column("value").combine_chunks())],
                     chosen,
+                    transactional_id=transactional_id,
                 )
             summary.written = result.records
         if summary.rejected:

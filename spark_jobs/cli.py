@@ -335,7 +335,7 @@ def cmd_produce(args) -> int:
     stream, source = open_input(args.file)
     progress = Progress(f"produce {spec.name}")
     try:
-        with producing(lake, spec.name, log=lambda m: print(m, file=sys.stderr)):
+        with producing(lake, spec.name, log=lambda m: print(m, file=sys.stderr)) as transactional_id:
             result = produce_lines(
                 cluster,
                 spec,
@@ -346,6 +346,7 @@ def cmd_produce(args) -> int:
                 partitioner=args.partitioner,
                 timestamp_ms=args.timestamp,
                 progress=progress,
+                transactional_id=transactional_id,
             )
     finally:
         progress.done()

@@ -17,9 +17,11 @@ a bad line, an unreachable broker or a broker that dies mid-way leaves nothing v
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import re
+import socket
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
@@ -325,12 +327,18 @@ def produce(
     timestamp_ms: int | None = None,
     progress: Callable[[int], None] | None = None,
     headers: list[tuple[str, bytes]] | None = None,
+    transactional_id: str | None = None,
 ) -> Delivered:
     """Produce (key, value) array pairs (binary, null value = tombstone), or (keys, values,
     timestamps in ms, headers) tuples for a copy of records, to a declared topic as one
     Kafka transaction, placed by librdkafka's own partitioner (``murmur2_random`` like the Java client,
     or ``consistent_random`` like kcat). ``batches`` is consumed lazily; an exception it raises, or any
-    delivery failure, aborts the transaction, so nothing of the call becomes visible."""
+    delivery failure, aborts the transaction, so nothing of the call becomes visible.
+
+    ``transactional_id`` (see ``producer_id``) should be stable for one writer: a process that died
+    mid-transaction leaves it open on the broker, holding back ``read_committed`` readers of its
+    partitions until ``transaction.timeout.ms``; the next producer with the same id aborts it at once.
+    Without one, a fresh random id is used."""
     started = time.perf_counter()
     chosen = partitioners.check_partitioner(partitioner or spec.partitioner)
     ensure_topics(cluster, [spec])
@@ -357,7 +365,7 @@ def produce(
                     "partitioner": partitioners.LIBRDKAFKA[chosen],
                     "enable.idempotence": True,
                     "acks": "all",
-                    "transactional.id": f"lake-produce-{name}-{uuid.uuid4().hex[:12]}",
+                    "transactional.id": transactional_id or f"lake-produce-{name}-{uuid.uuid4().hex[:12]}",
                     "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS,
                     "linger.ms": 10,
                     "queue.buffering.max.messages": 500_000,
@@ -401,6 +409,14 @@ def produce(
         raise
     result.seconds = time.perf_counter() - started
     return result
+
+
+def producer_id(root: Path, *names: str) -> str:
+    """A transactional id that is the same every time one writer of a lake root on this host runs
+    (e.g. ``("join", "consents_enriched")``, or a topic and a producer slot), and differs between
+    hosts and lake roots that share a cluster."""
+    where = hashlib.sha1(str(Path(root).resolve()).encode()).hexdigest()[:10]
+    return "-".join(["lake", socket.gethostname(), where, *names])
 
 
 def _await_visible(cluster: Cluster, spec: TopicSpec, last: list[int]) -> None:

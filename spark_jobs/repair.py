@@ -123,7 +123,7 @@ def repartition(
         raise UserError(f"refusing to rewrite {topic}: jobs reading it are running: {names}; stop them first")
     staging = cluster.topic(topic + STAGING_SUFFIX)
     marker = _marker(lake, topic)
-    with producing(lake, topic, exclusive=True, log=log):
+    with producing(lake, topic, exclusive=True, log=log) as transactional_id:
         state = json.loads(marker.read_text()) if marker.exists() else {}
         if state.get("step") not in ("copied", "replaced"):  # step 1-2 (again, after a crash in them)
             delete_topics(cluster, [staging])
@@ -144,6 +144,7 @@ def repartition(
                 TopicSpec(staging.removeprefix(cluster.topic_prefix), spec.partitions),
                 [batch],
                 chosen,
+                transactional_id=transactional_id,
             )
             state = {"step": "copied", "records": records.count, "moved": moved, "partitioner": chosen}
             marker.parent.mkdir(parents=True, exist_ok=True)
@@ -156,7 +157,7 @@ def repartition(
                     f"the staging topic {staging} holds {copy.count:,} records, not the {state['records']:,} "
                     f"copied into it; {cluster.topic(topic)} was left as it is"
                 )
-            _replace(cluster, spec, copy, state["partitioner"], log)
+            _replace(cluster, spec, copy, state["partitioner"], transactional_id, log)
             state["step"] = "replaced"
             marker.write_text(json.dumps(state))
         delete_topics(cluster, [staging])
@@ -167,7 +168,13 @@ def repartition(
 
 
 def _replace(
-    cluster: Cluster, spec: TopicSpec, copy: _Records, partitioner: str, log, attempts: int = 3
+    cluster: Cluster,
+    spec: TopicSpec,
+    copy: _Records,
+    partitioner: str,
+    transactional_id: str,
+    log,
+    attempts: int = 3,
 ) -> None:
     """Delete the topic, create it again and produce the copy into it; the result is read back and
     compared with the copy (per partition), and the step is repeated when they differ, so the staging
@@ -178,7 +185,8 @@ def _replace(
         log(f"replacing {name} with the copy ...")
         delete_topics(cluster, [name])
         _create_like(cluster, spec, name)
-        produce(cluster, spec, [(copy.keys, copy.values, copy.timestamps, copy.headers)], partitioner)
+        records = (copy.keys, copy.values, copy.timestamps, copy.headers)
+        produce(cluster, spec, [records], partitioner, transactional_id=transactional_id)
         got = [0] * spec.partitions
         for batch in read(cluster, spec):
             for m in batch:

@@ -17,6 +17,7 @@ import json
 import sys
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import BinaryIO, cast
 
@@ -26,7 +27,7 @@ import pyarrow.compute as pc
 
 from spark_jobs.config import TopicSpec
 from spark_jobs.errors import UserError
-from spark_jobs.kafka import Cluster, Delivered, Message, produce, read
+from spark_jobs.kafka import Cluster, Delivered, Message, produce, producer_id, read
 from spark_jobs.lake import Lake
 
 CHUNK_BYTES = 16 * 1024 * 1024  # ~500k dump lines: small enough to overlap parsing and producing
@@ -139,6 +140,7 @@ def produce_lines(
     partitioner: str | None = None,
     timestamp_ms: int | None = None,
     progress: Callable[[int], None] | None = None,
+    transactional_id: str | None = None,
 ) -> Delivered:
     """``kcat -P -l`` into a topic: every line of ``stream`` is a record, all in one transaction."""
     if key_sep == "":
@@ -167,7 +169,9 @@ def produce_lines(
                 parsed = pending.result()
                 yield parsed.keys, parsed.values
 
-    return produce(cluster, spec, batches(), partitioner, timestamp_ms, progress)
+    return produce(
+        cluster, spec, batches(), partitioner, timestamp_ms, progress, transactional_id=transactional_id
+    )
 
 
 # --- consuming --------------------------------------------------------------------------------------
@@ -283,12 +287,21 @@ def _start_offset(start: str, low: int, high: int) -> int:
     return max(high + value, low) if value < 0 else value
 
 
-def producing(lake: Lake, topic: str, exclusive: bool = False, log=lambda _: None):
+@contextmanager
+def producing(lake: Lake, topic: str, exclusive: bool = False, log=lambda _: None) -> Iterator[str]:
     """The topic's producer lock ``<root>/_locks/topic-<topic>.lock``: the product's producers hold it
     shared, ``lake topic repartition`` exclusively while it replaces the topic, so a produce that runs
     at the same time waits and is never lost. (It serializes processes on one machine; producers
-    outside the product do not take it.)"""
-    return lake.lock(f"topic-{topic}", log, shared=not exclusive)
+    outside the product do not take it.)
+
+    Yields the transactional id to produce with: the first free producer slot of the topic
+    (``topic-<topic>.producer<N>.lock``), so concurrent producers get distinct ids and the next one
+    after a crash reuses the dead one's, which aborts its open transaction at once."""
+    with lake.lock(f"topic-{topic}", log, shared=not exclusive), ExitStack() as slots:
+        slot = 0
+        while not slots.enter_context(lake.lock(f"topic-{topic}.producer{slot}", wait=False)):
+            slot += 1
+        yield producer_id(lake.root, topic, str(slot))
 
 
 def open_input(path: str | None) -> tuple[BinaryIO, str]:

@@ -280,9 +280,10 @@ def test_a_broker_that_dies_mid_produce_is_one_line_and_nothing_is_visible(tmp_p
         os.kill(state.pid, signal.SIGKILL)
         yield pa.array([b"late"]), pa.array([b"v"])
 
+    writer = kafka.producer_id(tmp_path / "lake", "t", "0")
     try:
         with pytest.raises(UserError) as caught:
-            produce(cluster, SPEC, batches())
+            produce(cluster, SPEC, batches(), transactional_id=writer)
         message = str(caught.value)
         assert "\n" not in message
         assert message.startswith(
@@ -292,5 +293,20 @@ def test_a_broker_that_dies_mid_produce_is_one_line_and_nothing_is_visible(tmp_p
         broker.start(home, port)
         assert in_the_log() >= 1000  # the records are in the log
         assert dump(kc=cluster) == ""  # ... and read_committed readers see none of them
+        # the next produce with the writer's id aborts the open transaction at once: readers move on
+        # (with a new id they would wait for transaction.timeout.ms, 10 minutes)
+        produce(cluster, SPEC, [(pa.array([b"next"]), pa.array([b"v"]))], transactional_id=writer)
+        assert dump(kc=cluster, fmt="%k=%s\\n") == "next=v\n"
     finally:
         broker.stop(home)
+
+
+def test_producers_get_stable_transactional_ids_one_per_concurrent_writer(lake):
+    from spark_jobs.topics import producing
+
+    with producing(lake, "t") as first:
+        with producing(lake, "t") as second, producing(lake, "u") as other:
+            assert len({first, second, other}) == 3
+    with producing(lake, "t") as again:
+        assert again == first  # the next writer after one that died takes over its transactions
+    assert first.startswith("lake-") and first.endswith("-t-0") and second.endswith("-t-1")

@@ -38,7 +38,7 @@ from spark_jobs.backfill import QUARANTINE, ensure_quarantine
 from spark_jobs.config import JOIN_META_COLUMNS, JoinSpec, PipelineConfig, TopicSpec
 from spark_jobs.errors import UserError
 from spark_jobs.ingest import ensure_bronze, next_offsets
-from spark_jobs.kafka import Cluster, connect, ensure_topics, produce, tail
+from spark_jobs.kafka import Cluster, connect, ensure_topics, produce, producer_id, tail
 from spark_jobs.lake import Lake, conform, table_arrow_schema
 from spark_jobs.session import arrow_frame
 
@@ -697,6 +697,8 @@ class JoinJob:
                 "murmur2",
                 timestamp_ms=int(at.timestamp() * 1000),
                 headers=[(BATCH_HEADER, tag)],
+                # one running job per join: after a crash its successor aborts the open transaction
+                transactional_id=producer_id(self.lake.root, "join", self.spec.name),
             )
         row = pa.table({"batch_id": [txn[1]], "records": [len(keys)], "published_at": [at]}, PUBLISHED_SCHEMA)
         self.lake.append(marker, row, txn=txn)

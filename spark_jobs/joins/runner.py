@@ -183,7 +183,7 @@ def _user_error(error: Any, spec: JoinSpec) -> str | None:
     rewritten = re.search(REWRITTEN, text)
     if rewritten:
         operation, version = rewritten.groups()
-        source = re.search(r"DeltaSource\[[^\]]*/tables/([^/\]]+)\]", text)
+        source = re.search(r"source table can be found at path \S*/tables/([^/\s]+?)\.?(?:\s|$)", text)
         topics = source.group(1) if source else " or ".join(topic for _, topic in spec.sides)
         return (
             f"join {spec.name}: topic {topics} was rewritten at version {version} ({operation}, e.g. by "

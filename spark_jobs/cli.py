@@ -1026,7 +1026,11 @@ def cmd_generate_dump(args) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     try:
-        args = parser.parse_args(argv)
+        args, extra = parser.parse_known_args(argv)
+        if extra and getattr(args, "file", None) == "-" and len(extra) == 1 and not extra[0].startswith("-"):
+            args.file = extra[0]  # kcat's order: lake produce TOPIC -K ';' FILE (argparse wants FILE first)
+        elif extra:
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
         run: Callable | None = getattr(args, "run", None)
         if run is None:
             parser.print_help()

@@ -266,7 +266,7 @@ def test_start_is_idempotent_and_stop_ends_the_detached_job(spark, setup, capsys
         )
         # a record produced to Kafka reaches the running join through the running ingest
         update = _lines(lake.root / "r.txt", 'a;{"v": "r1"}')
-        assert main(["produce", "R", str(update), "-K", ";", *opts]) == 0
+        assert main(["produce", "R", "-K", ";", str(update), *opts]) == 0  # kcat's order of arguments
         assert _wait(
             lambda: lake.exists("t_left") and result_rows(lake, "t_left") == [("a", "a1", "r1")], 120
         )

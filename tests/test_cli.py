@@ -364,7 +364,8 @@ def test_dbt_build_on_the_demo_lake_and_the_marts_in_a_new_process(demo_lake):
         ["key_format:customer_consents+customer_accounts", "2", "0", "0"],
         ["lookup_basics:accounts", "2", "0", "0"],
     ]
-    assert (root / "warehouse" / "marts.db" / "optout_feed").is_dir()  # under the lake root
+    for mart in ("optout_feed", "display_products", "people_with_addresses", "dq_daily"):
+        assert (root / "warehouse" / "marts.db" / mart / "_delta_log").is_dir()  # Delta, under the root
 
 
 ACCOUNTS = pa.schema(

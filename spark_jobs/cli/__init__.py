@@ -1,0 +1,81 @@
+"""``lake``: the product's command line, one module per area (topics, kafka, lookups, quality, joins,
+lake, demo), each registering its commands.
+
+User mistakes (unknown topic, bad config, bad input line) print one line ``lake: error: …`` and exit
+2; nothing is written in that case. Anything else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable, Sequence
+
+from spark_jobs import __version__
+from spark_jobs.cli import demo, joins, kafka, lake, lookups, quality, topics
+from spark_jobs.cli.common import Parser, global_options
+from spark_jobs.errors import UserError
+
+AREAS = (topics, kafka, lookups, quality, joins, lake, demo)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    # --root/--config are accepted before or after the command; after it they must not reset a value
+    # given before it, hence SUPPRESS as the sub-commands' default.
+    common = Parser(add_help=False)
+    global_options(common, argparse.SUPPRESS)
+    parser = Parser(prog="lake", description="Kafka-style topics and keyed joins kept in a Delta lakehouse.")
+    global_options(parser, None)
+    parser.add_argument("--version", action="version", version=f"lake {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    for area in AREAS:
+        area.register(sub, common)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args, extra = parser.parse_known_args(argv)
+        if extra and getattr(args, "file", None) == "-" and len(extra) == 1 and not extra[0].startswith("-"):
+            args.file = extra[0]  # kcat's order: lake produce TOPIC -K ';' FILE (argparse wants FILE first)
+        elif extra:
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        run: Callable | None = getattr(args, "run", None)
+        if run is None:
+            parser.print_help()
+            return 2
+        return run(args)
+    except UserError as err:
+        print(f"lake: error: {err}", file=sys.stderr)
+        return err.exit_code
+    except KeyboardInterrupt:
+        print("lake: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+def entry() -> None:
+    """The ``lake`` console script: run, then leave without interpreter teardown.
+
+    Arrow's and delta-rs's native thread pools can abort the process ("terminate called without an
+    active exception") when Python tears down modules while one of their workers is still alive,
+    after all the work is done (apache/arrow#34314, delta-io/delta-rs#2184). So once the command has
+    finished, stop Spark if it was started, flush the streams and exit directly with the command's
+    exit code."""
+    code = main()
+    try:
+        from pyspark.sql import SparkSession
+
+        active = SparkSession.getActiveSession() if "pyspark.sql" in sys.modules else None
+        if active is not None:
+            active.stop()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(code)

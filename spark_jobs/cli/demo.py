@@ -1,0 +1,198 @@
+"""``lake demo``: the demo stories, told step by step on the console."""
+
+from __future__ import annotations
+
+import sys
+
+from spark_jobs.cli.common import context
+from spark_jobs.errors import UserError
+
+
+def register(sub, common) -> None:
+    d = sub.add_parser(
+        "demo",
+        parents=[common],
+        help="the demo: topics -> quality gate (fails) -> backfill -> gate (passes) -> joins -> audit",
+    )
+    d.add_argument(
+        "stories",
+        nargs="*",
+        metavar="STORY",
+        help="consents (the default: gate, backfill, table and stream-table joins), marketplace "
+        "(foreign-key and derive joins), people (list join); each uses its bundled pipeline",
+    )
+    d.add_argument("--topics-only", action="store_true", help="only write and print the demo topics")
+    d.set_defaults(run=cmd_demo)
+
+
+def cmd_demo(args) -> int:
+    from spark_jobs.demo_stories import STORIES
+
+    stories = args.stories or ["consents"]
+    for story in stories:
+        if story != "consents" and story not in STORIES:
+            known = ", ".join(["consents", *STORIES])
+            raise UserError(f"unknown demo story '{story}' (known: {known})")
+    status = 0
+    if "consents" in stories:
+        status = _demo_consents(args)
+    keyed = [s for s in stories if s != "consents"]
+    if keyed and not args.topics_only and status == 0:
+        status = _demo_stories(args, [STORIES[s] for s in keyed])
+    return status
+
+
+def _demo_stories(args, stories) -> int:
+    """The foreign-key, derive and list joins on small readable data, step by step."""
+    from spark_jobs.demo_stories import run_story
+    from spark_jobs.ingest import sync_bronze
+    from spark_jobs.joins.oracle import audit
+    from spark_jobs.joins.runner import run_join
+    from spark_jobs.lake import Lake
+    from spark_jobs.session import get_spark
+    from spark_jobs.show import render, table_rows
+
+    lake = Lake(args.root)
+    print(f"lake root: {lake.root}\n(starting Spark for the joins ...)", flush=True)
+    spark = get_spark(app_name="demo")
+
+    def run(config, name: str) -> None:
+        summary = run_join(spark, lake, config, name, once=True, log=_batch_line)
+        if summary.batches == 0:
+            print(f"join {name}: nothing new", flush=True)
+
+    def show(name: str, columns: list[str]) -> None:
+        _, rows = table_rows(lake, name)
+        rows = [{c: _demo_cell(v) for c, v in row.items()} for row in rows]
+        for line in render(columns, rows, as_json=False):
+            print("  " + line.replace("\t", "  |  "))
+
+    def sync(config, topics: list[str]) -> None:
+        sync_bronze(spark, lake, config, topics)
+
+    clean = True
+    for story in stories:
+        print(f"\n== the {story.name} pipeline ({story.pipeline})", flush=True)
+        config = run_story(story, lake, sync, run, show)
+        for name in story.show:
+            report = audit(spark, lake, config, name)
+            print(report.text())
+            clean = clean and report.clean
+    return 0 if clean else 1
+
+
+def _batch_line(line: str) -> None:
+    if " batch " in line:
+        print("  " + line, flush=True)
+
+
+def _demo_cell(value):
+    """A result cell for the demo's tables: an enriched list as `id: fields` items."""
+    from spark_jobs.show import shown
+
+    if isinstance(value, list):
+        items = []
+        for e in value:
+            fields = [str(v) for k, v in e.items() if k not in ("id", "matched") and v is not None]
+            items.append(f"{e['id']}: {', '.join(fields)}" if e.get("matched") else f"{e['id']}: (unknown)")
+        return "[" + "; ".join(items) + "]"
+    return "null" if value is None else shown(value)
+
+
+def _demo_consents(args) -> int:
+    """The product's main job on the embedded default: topics -> quality gate (fails: the lookup
+    misses old customers) -> backfill -> quality gate (passes)."""
+    from spark_jobs import demo
+    from spark_jobs.backfill import run_backfill
+    from spark_jobs.ingest import run_ingest
+    from spark_jobs.kafka import connect
+    from spark_jobs.quality import run_suites
+    from spark_jobs.session import get_spark
+    from spark_jobs.topics import consume
+
+    config, lake = context(args)
+    cluster = connect(config, lake.root)
+    print(f"lake root: {lake.root}, Kafka: {cluster.bootstrap_servers} ({cluster.origin})")
+    print("\n== 1. topics on Kafka (written with murmur2_random, the Java client's placement)")
+    for topic, result in demo.write_demo_topics(cluster, config):
+        if result is None:
+            print(f"{topic}: already has records, left as it is")
+        else:
+            placed = ", ".join(f"p{i}={n}" for i, n in enumerate(result.per_partition))
+            print(f"{topic}: produced {result.records} records to Kafka topic {result.topic} [{placed}]")
+    for topic in (demo.CONSENTS_TOPIC, demo.ACCOUNTS_TOPIC):
+        print(f"-- {topic} (key, partition, offset: value), as any Kafka consumer reads it")
+        sys.stdout.flush()
+        consume(cluster, config.topic(topic), sys.stdout.buffer, fmt="%k\\t%p\\t%o\\t%s\\n")
+    if args.topics_only:
+        return 0
+
+    print("\n(starting Spark for the ingest, the quality suites and the backfill ...)", flush=True)
+    spark = get_spark(app_name="demo")
+    print("\n== ingest: Kafka -> bronze Delta tables (Spark Structured Streaming, exactly once)", flush=True)
+    print(run_ingest(spark, lake, config).text())
+
+    def check(step: str) -> bool:
+        print(f"\n== {step}", flush=True)
+        report = run_suites(spark, lake, config, log=lambda m: None)
+        for r in report.results:
+            print(f"{'PASS' if r.success else 'FAIL'}  {r.check}: {r.description}")
+        print(f"report: {report.summary_html}")
+        print(f"Data Docs: {report.data_docs}")
+        return report.success
+
+    check("2. quality suites before the backfill")
+    print("\n== 3. backfill the accounts lookup from the database dump", flush=True)
+    summary = run_backfill(spark, lake, config, "accounts", log=lambda m: None)
+    print(summary.text())
+    passed = check("4. quality suites after the backfill")
+    print("\nThe gate " + ("passes: the streaming joins may start." if passed else "still FAILS."))
+    if not passed:
+        return 1
+    return _demo_joins(spark, lake, config)
+
+
+def _demo_joins(spark, lake, config) -> int:
+    """The demo's joins, run after the gate: the table-table join carries every e-mail; the
+    stream-table join shows why backfills come first."""
+    from spark_jobs import demo
+    from spark_jobs.ingest import sync_bronze
+    from spark_jobs.joins.oracle import audit
+    from spark_jobs.joins.runner import run_join
+    from spark_jobs.kafka import connect
+    from spark_jobs.show import render, table_rows
+
+    def run(name: str) -> None:
+        summary = run_join(spark, lake, config, name, once=True)
+        print(summary.text(), flush=True)
+
+    def show(name: str, columns: list[str]) -> None:
+        _, rows = table_rows(lake, name)
+        rows = [{c: "null" if v is None else v for c, v in row.items()} for row in rows]
+        for line in render(columns, rows, as_json=False):
+            print("  " + line.replace("\t", "  "))
+
+    print("\n== 5. table-table join consents_with_mail (left join of consents with accounts)", flush=True)
+    run(demo.WITH_MAIL)
+    show(demo.WITH_MAIL, ["key", "retargeter1", "retargeter2", "contactMailAddress"])
+    print("Every consent carries the e-mail, user_9 and user_10 included: a table-table join uses the")
+    print("latest value of both sides, so the backfilled accounts completed it.")
+
+    print("\n== 6. stream-table join consents_enriched_at_event_time (as of each event's time)", flush=True)
+    run(demo.AT_EVENT_TIME)
+    show(demo.AT_EVENT_TIME, ["key", "timestamp", "contactMailAddress"])
+    print("user_9 and user_10 have no e-mail: their accounts were backfilled after these consent")
+    print("events happened, and a stream-table join never revisits an event. Backfill first, then")
+    print("start the stream. A consent event that arrives now, after the backfill, is enriched:")
+    if demo.write_late_consent(connect(config, lake.root), config):
+        sync_bronze(spark, lake, config, [demo.CONSENTS_TOPIC])
+        run(demo.AT_EVENT_TIME)
+    show(demo.AT_EVENT_TIME, ["key", "timestamp", "contactMailAddress"])
+
+    print("\n== 7. audit: each result against a batch join of the topics", flush=True)
+    clean = True
+    for name in (demo.WITH_MAIL, demo.AT_EVENT_TIME):
+        report = audit(spark, lake, config, name)
+        print(report.text())
+        clean = clean and report.clean
+    return 0 if clean else 1

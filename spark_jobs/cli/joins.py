@@ -1,0 +1,206 @@
+"""Join commands: ``run``, ``start`` / ``stop`` (detached jobs), ``status``, ``health``, ``audit``."""
+
+from __future__ import annotations
+
+import json
+
+from spark_jobs.cli.common import context, stderr
+from spark_jobs.errors import UserError
+
+
+def register(sub, common) -> None:
+    r = sub.add_parser(
+        "run",
+        parents=[common],
+        help="run a join: --once (everything available, then exit) or --continuous (until stopped)",
+        description="Runs a join of the pipeline as a Spark Structured Streaming query. It resumes where "
+        "it stopped (checkpoint under <root>/_checkpoints/JOIN). --continuous stops after the current "
+        "micro-batch on SIGTERM or Ctrl-C.",
+    )
+    r.add_argument("join")
+    mode = r.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--once", action="store_true", help="process everything available, then exit")
+    mode.add_argument("--continuous", action="store_true", help="run until SIGTERM / Ctrl-C")
+    r.add_argument("--trigger", type=float, default=5.0, metavar="SECONDS", help="micro-batch interval")
+    r.add_argument("--max-files", type=int, metavar="N", help="at most N data files per topic per batch")
+    r.add_argument("--reset", action="store_true", help="forget the join's state and result first")
+    r.set_defaults(run=cmd_run)
+
+    sj = sub.add_parser(
+        "start",
+        parents=[common],
+        help="start a join's continuous job as a detached process (nothing happens if it runs)",
+    )
+    sj.add_argument("join")
+    sj.add_argument("--trigger", type=float, default=5.0, metavar="SECONDS", help="micro-batch interval")
+    sj.set_defaults(run=cmd_start)
+
+    sp = sub.add_parser("stop", parents=[common], help="stop a join's continuous job after its current batch")
+    sp.add_argument("join")
+    sp.add_argument("--timeout", type=float, default=120.0, metavar="SECONDS", help="how long to wait")
+    sp.set_defaults(run=cmd_stop)
+
+    st = sub.add_parser("status", parents=[common], help="the joins: running?, last batch, inputs behind")
+    st.add_argument("--json", action="store_true", help="one JSON object per join")
+    st.set_defaults(run=cmd_status)
+
+    he = sub.add_parser(
+        "health",
+        parents=[common],
+        help="exit 1 (and say why) when a join's job is down, stuck, or too far behind its inputs",
+    )
+    he.add_argument("joins", nargs="*", metavar="JOIN", help="default: every join of the pipeline")
+    he.add_argument(
+        "--max-behind", type=int, metavar="N", help="versions (default: airflow.max_versions_behind)"
+    )
+    he.set_defaults(run=cmd_health)
+
+    au = sub.add_parser(
+        "audit",
+        parents=[common],
+        help="compare a join's result with a batch join of its topics (exit 1 when they differ)",
+    )
+    au.add_argument("join")
+    au.add_argument("--json", action="store_true", help="print the report as JSON")
+    au.set_defaults(run=cmd_audit)
+
+
+def cmd_run(args) -> int:
+    from spark_jobs.joins.runner import reset_join, run_join
+    from spark_jobs.session import get_spark
+
+    config, lake = context(args)
+    config.join(args.join)  # fail fast, before Spark starts
+    if args.trigger <= 0:
+        raise UserError("--trigger must be a positive number of seconds")
+    if args.max_files is not None and args.max_files < 1:
+        raise UserError("--max-files must be at least 1")
+    if args.reset:
+        for item in reset_join(lake, config, args.join):
+            stderr(f"reset: removed {item}")
+    stderr("starting Spark ...")
+    spark = get_spark(app_name=f"join-{args.join}")
+    summary = run_join(
+        spark,
+        lake,
+        config,
+        args.join,
+        once=args.once,
+        trigger_seconds=args.trigger,
+        max_files=args.max_files,
+        log=stderr,
+    )
+    print(summary.text())
+    return 0
+
+
+def cmd_start(args) -> int:
+    from spark_jobs.config import resolve_config_path
+    from spark_jobs.joins.supervise import start_ingest, start_join
+
+    config, lake = context(args)
+    spec = config.join(args.join)
+    if args.trigger <= 0:
+        raise UserError("--trigger must be a positive number of seconds")
+    config_path = str(resolve_config_path(args.config).resolve())
+    ingest = start_ingest(lake, config_path, config)  # the join sees new Kafka records only through it
+    if ingest.changed:
+        print(f"{ingest.label}: started (pid {ingest.pid}); log: {ingest.log}")
+    state = start_join(lake, config_path, spec, args.trigger)
+    verb = "started" if state.changed else "already running"
+    print(f"{state.label}: {verb} (pid {state.pid}); log: {state.log}")
+    return 0
+
+
+def cmd_stop(args) -> int:
+    from spark_jobs.joins.supervise import stop_join
+
+    config, lake = context(args)
+    state = stop_join(lake, config.join(args.join), args.timeout)
+    print(f"{state.label}: " + (f"stopped (pid {state.pid})" if state.changed else "was not running"))
+    return 0
+
+
+def cmd_status(args) -> int:
+
+    from spark_jobs.joins.runner import status
+    from spark_jobs.joins.supervise import ingest_status
+
+    config, lake = context(args)
+    rows = status(lake, config)
+    ingest = ingest_status(lake, config)
+    if args.json:
+        print(json.dumps(ingest))
+        for row in rows:
+            print(json.dumps(row))
+        return 0
+    state = (
+        f"running (pid {ingest['pid']}, heartbeat {ingest['heartbeat_at']})"
+        if ingest["running"]
+        else "stopped"
+    )
+    print(f"ingest ({ingest['job']}): {state}")
+    if not rows:
+        print(f"no joins declared in {config.source}")
+    for row in rows:
+        state = f"running (pid {row['pid']})" if row["running"] else "stopped"
+        behind = row["versions_behind"]
+        lag = ", ".join(f"{side} {'-' if n is None else n}" for side, n in behind.items())
+        last = (
+            f"last batch {row['last_batch_at']}: {row['last_batch_in']} in, {row['last_batch_out']} out, "
+            f"{row['last_batch_ms']} ms, {row['pending']} pending"
+            if row["last_batch_at"]
+            else "no batch yet"
+        )
+        print(f"{row['join']} ({row['kind']}): {state}; versions behind: {lag}; {last}")
+    return 0
+
+
+def cmd_health(args) -> int:
+    from spark_jobs.joins.supervise import health
+
+    config, lake = context(args)
+    for name in args.joins:
+        config.join(name)
+    limit = config.airflow.max_versions_behind if args.max_behind is None else args.max_behind
+    if limit < 0:
+        raise UserError("--max-behind must not be negative")
+    problems = health(lake, config, limit, args.joins or None)
+    for problem in problems:
+        print(f"UNHEALTHY: {problem}")
+    if not problems:
+        print(
+            f"healthy: {', '.join(args.joins or config.joins) or 'no joins'} (limit {limit} versions behind)"
+        )
+    return 1 if problems else 0
+
+
+def cmd_audit(args) -> int:
+
+    from spark_jobs.joins.oracle import SAMPLE, audit
+    from spark_jobs.session import get_spark
+
+    config, lake = context(args)
+    config.join(args.join)
+    if not lake.exists(args.join):
+        raise UserError(f"join {args.join} has no result yet: run 'lake run {args.join} --once' first")
+    stderr("starting Spark ...")
+    report = audit(get_spark(app_name=f"audit-{args.join}"), lake, config, args.join)
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "join": report.join,
+                    "clean": report.clean,
+                    "expected_rows": report.expected_rows,
+                    "actual_rows": report.actual_rows,
+                    "differing_keys": [k.decode("utf-8", "backslashreplace") for k in report.differing_keys],
+                }
+            )
+        )
+    else:
+        print(report.text())
+        for label, rows in (("missing", report.missing), ("unexpected", report.unexpected)):
+            for row in rows[:SAMPLE]:
+                print(f"  {label}: {row}")
+    return 0 if report.clean else 1

@@ -1,0 +1,84 @@
+"""Lake commands: ``show`` (a table), ``sql`` and ``dbt`` (the catalog and marts), ``airflow``."""
+
+from __future__ import annotations
+
+import argparse
+
+from spark_jobs.cli.common import stderr
+
+
+def register(sub, common) -> None:
+    sh = sub.add_parser(
+        "show",
+        parents=[common],
+        help="print a table's current rows sorted by key, or with --changes its change feed",
+    )
+    sh.add_argument("table")
+    sh.add_argument("--changes", action="store_true", help="the change feed in commit order")
+    sh.add_argument("--json", action="store_true", help="one JSON object per line")
+    sh.set_defaults(run=cmd_show)
+
+    db = sub.add_parser(
+        "dbt",
+        parents=[common],
+        help="run dbt on the lake (dbt-spark, session mode): e.g. 'lake dbt build'",
+        description="Runs dbt with the project in dbt/ in a Spark session that sees the lake's tables as "
+        "global_temp.<table>; the marts are tables marts.<name> under <root>/warehouse.",
+    )
+    db.add_argument("dbt_args", nargs=argparse.REMAINDER, help="dbt's command and options")
+    db.set_defaults(run=cmd_dbt)
+
+    sq = sub.add_parser(
+        "sql",
+        parents=[common],
+        help="run a Spark SQL query over the marts (marts.<name>) and the lake (global_temp.<table>)",
+    )
+    sq.add_argument("query")
+    sq.add_argument("--json", action="store_true", help="one JSON object per line")
+    sq.set_defaults(run=cmd_sql)
+
+    af = sub.add_parser(
+        "airflow",
+        parents=[common],
+        help="run an airflow command with this repo's DAGs, lake root and Spark master (see README)",
+        description="Runs 'airflow ARGS' with AIRFLOW_HOME (default ./.airflow, or $LAKE_AIRFLOW_HOME), "
+        "the dags/ folder, no example DAGs, the lake root and the Spark connection configured. "
+        "Example: lake airflow standalone",
+    )
+    af.add_argument("airflow_args", nargs=argparse.REMAINDER, metavar="ARGS")
+    af.set_defaults(run=cmd_airflow)
+
+
+def cmd_show(args) -> int:
+    from spark_jobs.lake import Lake
+    from spark_jobs.show import render, table_rows
+
+    lake = Lake(args.root)
+    columns, rows = table_rows(lake, args.table, changes=args.changes)
+    for line in render(columns, rows, args.json):
+        print(line)
+    return 0
+
+
+def cmd_dbt(args) -> int:
+    from spark_jobs.lake import Lake
+    from spark_jobs.marts import run_dbt
+
+    return run_dbt(Lake(args.root), args.dbt_args, log=stderr)
+
+
+def cmd_sql(args) -> int:
+    from spark_jobs.lake import Lake
+    from spark_jobs.marts import query
+    from spark_jobs.show import render
+
+    columns, rows = query(Lake(args.root), args.query, log=stderr)
+    for line in render(columns, rows, args.json):
+        print(line)
+    return 0
+
+
+def cmd_airflow(args) -> int:
+    from spark_jobs.orchestration.environment import run_airflow
+
+    return run_airflow(args.airflow_args, root=args.root, config=args.config)

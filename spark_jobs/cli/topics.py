@@ -1,0 +1,240 @@
+"""Topic commands: ``produce`` / ``consume`` (kcat-like, on Kafka), ``topics``, ``topic repartition``
+and ``ingest`` (Kafka -> bronze)."""
+
+from __future__ import annotations
+
+import sys
+
+from spark_jobs.cli.common import Parser, Progress, context
+from spark_jobs.config import PARTITIONERS
+from spark_jobs.errors import UserError
+
+
+def register(sub, common) -> None:
+    p = sub.add_parser(
+        "produce",
+        parents=[common],
+        help="produce lines as records to a Kafka topic (like kcat -P -l)",
+        description="One record per line of FILE (or stdin). One Kafka transaction per call: a bad line "
+        "anywhere and nothing is visible.",
+    )
+    p.add_argument("topic")
+    p.add_argument("file", nargs="?", default="-", help="input file, or - for stdin (default)")
+    p.add_argument("-K", dest="key_sep", metavar="SEP", help="key separator: key SEP value")
+    p.add_argument("-Z", dest="null_empty", action="store_true", help="empty key/value -> null")
+    p.add_argument("--partitioner", choices=PARTITIONERS)
+    p.add_argument("--timestamp", type=int, metavar="MS", help="record timestamp, epoch ms")
+    p.set_defaults(run=cmd_produce)
+
+    c = sub.add_parser(
+        "consume",
+        parents=[common],
+        help="print a Kafka topic's records (like kcat -C -e -f)",
+        description="Committed records in partition, offset order, up to the end as the call starts.",
+    )
+    c.add_argument("topic")
+    c.add_argument("-f", dest="fmt", default="%s\\n", help="format: %%k %%s %%K %%S %%p %%o %%T %%t %%h")
+    c.add_argument("-o", dest="start", default="beginning", help="beginning | end | N | -N")
+    c.add_argument("-c", dest="count", type=int, help="stop after COUNT records")
+    c.add_argument("-p", dest="partition", type=int, help="only this partition")
+    c.add_argument("-Z", dest="null_text", action="store_true", help="print null keys/values as NULL")
+    c.set_defaults(run=cmd_consume)
+
+    ing = sub.add_parser(
+        "ingest",
+        parents=[common],
+        help="mirror Kafka topics into their bronze Delta tables (Spark, exactly once)",
+    )
+    ing.add_argument("topics", nargs="*", metavar="TOPIC", help="default: every declared topic")
+    mode = ing.add_mutually_exclusive_group()
+    mode.add_argument("--once", action="store_true", help="everything available now, then exit (default)")
+    mode.add_argument("--continuous", action="store_true", help="until SIGTERM / Ctrl-C")
+    mode.add_argument(
+        "--detach",
+        action="store_true",
+        help="start the pipeline's continuous ingest as a detached job (nothing happens if it runs)",
+    )
+    mode.add_argument("--stop", action="store_true", help="stop the detached continuous ingest")
+    ing.add_argument(
+        "--trigger", type=float, default=1.0, metavar="SECONDS", help="continuous: batch interval"
+    )
+    ing.add_argument("--max-records", type=int, metavar="N", help="at most N offsets per topic and batch")
+    ing.set_defaults(run=cmd_ingest)
+
+    tp = sub.add_parser("topic", parents=[common], help="topic maintenance (repartition)")
+    tsub = tp.add_subparsers(dest="topic_command", metavar="ACTION", parser_class=Parser)
+    rp = tsub.add_parser(
+        "repartition",
+        parents=[common],
+        help="replace a Kafka topic with a copy of its records placed by the right partitioner",
+    )
+    rp.add_argument("topic")
+    rp.add_argument("--partitioner", choices=PARTITIONERS, help="default: the topic's")
+    rp.set_defaults(run=cmd_repartition)
+
+    t = sub.add_parser("topics", parents=[common], help="the pipeline's topics: on Kafka and in bronze")
+    t.add_argument("--create", action="store_true", help="create the declared topics that are missing")
+    t.set_defaults(run=cmd_topics)
+
+
+def cmd_produce(args) -> int:
+    from spark_jobs.kafka import connect
+    from spark_jobs.topics import open_input, produce_lines, producing
+
+    config, lake = context(args)
+    spec = config.topic(args.topic)
+    cluster = connect(config, lake.root)
+    stream, source = open_input(args.file)
+    progress = Progress(f"produce {spec.name}")
+    try:
+        with producing(lake, spec.name, log=lambda m: print(m, file=sys.stderr)) as transactional_id:
+            result = produce_lines(
+                cluster,
+                spec,
+                stream,
+                source,
+                key_sep=args.key_sep,
+                null_empty=args.null_empty,
+                partitioner=args.partitioner,
+                timestamp_ms=args.timestamp,
+                progress=progress,
+                transactional_id=transactional_id,
+            )
+    finally:
+        progress.done()
+        if stream is not sys.stdin.buffer:
+            stream.close()
+    placed = ", ".join(f"p{i}={n}" for i, n in enumerate(result.per_partition))
+    partitioner = args.partitioner or spec.partitioner
+    print(
+        f"produced {result.records:,} records ({result.tombstones:,} tombstones) to {result.topic} "
+        f"with {partitioner} in {result.seconds:.2f}s [{placed}]",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def cmd_consume(args) -> int:
+    from spark_jobs.kafka import connect
+    from spark_jobs.topics import consume
+
+    config, lake = context(args)
+    spec = config.topic(args.topic)
+    if args.count is not None and args.count < 0:
+        raise UserError("-c COUNT must not be negative")
+    consume(
+        connect(config, lake.root),
+        spec,
+        sys.stdout.buffer,
+        fmt=args.fmt,
+        start=args.start,
+        count=args.count,
+        partition=args.partition,
+        null_as=b"NULL" if args.null_text else b"",
+    )
+    return 0
+
+
+def cmd_ingest(args) -> int:
+    from spark_jobs.ingest import run_ingest
+    from spark_jobs.session import get_spark
+
+    config, lake = context(args)
+    for topic in args.topics:
+        config.topic(topic)  # unknown names fail before Spark starts
+    if args.max_records is not None and args.max_records < 1:
+        raise UserError("--max-records must be at least 1")
+    if args.trigger <= 0:
+        raise UserError("--trigger must be a positive number of seconds")
+    if args.detach or args.stop:
+        return _ingest_job(args, config, lake)
+    spark = get_spark(app_name=f"ingest-{config.name}")
+    summary = run_ingest(
+        spark,
+        lake,
+        config,
+        args.topics or None,
+        once=not args.continuous,
+        trigger_seconds=args.trigger,
+        max_records=args.max_records,
+        log=lambda m: print(m, flush=True),
+    )
+    if args.continuous:
+        print(summary.text())
+    return 0
+
+
+def _ingest_job(args, config, lake) -> int:
+    from spark_jobs.config import resolve_config_path
+    from spark_jobs.joins.supervise import start_ingest, stop_ingest
+
+    if args.topics or args.max_records:
+        raise UserError("--detach and --stop act on the pipeline's whole ingest: no TOPIC or --max-records")
+    if args.stop:
+        state = stop_ingest(lake, config)
+        print(f"{state.label}: " + (f"stopped (pid {state.pid})" if state.changed else "was not running"))
+        return 0
+    state = start_ingest(lake, str(resolve_config_path(args.config).resolve()), config, args.trigger)
+    verb = "started" if state.changed else "already running"
+    print(f"{state.label}: {verb} (pid {state.pid}); log: {state.log}")
+    return 0
+
+
+def cmd_repartition(args) -> int:
+    from spark_jobs.repair import repartition
+    from spark_jobs.session import get_spark
+
+    config, lake = context(args)
+    config.topic(args.topic)  # an unknown topic fails before Spark starts
+    spark = get_spark(app_name="lake-repartition")
+    result = repartition(
+        spark, lake, config, args.topic, args.partitioner, log=lambda m: print(m, flush=True)
+    )
+    if not result.replaced:
+        print(
+            f"{result.topic}: all {result.records:,} records already placed by {result.partitioner}; "
+            "nothing rewritten"
+        )
+        return 0
+    print(
+        f"{result.topic}: replaced with a copy of its {result.records:,} records placed by "
+        f"{result.partitioner} ({result.moved:,} changed partition, per-key order kept, offsets renumbered); "
+        "its bronze table was rebuilt"
+    )
+    if result.restart:
+        print(f"restart from scratch (their positions no longer apply): {', '.join(result.restart)}")
+        print("  lookups rebuild themselves on their next refresh (lake backfill / lake check)")
+        for job in result.restart:
+            if job.startswith("join:"):
+                print(f"  {job}: lake run {job.removeprefix('join:')} --once --reset")
+        print("  Kafka consumers outside the product (a Kafka Streams app, ...) must reset their offsets")
+    return 0
+
+
+def cmd_topics(args) -> int:
+    from spark_jobs.ingest import next_offsets
+    from spark_jobs.kafka import connect, ensure_topics, watermarks
+
+    config, lake = context(args)
+    cluster = connect(config, lake.root)
+    print(f"pipeline {config.name} ({config.source}), lake {lake.root}, Kafka {cluster.bootstrap_servers}")
+    if args.create:
+        created = ensure_topics(cluster, config.topics.values())
+        print(f"created: {', '.join(created) if created else 'none (all exist)'}")
+    for spec in config.topics.values():
+        ends = [high for _, high in watermarks(cluster, spec)] if _exists(cluster, spec) else None
+        mirrored = next_offsets(lake, spec).tolist() if lake.exists(spec.name) else None
+        print(
+            f"  {spec.name}: {spec.partitions} partitions, key {spec.key_format}, "
+            f"value {spec.value_format}, partitioner {spec.partitioner}"
+            f"{', compacted' if spec.compacted else ''}; Kafka {cluster.topic(spec.name)} "
+            + (f"end offsets {ends}" if ends is not None else "(not created yet)")
+            + (f"; bronze up to {mirrored}" if mirrored is not None else "; no bronze table yet")
+        )
+    return 0
+
+
+def _exists(cluster, spec) -> bool:
+    from spark_jobs.kafka import partition_counts
+
+    return cluster.topic(spec.name) in partition_counts(cluster, [cluster.topic(spec.name)])

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from airflowkit import ALL_MAILS, Airflow, asset_events, demo_topics, mails, output, ran, running, wait_for
 
-from spark_jobs.config import bundled_config_path, load_config
+from spark_jobs.config import bundled_config_path
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO_DUMP = REPO / "spark_jobs" / "demo_data" / "customer_accounts.dump"
@@ -163,25 +163,6 @@ def test_quality_dag_runs_on_schedule_or_asset_and_streams_dag_offers_the_lifecy
     assert streams["params"]["action"]["enum"] == ["health", "start", "stop"]
     assert streams["params"]["join"]["enum"] == ["all", *JOINS]
     assert streams["tasks"]["choose_action"]["downstream"] == ["check_health", "start_joins", "stop_joins"]
-
-
-def test_the_airflow_section_of_a_pipeline_is_validated(tmp_path):
-    from spark_jobs.errors import UserError
-
-    text = bundled_config_path().read_text()
-    bad = tmp_path / "bad.yaml"
-    bad.write_text(
-        text.replace("../", str(bundled_config_path().parent) + "/../") + "airflow:\n  retries: -1\n"
-    )
-    with pytest.raises(
-        UserError, match=r"bad.yaml:\d+: airflow.retries: must be a non-negative integer, got -1"
-    ):
-        load_config(bad)
-    bad.write_text(
-        text.replace("../", str(bundled_config_path().parent) + "/../") + "airflow:\n  shedule: x\n"
-    )
-    with pytest.raises(UserError, match=r"airflow.shedule: unknown setting"):
-        load_config(bad)
 
 
 # --- end to end with `airflow dags test` ------------------------------------------------------------

@@ -11,7 +11,6 @@ import zlib
 import pyarrow as pa
 import pytest
 
-from spark_jobs.cli import main
 from spark_jobs.demo import demo_dump_path
 
 # Java-client (murmur2) placement of the demo keys over 4 partitions. Independent of this repo's code
@@ -78,26 +77,6 @@ def test_same_keys_with_consistent_random_show_kcat_placement(tmp_path):
 def test_demo_dump_holds_all_ten_accounts():
     lines = demo_dump_path().read_text().splitlines()
     assert lines == [f'user_{i};"user{i}@example.com"' for i in range(1, 11)]
-
-
-@pytest.mark.parametrize(
-    "config_text,message",
-    [
-        ("topics:\n  t1:\n    partitions: four\n", "p.yaml:3: topics.t1.partitions: must be a positive integer"),
-        ("topics:\n  t1: [\n", "p.yaml:3: not valid YAML"),
-        ("topcs:\n  t1: {}\n", "p.yaml:1: topcs: unknown top-level key"),
-        ("topics:\n  t1:\n    partitions: 2\n    key: utf16\n", "p.yaml:4: topics.t1.key: must be one of string, bytes"),
-        ("topics:\n  t1:\n    value: json\n", "p.yaml:2: topics.t1.partitions: is required"),
-        ("topics: {}\n", "p.yaml:1: topics: must be a non-empty mapping"),
-    ],
-)  # fmt: skip
-def test_malformed_config_is_one_line_naming_file_line_and_key(tmp_path, capsys, config_text, message):
-    cfg = tmp_path / "p.yaml"
-    cfg.write_text(config_text)
-    assert main(["--root", str(tmp_path / "lake"), "--config", str(cfg), "topics"]) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith("lake: error: ") and message in err
-    assert not (tmp_path / "lake").exists()
 
 
 @pytest.mark.parametrize(

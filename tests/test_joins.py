@@ -9,7 +9,6 @@ import pytest
 from joinkit import SECOND, T0, Feeder, changelog, produce, result_rows, write_config
 
 from spark_jobs.backfill import QUARANTINE
-from spark_jobs.config import load_config
 from spark_jobs.errors import UserError
 from spark_jobs.joins.engine import JoinJob
 from spark_jobs.joins.oracle import audit, expected
@@ -32,43 +31,6 @@ def assert_oracle(spark, lake, cfg, name):
     assert report.clean, report.text()
 
 
-# --- config -------------------------------------------------------------------------------------
-@pytest.mark.parametrize(
-    ("join", "message"),
-    [
-        ("{kind: nope, left: L, right: R, select: {a: left.v}}", "kind: must be one of table, stream-table"),
-        (
-            "{kind: stream-table, left: L, right: R, type: outer, select: {a: left.v}}",
-            "type: must be one of inner, left",
-        ),
-        ("{kind: stream-stream, left: L, right: R, select: {a: left.v}}", "window: is required"),
-        (
-            "{kind: table, left: L, right: R, window: 1 minute, select: {a: left.v}}",
-            "applies to stream-stream",
-        ),
-        ("{kind: stream-stream, left: L, right: R, window: soon, select: {a: left.v}}", "positive duration"),
-        ("{kind: table, left: L, right: nope, select: {a: left.v}}", "right: must name a declared topic"),
-        ("{kind: table, left: L, right: L, select: {a: left.v}}", "must be a different topic"),
-        (
-            "{kind: table, left: L, right: R, select: {key: left.v}}",
-            "'key' is a column every table result has",
-        ),
-        ("{kind: table, left: L, right: R, select: {}}", "select: must be a mapping"),
-        ("{kind: table, left: L, right: R, select: {a: left.v}, publish: L}", "is declared already"),
-    ],
-)
-def test_join_config_errors_name_the_line(tmp_path, join, message):
-    path = tmp_path / "p.yaml"
-    path.write_text(f"topics:\n  L: {{partitions: 2}}\n  R: {{partitions: 2}}\njoins:\n  j: {join}\n")
-    with pytest.raises(UserError) as err:
-        load_config(path)
-    assert "p.yaml:5: joins.j." in str(err.value) and message in str(err.value)
-
-
-def test_join_config_reads_window_and_publish(cfg):
-    assert cfg.join("ss_left").window_ms == 10_000
-    assert cfg.join("t_left").publish == "t_left_changelog"
-    assert cfg.topic("t_left_changelog").partitions == cfg.topic("L").partitions == 2
 
 
 def test_bad_select_expression_is_a_user_error_with_its_line(spark, lake, tmp_path):

@@ -57,48 +57,6 @@ def last_version_changes(lake, name):
 
 
 # --- config -----------------------------------------------------------------------------------------
-@pytest.mark.parametrize(
-    ("join", "message"),
-    [
-        ("{kind: fk, left: P, right: M, select: {a: left.v}}", "foreign_key: is required for a fk join"),
-        (
-            "{kind: fk, left: P, right: M, foreign_key: m, type: outer, select: {a: left.v}}",
-            "type: must be one of inner, left",
-        ),
-        ("{kind: list, left: PE, right: A, list: ids, select: {a: left.v}}", "elements: must be a mapping"),
-        (
-            "{kind: list, left: PE, right: A, list: ids, elements: {id: right.v}}",
-            "'id' is a column every element has",
-        ),
-        (
-            "{kind: list, left: PE, right: A, list: ids, element_id: 'x y', elements: {a: right.v}}",
-            "element_id: must be a field path",
-        ),
-        (
-            "{kind: derive, left: M, right: A, key: v, select: {a: left.v}}",
-            "right: applies to table, stream-table, stream-stream, fk, list joins only, not derive",
-        ),
-        ("{kind: derive, left: M, select: {a: left.v}}", "key: is required for a derive join"),
-        (
-            "{kind: derive, left: M, key: v, select: {master_key: left.v}}",
-            "'master_key' is a column every derive result has",
-        ),
-        (
-            "{kind: fk, left: P, right: M, foreign_key: m, list: ids, select: {a: left.v}}",
-            "list: applies to list joins only, not fk",
-        ),
-    ],
-)
-def test_keyed_join_config_errors_name_the_line(tmp_path, join, message):
-    text = (
-        "topics:\n  P: {partitions: 1}\n  M: {partitions: 1}\n  PE: {partitions: 1}\n  A: {partitions: 1}\n"
-    )
-    (tmp_path / "p.yaml").write_text(text + f"joins:\n  j: {join}\n")
-    from spark_jobs.config import load_config
-
-    with pytest.raises(UserError, match=message) as err:
-        load_config(tmp_path / "p.yaml")
-    assert f"{tmp_path / 'p.yaml'}:7: joins.j" in str(err.value)
 
 
 def test_bad_foreign_key_and_element_expressions_are_user_errors_with_their_line(spark, tmp_path):

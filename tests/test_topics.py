@@ -178,14 +178,6 @@ def test_timestamps_out_of_range_and_refused_topic_names(kc):
         ensure_topics(dotted, [TopicSpec("..", 1)])
 
 
-def test_config_rejects_partition_counts_no_broker_accepts(tmp_path):
-    for count, message in [(0, "must be a positive integer, got 0"), (10**9, "must be at most 10,000")]:
-        path = tmp_path / "p.yaml"
-        path.write_text(f"topics:\n  t: {{partitions: {count}}}\n")
-        with pytest.raises(UserError, match=rf"p.yaml:2: topics.t.partitions: {message}"):
-            load_config(path)
-
-
 def test_client_settings_pass_through_sasl(kafka, tmp_path, monkeypatch):
     """The pipeline's kafka: section reaches librdkafka (and Spark) unchanged: the broker's SASL/PLAIN
     listener accepts the right password and refuses a wrong one with one line."""

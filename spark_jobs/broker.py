@@ -31,6 +31,7 @@ from typing import Any
 
 from spark_jobs.errors import UserError
 from spark_jobs.jvm import locked_jars
+from spark_jobs.layout import Layout
 
 DEFAULT_PORT = 9092
 HOST = "127.0.0.1"
@@ -55,7 +56,7 @@ logger.kafka.appenderRef.file.ref = file
 
 
 def home(root: Path) -> Path:
-    return root / "_kafka"
+    return Layout(root).kafka
 
 
 @dataclass(frozen=True)

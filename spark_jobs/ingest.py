@@ -33,6 +33,7 @@ from spark_jobs.errors import UserError
 from spark_jobs.jobs import HEARTBEAT_SECONDS, ingest_job, registered
 from spark_jobs.kafka import Cluster, connect, ensure_topics, watermarks
 from spark_jobs.lake import Lake
+from spark_jobs.layout import Layout
 from spark_jobs.stopping import stop_on_signals
 
 HEADER_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
@@ -81,7 +82,7 @@ def next_offsets(lake: Lake, spec: TopicSpec) -> np.ndarray:
 
 
 def checkpoint_dir(lake: Lake, topic: str) -> Path:
-    return lake.root / "_checkpoints" / "ingest" / topic
+    return Layout(lake.root).ingest_checkpoint(topic)
 
 
 @dataclass

@@ -27,6 +27,7 @@ from typing import Any
 from spark_jobs.config import JoinSpec, PipelineConfig
 from spark_jobs.errors import UserError
 from spark_jobs.lake import Lake
+from spark_jobs.layout import Layout
 
 HEARTBEAT_SECONDS = 10  # a running job rewrites its registry entry at least this often
 STALE_AFTER_SECONDS = 60  # six missed heartbeats: the process lives but its query is stuck
@@ -61,7 +62,7 @@ class JobState:
 
 
 def jobs_dir(lake: Lake) -> Path:
-    return lake.root / "_jobs"
+    return Layout(lake.root).jobs
 
 
 def log_path(lake: Lake, job: Job) -> Path:

@@ -22,6 +22,7 @@ from pathlib import Path
 from spark_jobs.backfill import ensure_quarantine
 from spark_jobs.errors import UserError
 from spark_jobs.lake import Lake
+from spark_jobs.layout import Layout
 from spark_jobs.quality import QUALITY_RUNS, QUALITY_RUNS_SCHEMA
 
 PROJECT_DIR = Path(__file__).resolve().parents[1] / "dbt"
@@ -72,7 +73,7 @@ def _run_dbt(lake: Lake, project: Path, args: Sequence[str], log: Callable[[str]
     log(f"{len(names)} lake tables visible to dbt as global_temp.<table>")
     if not spark.catalog.databaseExists(MARTS_SCHEMA):  # (Hive logs an ERROR for IF NOT EXISTS hits)
         spark.sql(f"CREATE SCHEMA {MARTS_SCHEMA}")
-    work = lake.root.absolute() / "dbt"
+    work = Layout(lake.root).dbt
     argv = [
         *args,
         "--project-dir",

@@ -29,6 +29,7 @@ from spark_jobs.config import PipelineConfig, choice, mapping, read_located, tex
 from spark_jobs.errors import UserError
 from spark_jobs.ingest import ensure_bronze
 from spark_jobs.lake import Lake
+from spark_jobs.layout import Layout
 from spark_jobs.partitioners import spark_partition
 from spark_jobs.report import report_path, run_page, write_report
 
@@ -440,7 +441,7 @@ def _run_suites(
     report_dir: Path | None,
     log,
 ) -> QualityReport:
-    report_dir = (report_dir or lake.root / "reports" / "quality").absolute()
+    report_dir = (report_dir or Layout(lake.root).quality_reports).absolute()
     report_dir.mkdir(parents=True, exist_ok=True)
     for topic in config.topics.values():
         ensure_bronze(lake, topic)

@@ -38,6 +38,7 @@ from spark_jobs.ingest import rebuild_bronze
 from spark_jobs.jobs import ingest_job, running_jobs
 from spark_jobs.kafka import Cluster, connect, delete_topics, ensure_topics, partition_counts, produce, read
 from spark_jobs.lake import Lake
+from spark_jobs.layout import Layout
 from spark_jobs.topics import producing
 
 STAGING_SUFFIX = ".repartition"
@@ -101,7 +102,7 @@ def _read_all(cluster: Cluster, spec: TopicSpec, as_topic: str | None = None) ->
 
 
 def _marker(lake: Lake, topic: str):
-    return lake.root / "_repair" / f"{topic}.json"
+    return Layout(lake.root).repair_marker(topic)
 
 
 def repartition(

@@ -21,6 +21,7 @@ import pyarrow.compute as pc
 
 from spark_jobs.config import PipelineConfig
 from spark_jobs.lake import Lake
+from spark_jobs.layout import Layout
 
 QUALITY_RUNS = "quality_runs"
 QUARANTINE = "quarantine"
@@ -41,7 +42,7 @@ class Misplaced:
 
 
 def report_path(lake: Lake, pipeline: str) -> Path:
-    return lake.root.absolute() / "reports" / "quality" / f"{pipeline}.html"
+    return Layout(lake.root).pipeline_report(pipeline)
 
 
 def run_page(run_time: datetime, run_id: str) -> str:

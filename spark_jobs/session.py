@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from spark_jobs.jvm import locked_jars
+from spark_jobs.layout import Layout
 
 DEFAULT_MASTER = "local[2]"
 # Settings spark-submit decides for a submitted application; a session built inside one keeps them.
@@ -35,18 +36,18 @@ def _log4j_config() -> str:
 
 def catalog_conf(root: Path) -> dict[str, str]:
     """The settings of a persistent catalog under the lake root ``root``."""
-    root = root.absolute()
+    layout = Layout(root)
     return {
         "spark.sql.catalogImplementation": "hive",
-        "spark.sql.warehouse.dir": str(root / "warehouse"),
+        "spark.sql.warehouse.dir": str(layout.warehouse),
         "spark.hadoop.javax.jdo.option.ConnectionURL": (
-            f"jdbc:derby:;databaseName={root / 'catalog' / 'metastore_db'};create=true"
+            f"jdbc:derby:;databaseName={layout.catalog / 'metastore_db'};create=true"
         ),
         # the metastore creates its own schema in a new Derby database, and keeps quiet about it
         "spark.hadoop.datanucleus.schema.autoCreateAll": "true",
         "spark.hadoop.hive.metastore.schema.verification": "false",
         # Derby's own log (derby.log) goes beside the metastore, not into the working directory
-        "spark.driver.extraJavaOptions": f"-Dderby.system.home={root / 'catalog'}",
+        "spark.driver.extraJavaOptions": f"-Dderby.system.home={layout.catalog}",
     }
 
 
@@ -121,7 +122,7 @@ def get_spark(master: str | None = None, app_name: str = "lake", catalog: Path |
             f"{conf['spark.driver.extraJavaOptions']} {extra['spark.driver.extraJavaOptions']}"
         )
         conf.update(extra)
-        (catalog.absolute() / "catalog").mkdir(parents=True, exist_ok=True)
+        Layout(catalog).catalog.mkdir(parents=True, exist_ok=True)
     active = SparkSession.getActiveSession()
     if active is not None:
         current = active.sparkContext.master

@@ -30,6 +30,7 @@ from spark_jobs.joins.engine import METRICS, BatchMetrics, side_records, state_t
 from spark_jobs.joins.keyed import job_for
 from spark_jobs.kafka import connect, delete_topics
 from spark_jobs.lake import Lake
+from spark_jobs.layout import Layout
 from spark_jobs.stopping import stop_on_signals
 
 STOP_MARKER = "lake: stop requested, this micro-batch is left for the next run"
@@ -40,7 +41,7 @@ REWRITTEN = (
 
 
 def checkpoint_dir(lake: Lake, spec: JoinSpec) -> Path:
-    return lake.root / "_checkpoints" / spec.name
+    return Layout(lake.root).join_checkpoint(spec.name)
 
 
 def query_id(checkpoint: Path) -> str:

@@ -31,6 +31,7 @@ from deltalake.schema import Field as DeltaField
 
 from spark_jobs.config import resolve_root
 from spark_jobs.errors import UserError
+from spark_jobs.layout import Layout
 
 if TYPE_CHECKING:
     import pyarrow.dataset as pads
@@ -129,7 +130,7 @@ class Lake:
     # --- locations ------------------------------------------------------------------------------
     @property
     def tables_dir(self) -> Path:
-        return self.root / "tables"
+        return Layout(self.root).tables
 
     def path(self, name: str) -> Path:
         return self.tables_dir / name
@@ -154,7 +155,7 @@ class Lake:
         ``shared`` with other shared holders. Waits for a conflicting holder, or with ``wait=False``
         yields False at once instead of taking the lock (True when taken). The lock dies with its
         process, so a killed holder never leaves it taken."""
-        folder = self.root / "_locks"
+        folder = Layout(self.root).locks
         folder.mkdir(parents=True, exist_ok=True)
         mode = fcntl.LOCK_SH if shared else fcntl.LOCK_EX
         with open(folder / f"{name}.lock", "w") as handle:

@@ -116,7 +116,7 @@ class _Builder:
         return PythonOperator(task_id=task_id, python_callable=func, doc_md=doc, retries=retries, **kwargs)
 
     def run_suites(self) -> SparkSubmitOperator:
-        summary = tasks.RUN_DIR_TEMPLATE.format(root=self.root) + f"/{tasks.QUALITY_JSON}"
+        summary = tasks.run_dir_template(self.root) + f"/{tasks.QUALITY_JSON}"
         return self.spark(
             "run_quality_suites",
             ["check", *self.common(), "--exit-zero", "--summary-json", summary],

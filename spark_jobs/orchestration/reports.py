@@ -12,12 +12,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from spark_jobs.config import resolve_root
+from spark_jobs.layout import Layout
 
 URL_PREFIX = "/lake-reports"
 
 
 def reports_dir(root: str | None = None) -> Path:
-    return resolve_root(root) / "reports"
+    return Layout(resolve_root(root)).reports
 
 
 def report_url(page: str | None, root: str, base_url: str) -> str | None:

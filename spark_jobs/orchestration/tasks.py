@@ -18,17 +18,22 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from spark_jobs.layout import Layout
+
 log = logging.getLogger(__name__)
 
-RUN_DIR_TEMPLATE = "{root}/_airflow/{{{{ dag.dag_id }}}}/{{{{ run_id }}}}"
 QUALITY_JSON = "quality.json"
 BACKFILL_JSON = "backfill.json"
-ALERTS = "_airflow/alerts.jsonl"
+
+
+def run_dir_template(root: str) -> str:
+    """This DAG run's folder as a Jinja template (for a task's templated arguments)."""
+    return str(Layout(Path(root)).airflow_run("{{ dag.dag_id }}", "{{ run_id }}"))
 
 
 def run_dir(root: str, context: dict) -> Path:
-    """The folder :data:`RUN_DIR_TEMPLATE` renders to for this task's DAG run."""
-    return Path(root) / "_airflow" / context["dag"].dag_id / context["run_id"]
+    """The folder :func:`run_dir_template` renders to for this task's DAG run."""
+    return Layout(Path(root)).airflow_run(context["dag"].dag_id, context["run_id"])
 
 
 def _fail(message: str):
@@ -76,7 +81,7 @@ def quality_lines(report: dict, root: str) -> list[str]:
     url = report_url(report.get("summary_html"), root, base)
     if url:
         lines.append(f"report in the browser: {url}")
-    pipeline_page = Path(root) / "reports" / "quality" / f"{report.get('pipeline')}.html"
+    pipeline_page = Layout(Path(root)).pipeline_report(str(report.get("pipeline")))
     pipeline_url = report_url(str(pipeline_page), root, base)
     if pipeline_url:
         lines.append(
@@ -285,7 +290,7 @@ def alert_on_failure(root: str, context: dict) -> None:
         "error": str(error).splitlines()[0] if error else None,
     }
     log.error("ALERT %s.%s failed: %s", alert["dag_id"], alert["task_id"], alert["error"])
-    path = Path(root) / ALERTS
+    path = Layout(Path(root)).alerts
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a", encoding="utf-8") as out:
         out.write(json.dumps(alert) + "\n")

@@ -32,6 +32,7 @@ from spark_jobs.errors import UserError
 from spark_jobs.ingest import ensure_bronze, kafka_records, sync_bronze
 from spark_jobs.kafka import connect, partition_counts, produce
 from spark_jobs.lake import Lake
+from spark_jobs.system_tables import QUARANTINE, ensure_quarantine
 from spark_jobs.topics import producing
 
 LOOKUP_SCHEMA = pa.schema(
@@ -44,23 +45,6 @@ LOOKUP_SCHEMA = pa.schema(
         ("topic_version", pa.int64()),
     ]
 )
-QUARANTINE = "quarantine"
-QUARANTINE_SCHEMA = pa.schema(
-    [
-        ("run_id", pa.string()),
-        ("run_time", pa.timestamp("us", tz="UTC")),
-        ("job", pa.string()),  # e.g. backfill:accounts
-        ("source", pa.string()),
-        ("line", pa.int64()),
-        ("raw_hex", pa.string()),
-        ("reason", pa.string()),
-    ]
-)
-
-
-def ensure_quarantine(lake: Lake) -> None:
-    """The one quarantine table every job (backfills, joins) writes its rejected input to."""
-    lake.create(QUARANTINE, QUARANTINE_SCHEMA, description="rejected input lines, with the reason")
 
 
 def lookup_table(lookup: LookupSpec) -> str:

@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from spark_jobs import system_tables
 from spark_jobs.errors import UserError
 
 DEFAULT_CONFIG = "demo.yaml"
@@ -531,7 +532,7 @@ def _join(
     path = ("joins", name)
     if not COLUMN_RE.match(name):
         raise doc.error(path, "join names use letters, digits and '_' (they name the result table)")
-    if name in topics or name.startswith("lookup_") or name in ("quarantine", "quality_runs", "join_metrics"):
+    if name in topics or name.startswith("lookup_") or name in system_tables.NAMES:
         raise doc.error(path, "the name is taken by a topic or a table of the lake; choose another")
     if not isinstance(spec, dict):
         raise doc.error(path, "must be a mapping")

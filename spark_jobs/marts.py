@@ -19,11 +19,10 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from spark_jobs.backfill import ensure_quarantine
 from spark_jobs.errors import UserError
 from spark_jobs.lake import Lake
 from spark_jobs.layout import Layout
-from spark_jobs.quality import QUALITY_RUNS, QUALITY_RUNS_SCHEMA
+from spark_jobs.system_tables import ensure_quality_runs, ensure_quarantine
 
 PROJECT_DIR = Path(__file__).resolve().parents[1] / "dbt"
 MARTS_SCHEMA = "marts"
@@ -49,7 +48,7 @@ def register_lake_views(spark, lake: Lake) -> list[str]:
 def ensure_system_tables(lake: Lake) -> None:
     """The quarantine and quality-runs tables exist (empty) before anything reads them."""
     ensure_quarantine(lake)
-    lake.create(QUALITY_RUNS, QUALITY_RUNS_SCHEMA, description="every quality run, per expectation")
+    ensure_quality_runs(lake)
 
 
 def run_dbt(lake: Lake, args: Sequence[str], log: Callable[[str], None] = print) -> int:

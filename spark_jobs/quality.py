@@ -32,26 +32,11 @@ from spark_jobs.lake import Lake
 from spark_jobs.layout import Layout
 from spark_jobs.partitioners import spark_partition
 from spark_jobs.report import report_path, run_page, write_report
+from spark_jobs.system_tables import QUALITY_RUNS, QUALITY_RUNS_SCHEMA, ensure_quality_runs
 
 CHECK_TYPES = ("completeness", "co_partitioning", "key_format", "lookup_basics")
 LIST_LIMIT = 1000  # offending keys listed per expectation (with the total count)
 DESCRIPTION_LIMIT = 20  # offending keys spelled out in the Data Docs description
-QUALITY_RUNS = "quality_runs"
-QUALITY_RUNS_SCHEMA = pa.schema(
-    [
-        ("run_id", pa.string()),
-        ("run_time", pa.timestamp("us", tz="UTC")),
-        ("pipeline", pa.string()),
-        ("suite", pa.string()),
-        ("suite_version", pa.int64()),
-        ("check", pa.string()),
-        ("expectation", pa.string()),
-        ("success", pa.bool_()),
-        ("observed_value", pa.string()),
-        ("offending_total", pa.int64()),
-        ("offending_sample", pa.list_(pa.string())),
-    ]
-)
 
 
 @dataclass(frozen=True)
@@ -549,7 +534,7 @@ def _run_check(spark, lake, config, gxr: _GX, suite: Suite, check: Check) -> lis
 
 
 def _record(lake: Lake, report: QualityReport, suites: list[Suite]) -> None:
-    lake.create(QUALITY_RUNS, QUALITY_RUNS_SCHEMA, description="every quality run, per expectation")
+    ensure_quality_runs(lake)
     versions = {s.name: s.version for s in suites}
     when = datetime.fromisoformat(report.run_time)
     rows = [

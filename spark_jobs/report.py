@@ -22,9 +22,8 @@ import pyarrow.compute as pc
 from spark_jobs.config import PipelineConfig
 from spark_jobs.lake import Lake
 from spark_jobs.layout import Layout
+from spark_jobs.system_tables import QUALITY_RUNS, QUARANTINE
 
-QUALITY_RUNS = "quality_runs"
-QUARANTINE = "quarantine"
 CHART_RUNS = 30  # runs shown in the chart
 QUARANTINE_ROWS = 100  # quarantined records listed (with the total)
 MISPLACED_RE = re.compile(

@@ -8,13 +8,14 @@ import zlib
 
 import pytest
 
-from spark_jobs.backfill import QUARANTINE, lookup_table, refresh_lookup, run_backfill
+from spark_jobs.backfill import lookup_table, refresh_lookup, run_backfill
 from spark_jobs.config import load_config
 from spark_jobs.demo import write_demo_topics
 from spark_jobs.errors import UserError
 from spark_jobs.ingest import sync_bronze
 from spark_jobs.kafka import connect, watermarks
 from spark_jobs.partitioners import partition_for
+from spark_jobs.system_tables import QUARANTINE
 from spark_jobs.topics import consume, produce_lines
 
 

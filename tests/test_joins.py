@@ -8,12 +8,12 @@ import pyarrow.compute as pc
 import pytest
 from joinkit import SECOND, T0, Feeder, changelog, produce, result_rows, write_config
 
-from spark_jobs.backfill import QUARANTINE
 from spark_jobs.errors import UserError
 from spark_jobs.joins.engine import JoinJob
 from spark_jobs.joins.oracle import audit, expected
 from spark_jobs.joins.runner import reset_join
 from spark_jobs.partitioners import partition_for
+from spark_jobs.system_tables import QUARANTINE
 
 
 @pytest.fixture
@@ -29,8 +29,6 @@ def changes(lake, name):
 def assert_oracle(spark, lake, cfg, name):
     report = audit(spark, lake, cfg, name)
     assert report.clean, report.text()
-
-
 
 
 def test_bad_select_expression_is_a_user_error_with_its_line(spark, lake, tmp_path):

@@ -22,11 +22,11 @@ from joinkit import (
     write_config,
 )
 
-from spark_jobs.backfill import QUARANTINE
 from spark_jobs.errors import UserError
 from spark_jobs.joins import keyed
 from spark_jobs.joins.oracle import audit
 from spark_jobs.lake import Lake
+from spark_jobs.system_tables import QUARANTINE
 
 
 @pytest.fixture

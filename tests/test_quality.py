@@ -13,7 +13,8 @@ from spark_jobs.backfill import refresh_lookup
 from spark_jobs.cli import main
 from spark_jobs.config import load_config
 from spark_jobs.lake import Lake
-from spark_jobs.quality import QUALITY_RUNS, run_suites
+from spark_jobs.quality import run_suites
+from spark_jobs.system_tables import QUALITY_RUNS
 
 CONFIG = """
 topics:

@@ -34,13 +34,19 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.utils import AnalysisException
 
-from spark_jobs.backfill import QUARANTINE, ensure_quarantine
 from spark_jobs.config import JOIN_META_COLUMNS, JoinSpec, PipelineConfig, TopicSpec
 from spark_jobs.errors import UserError
 from spark_jobs.ingest import ensure_bronze, next_offsets
 from spark_jobs.kafka import Cluster, connect, ensure_topics, produce, producer_id, tail
 from spark_jobs.lake import Lake, conform, table_arrow_schema
 from spark_jobs.session import arrow_frame
+from spark_jobs.system_tables import (
+    JOIN_METRICS,
+    JOIN_METRICS_SCHEMA,
+    QUARANTINE,
+    ensure_join_metrics,
+    ensure_quarantine,
+)
 
 TS = pa.timestamp("us", tz="UTC")
 RECORD_FIELDS = [
@@ -62,29 +68,6 @@ DECISIONS_SCHEMA = pa.schema(
         ("left_caught_up", pa.bool_()),
         ("right_caught_up", pa.bool_()),
         ("watermark", TS),
-    ]
-)
-METRICS = "join_metrics"
-METRICS_SCHEMA = pa.schema(
-    [
-        ("join", pa.string()),
-        ("query_id", pa.string()),
-        ("batch_id", pa.int64()),
-        ("started_at", TS),
-        ("duration_ms", pa.float64()),
-        ("input_left", pa.int64()),
-        ("input_right", pa.int64()),
-        ("quarantined", pa.int64()),
-        ("ignored", pa.int64()),  # tombstones on the stream side of a stream join
-        ("affected_keys", pa.int64()),  # table: keys recomputed; stream kinds: events decided
-        ("upserted", pa.int64()),
-        ("deleted", pa.int64()),
-        ("appended", pa.int64()),
-        ("pending", pa.int64()),  # stream kinds: events waiting (for the right side / their window)
-        ("null_keys", pa.int64()),  # fk / derive: live left rows whose foreign / derived key is null
-        ("elements_joined", pa.int64()),  # list: elements looked up in the right table (added, updated)
-        ("elements_retracted", pa.int64()),  # list: elements removed from their lists
-        ("elements_kept", pa.int64()),  # list: elements of recomputed rows reused without a lookup
     ]
 )
 # A stream-stream pair (or an unmatched event) before ``select``: meta columns, then both values.
@@ -345,8 +328,7 @@ class JoinJob:
         for name, schema in self.tables.items():
             self.lake.create(name, schema, change_feed=False, description=f"state of join {self.spec.name}")
         ensure_quarantine(self.lake)
-        self.lake.create(METRICS, METRICS_SCHEMA, description="one row per join micro-batch")
-        self.lake.add_missing_columns(METRICS, METRICS_SCHEMA)  # lakes made before a column existed
+        ensure_join_metrics(self.lake)
         self.lake.create(self.spec.name, self.result_schema, description=f"result of join {self.spec.name}")
         existing = table_arrow_schema(self.lake.table(self.spec.name))
         if [(f.name, str(f.type)) for f in existing] != [(f.name, str(f.type)) for f in self.result_schema]:
@@ -749,9 +731,9 @@ class JoinJob:
             "batch_id": txn[1],
             "started_at": at,
             "duration_ms": duration_ms,
-            **{f.name: getattr(m, f.name) for f in METRICS_SCHEMA if hasattr(m, f.name)},
+            **{f.name: getattr(m, f.name) for f in JOIN_METRICS_SCHEMA if hasattr(m, f.name)},
         }
-        self.lake.append(METRICS, pa.Table.from_pylist([row], METRICS_SCHEMA), txn=txn)
+        self.lake.append(JOIN_METRICS, pa.Table.from_pylist([row], JOIN_METRICS_SCHEMA), txn=txn)
 
 
 def _without_json(table: pa.Table) -> pa.Table:

@@ -26,12 +26,13 @@ from spark_jobs import ingest
 from spark_jobs.config import JoinSpec, PipelineConfig
 from spark_jobs.errors import UserError
 from spark_jobs.jobs import HEARTBEAT_SECONDS, join_job, registered, registry, running_jobs
-from spark_jobs.joins.engine import METRICS, BatchMetrics, side_records, state_tables
+from spark_jobs.joins.engine import BatchMetrics, side_records, state_tables
 from spark_jobs.joins.keyed import job_for
 from spark_jobs.kafka import connect, delete_topics
 from spark_jobs.lake import Lake
 from spark_jobs.layout import Layout
 from spark_jobs.stopping import stop_on_signals
+from spark_jobs.system_tables import JOIN_METRICS
 
 STOP_MARKER = "lake: stop requested, this micro-batch is left for the next run"
 REWRITTEN = (
@@ -220,7 +221,7 @@ def reset_join(lake: Lake, config: PipelineConfig, name: str) -> list[str]:
 def status(lake: Lake, config: PipelineConfig) -> list[dict[str, Any]]:
     """Per join: running or not, last batch, how far behind its inputs are."""
     running = running_jobs(lake)
-    metrics = lake.read_arrow(METRICS) if lake.exists(METRICS) else None
+    metrics = lake.read_arrow(JOIN_METRICS) if lake.exists(JOIN_METRICS) else None
     rows = []
     for spec in config.joins.values():
         row: dict[str, Any] = {"join": spec.name, "kind": spec.kind, "running": spec.job in running}

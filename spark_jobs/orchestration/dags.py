@@ -25,6 +25,7 @@ from airflow.providers.standard.sensors.python import PythonSensor
 from airflow.sdk import DAG, Asset, AssetAny, AssetOrTimeSchedule, CronTriggerTimetable, Param
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
+from spark_jobs import system_tables
 from spark_jobs.config import PARTITIONERS, PipelineConfig, load_config, resolve_root
 from spark_jobs.errors import UserError
 from spark_jobs.orchestration import tasks
@@ -131,7 +132,10 @@ class _Builder:
         and the lake's shared ones (quality runs, quarantine). Models of other pipelines are left to
         their own DAGs, so a lake without them builds cleanly."""
         tables = [f"lookup_{name}" for name in self.config.lookups] + list(self.config.joins)
-        return ["--select", *[f"source:lake.{t}+" for t in [*tables, "quality_runs", "quarantine"]]]
+        return [
+            "--select",
+            *[f"source:lake.{t}+" for t in [*tables, system_tables.QUALITY_RUNS, system_tables.QUARANTINE]],
+        ]
 
     def gate(self) -> PythonOperator:
         return self.python(

@@ -319,6 +319,8 @@ class JoinJob:
         self._appended: set[str] = set()  # state logs appended to in this batch
         self._cluster: Cluster | None = None  # Kafka, for the changelog (connected on first publish)
         self._replay_possible = True  # the first batch after a (re)start may be a replay
+        # where the changelog goes instead of Kafka (spark_jobs.testing's driver keeps it in memory)
+        self.publisher: Callable[[pa.Array, pa.Array], None] | None = None
         self._create_tables()
 
     # --- setup ------------------------------------------------------------------------------
@@ -671,7 +673,9 @@ class JoinJob:
         spec = self.config.topic(self.spec.publish or "")
         tag = f"{txn[0]}:{txn[1]}".encode()
         first, self._replay_possible = self._replay_possible, False
-        if not (first and self._on_kafka_already(spec, tag)):
+        if self.publisher is not None:
+            self.publisher(keys, values)
+        elif not (first and self._on_kafka_already(spec, tag)):
             produce(
                 self.cluster,
                 spec,

@@ -1,0 +1,234 @@
+"""Testing a pipeline file without a broker: ``PipelineTestDriver`` (Kafka Streams' TopologyTestDriver,
+for this product's joins).
+
+```python
+from spark_jobs.testing import PipelineTestDriver
+
+with PipelineTestDriver("pipeline.yaml", root=tmp_path) as d:   # one Spark session, no broker
+    d.pipe("products", key="p1", value={"merchant_id": "m1"}, timestamp=1000)  # value=None: tombstone
+    d.advance()                      # every join processes what was piped since the last advance
+    d.changes("display_products")    # [(key, value_dict_or_None), ...] emitted by that advance, in order
+    d.changelog("display_products")  # [(key, value_dict_or_None), ...] it would publish to Kafka
+    d.table("display_products")      # {key: value_dict} the result table now holds
+```
+
+The driver runs the joins' own engine (``JoinJob.process``, the code ``lake run`` runs per
+micro-batch); only the Kafka ends are swapped. ``pipe`` stands in for a producer and the ingest: at
+``advance`` the piped records are written to their topics' bronze tables as ``lake ingest`` mirrors
+Kafka (placed by the topic's partitioner, offsets continuing per partition), then each join gets
+everything new on its inputs as one micro-batch. A join's published changelog is kept in memory
+instead of going to Kafka, and piped into its topic, so a join reading it sees it at the next
+``advance``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from spark_jobs import partitioners
+from spark_jobs.config import JOIN_META_COLUMNS, PipelineConfig, TopicSpec, load_config
+from spark_jobs.errors import UserError
+from spark_jobs.ingest import TOPIC_SCHEMA, ensure_bronze, next_offsets
+from spark_jobs.lake import Lake
+
+Record = tuple[str, dict | None]
+
+
+def append_bronze(
+    lake: Lake,
+    spec: TopicSpec,
+    keys: pa.Array,
+    values: pa.Array,
+    timestamp_ms: int | np.ndarray = 0,
+    partitioner: str | None = None,
+) -> int | None:
+    """Append records (binary keys and values, null value = tombstone) to a topic's bronze table in
+    one Delta commit, as ``lake ingest`` mirrors them: Kafka's columns, placed by ``partitioner``
+    (default: the topic's), offsets continuing each partition. Returns the table version."""
+    ensure_bronze(lake, spec)
+    part = partitioners.partitions(keys, spec.partitions, partitioner or spec.partitioner)
+    nxt = next_offsets(lake, spec)
+    offsets = np.empty(len(part), dtype=np.int64)
+    for p in range(spec.partitions):
+        mask = part == p
+        offsets[mask] = np.arange(nxt[p], nxt[p] + int(mask.sum()))
+    n = len(keys)
+    stamps = np.broadcast_to(np.asarray(timestamp_ms, dtype=np.int64) * 1000, (n,))
+    table = pa.table(
+        {
+            "key": keys.cast(pa.binary()),
+            "value": values.cast(pa.binary()),
+            "topic": pa.array([spec.name] * n, pa.string()),
+            "partition": pa.array(part, pa.int32()),
+            "offset": pa.array(offsets, pa.int64()),
+            "timestamp": pa.array(stamps).cast(TOPIC_SCHEMA.field("timestamp").type),
+            "timestampType": pa.array(np.zeros(n, dtype=np.int32)),
+            "headers": pa.array([[]] * n, TOPIC_SCHEMA.field("headers").type),
+        },
+        schema=TOPIC_SCHEMA,
+    )
+    return lake.append(spec.name, table)
+
+
+def _encode(value: Any, what: str) -> bytes | None:
+    if value is None:
+        return None
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, str):
+        return value.encode()
+    try:
+        return json.dumps(value, separators=(",", ":")).encode()
+    except TypeError as exc:
+        raise UserError(f"{what}: the value is not JSON-serializable ({exc})") from None
+
+
+def _text(key: bytes | str) -> str:
+    return key.decode() if isinstance(key, bytes) else key
+
+
+def _decode(value: bytes | None) -> dict | None:
+    return None if value is None else json.loads(value)
+
+
+class PipelineTestDriver:
+    """A pipeline's joins driven record by record, in one Spark session, without Kafka."""
+
+    def __init__(self, pipeline: str | Path, root: str | Path, spark: Any = None):
+        from spark_jobs.joins.keyed import job_for
+        from spark_jobs.session import get_spark
+
+        self.config: PipelineConfig = load_config(pipeline)
+        self.lake = Lake(root)
+        self.spark = spark or get_spark(app_name="pipeline-test-driver")
+        self._piped: dict[str, list[tuple[bytes, bytes | None, int]]] = {}
+        self._clock = 0  # the timestamp of a record piped without one: the latest seen
+        self._seen: dict[tuple[str, str], np.ndarray] = {}  # (join, topic): next offset per partition
+        self._changes: dict[str, list[Record]] = {}
+        self._changelog: dict[str, list[Record]] = {}
+        self._batch = 0
+        self.jobs = {}
+        for name, spec in self.config.joins.items():
+            job = job_for(self.spark, self.lake, self.config, spec, f"test-driver-{name}")
+            job.publisher = self._publisher(name)
+            self.jobs[name] = job
+
+    def __enter__(self) -> PipelineTestDriver:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Nothing to release: the Spark session is shared, the lake stays for inspection."""
+
+    # --- input ------------------------------------------------------------------------------------
+    def pipe(self, topic: str, key: str | bytes, value: Any, timestamp: int | None = None) -> None:
+        """Hand one record to ``topic`` (declared in the pipeline): ``value`` a dict (JSON), str or
+        bytes, or None for a tombstone; ``timestamp`` in epoch ms (default: the latest piped)."""
+        self.config.topic(topic)  # an unknown topic is a clear error
+        if timestamp is None:
+            timestamp = self._clock
+        self._clock = max(self._clock, timestamp)
+        raw_key = key if isinstance(key, bytes) else str(key).encode()
+        encoded = _encode(value, f"topic {topic}, key {_text(key)}")
+        self._piped.setdefault(topic, []).append((raw_key, encoded, int(timestamp)))
+
+    def advance(self) -> None:
+        """Mirror what was piped into bronze, then run every join once on everything new on its
+        inputs (one micro-batch each, in the pipeline's order)."""
+        piped, self._piped = self._piped, {}
+        for topic, records in piped.items():
+            keys = pa.array([k for k, _, _ in records], pa.binary())
+            values = pa.array([v for _, v, _ in records], pa.binary())
+            stamps = np.array([t for _, _, t in records], dtype=np.int64)
+            append_bronze(self.lake, self.config.topic(topic), keys, values, stamps)
+        self._changes, self._changelog = {}, {}
+        for name, job in self.jobs.items():
+            spec = self.config.join(name)
+            before = self.lake.version(name)
+            parts = []
+            for side, topic in spec.sides:
+                new = self._unread(name, topic)
+                parts.append(new.add_column(0, "side", pa.array([side] * new.num_rows, pa.string())))
+            rows = pa.concat_tables(parts)
+            if rows.num_rows:
+                from spark_jobs.session import arrow_frame
+
+                job.process(arrow_frame(self.spark, rows), self._batch)
+            self._changes[name] = self._emitted(name, before)
+        self._batch += 1
+        for name, published in self._changelog.items():  # read by the joins downstream, next time
+            for key, value in published:
+                self.pipe(str(self.config.join(name).publish), key, value)
+
+    def _unread(self, join: str, topic: str) -> pa.Table:
+        """The records of ``topic`` that ``join`` has not read yet, in partition and offset order."""
+        spec = self.config.topic(topic)
+        ensure_bronze(self.lake, spec)
+        rows = self.lake.read_arrow(topic, columns=["key", "value", "timestamp", "partition", "offset"])
+        seen = self._seen.setdefault((join, topic), np.zeros(spec.partitions, dtype=np.int64))
+        if rows.num_rows:
+            start = pa.array(seen[rows["partition"].to_numpy(zero_copy_only=False)])
+            rows = rows.filter(pc.greater_equal(rows["offset"], start))
+        rows = rows.sort_by([("partition", "ascending"), ("offset", "ascending")])
+        for p, o in zip(rows["partition"].to_pylist(), rows["offset"].to_pylist(), strict=True):
+            seen[p] = max(seen[p], o + 1)
+        return rows
+
+    def _publisher(self, join: str):
+        def publish(keys: pa.Array, values: pa.Array) -> None:
+            out = self._changelog.setdefault(join, [])
+            out.extend(
+                (k.decode(), _decode(v)) for k, v in zip(keys.to_pylist(), values.to_pylist(), strict=True)
+            )
+
+        return publish
+
+    def _emitted(self, name: str, before: int | None) -> list[Record]:
+        if not self.lake.exists(name) or self.lake.version(name) == before:
+            return []
+        feed = self.lake.changes_arrow(name, 0 if before is None else before + 1)
+        columns = self._value_columns(name)
+        out: list[Record] = []
+        for row in feed.to_pylist():
+            kind = row["_change_type"]
+            if kind == "update_preimage":
+                continue
+            key = _text(row["key"])
+            out.append((key, None if kind == "delete" else {c: row[c] for c in columns}))
+        return out
+
+    def _value_columns(self, name: str) -> list[str]:
+        meta = set(JOIN_META_COLUMNS[self.config.join(name).kind])
+        return [c for c in self.lake.read_arrow(name).schema.names if c not in meta]
+
+    # --- output -----------------------------------------------------------------------------------
+    def changes(self, join: str) -> list[Record]:
+        """The changes the last ``advance`` made to the join's result table, in order: (key, the
+        row's value columns) for an upsert or an appended event, (key, None) for a delete."""
+        self.config.join(join)
+        return list(self._changes.get(join, []))
+
+    def changelog(self, join: str) -> list[Record]:
+        """What the last ``advance`` would have published to the join's changelog topic (joins with
+        ``publish``): (key, value as JSON) or (key, None) for a tombstone, in order."""
+        if not self.config.join(join).publish:
+            raise UserError(f"join {join} does not publish a changelog (set publish: true in the pipeline)")
+        return list(self._changelog.get(join, []))
+
+    def table(self, join: str) -> dict[str, dict]:
+        """The join's result table now: key -> the row's value columns (for stream kinds, whose
+        result is a log of events, the last event per key)."""
+        self.config.join(join)
+        if not self.lake.exists(join):
+            return {}
+        columns = self._value_columns(join)
+        rows = self.lake.read_arrow(join).to_pylist()
+        return {_text(r["key"]): {c: r[c] for c in columns} for r in rows}

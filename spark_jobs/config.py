@@ -14,8 +14,8 @@ from typing import Any
 
 import yaml
 
-from spark_jobs import system_tables
 from spark_jobs.errors import UserError
+from spark_jobs.layout import SYSTEM_TABLES
 
 DEFAULT_CONFIG = "demo.yaml"
 KEY_FORMATS = ("string", "bytes")
@@ -532,7 +532,7 @@ def _join(
     path = ("joins", name)
     if not COLUMN_RE.match(name):
         raise doc.error(path, "join names use letters, digits and '_' (they name the result table)")
-    if name in topics or name.startswith("lookup_") or name in system_tables.NAMES:
+    if name in topics or name.startswith("lookup_") or name in SYSTEM_TABLES:
         raise doc.error(path, "the name is taken by a topic or a table of the lake; choose another")
     if not isinstance(spec, dict):
         raise doc.error(path, "must be a mapping")

@@ -25,6 +25,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+# The system tables under tables/ (their schemas: spark_jobs.system_tables). No topic, lookup or join
+# may take these names.
+QUARANTINE = "quarantine"
+QUALITY_RUNS = "quality_runs"
+JOIN_METRICS = "join_metrics"
+SYSTEM_TABLES = (QUARANTINE, QUALITY_RUNS, JOIN_METRICS)
+
 
 @dataclass(frozen=True)
 class Layout:

@@ -1,4 +1,5 @@
-"""The lake's system tables, described once: their names and schemas, and how they are created.
+"""The lake's system tables, described once: their schemas and how they are created (their names are
+the layout's, ``spark_jobs.layout``).
 
 - ``quarantine``: every input a job rejected (a backfill's bad dump line, a join's record whose value
   does not parse), with the job, where it came from, its bytes in hex and the reason.
@@ -8,14 +9,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import pyarrow as pa
 
-if TYPE_CHECKING:  # config asks this module for the names, and the lake imports config
-    from spark_jobs.lake import Lake
+from spark_jobs.lake import Lake
+from spark_jobs.layout import JOIN_METRICS, QUALITY_RUNS, QUARANTINE
 
-QUARANTINE = "quarantine"
 QUARANTINE_SCHEMA = pa.schema(
     [
         ("run_id", pa.string()),
@@ -28,7 +26,6 @@ QUARANTINE_SCHEMA = pa.schema(
     ]
 )
 
-QUALITY_RUNS = "quality_runs"
 QUALITY_RUNS_SCHEMA = pa.schema(
     [
         ("run_id", pa.string()),
@@ -45,7 +42,6 @@ QUALITY_RUNS_SCHEMA = pa.schema(
     ]
 )
 
-JOIN_METRICS = "join_metrics"
 JOIN_METRICS_SCHEMA = pa.schema(
     [
         ("join", pa.string()),
@@ -68,9 +64,6 @@ JOIN_METRICS_SCHEMA = pa.schema(
         ("elements_kept", pa.int64()),  # list: elements of recomputed rows reused without a lookup
     ]
 )
-
-
-NAMES = (QUARANTINE, QUALITY_RUNS, JOIN_METRICS)  # no topic, lookup or join may take these names
 
 
 def ensure_quarantine(lake: Lake) -> None:

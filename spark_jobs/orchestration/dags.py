@@ -25,9 +25,9 @@ from airflow.providers.standard.sensors.python import PythonSensor
 from airflow.sdk import DAG, Asset, AssetAny, AssetOrTimeSchedule, CronTriggerTimetable, Param
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from spark_jobs import system_tables
 from spark_jobs.config import PARTITIONERS, PipelineConfig, load_config, resolve_root
 from spark_jobs.errors import UserError
+from spark_jobs.layout import QUALITY_RUNS, QUARANTINE
 from spark_jobs.orchestration import tasks
 from spark_jobs.orchestration.environment import unique_pipelines
 from spark_jobs.session import submit_conf
@@ -134,7 +134,7 @@ class _Builder:
         tables = [f"lookup_{name}" for name in self.config.lookups] + list(self.config.joins)
         return [
             "--select",
-            *[f"source:lake.{t}+" for t in [*tables, system_tables.QUALITY_RUNS, system_tables.QUARANTINE]],
+            *[f"source:lake.{t}+" for t in [*tables, QUALITY_RUNS, QUARANTINE]],
         ]
 
     def gate(self) -> PythonOperator:

@@ -391,13 +391,14 @@ def produce(
                 progress(len(keys))
             if failures:
                 break
-        remaining = producer.flush(TIMEOUT_S * 4)
-        if failures or remaining:
-            waited = f"{TIMEOUT_S * 4:g} s"
-            reason = failures[0] if failures else f"{remaining} record(s) not acknowledged within {waited}"
-            reason = reason if failures else f"{reason} (is the broker down?)"
-            raise cluster.error(f"producing to {name} failed, nothing was committed", reason)
-        producer.commit_transaction(TIMEOUT_S * 4)
+        waited = TIMEOUT_S * 4
+        remaining = producer.flush(waited)
+        if failures:
+            raise cluster.error(f"producing to {name} failed, nothing was committed", failures[0])
+        if remaining:
+            unsent = f"{remaining} record(s) not acknowledged within {waited:g} s (is the broker down?)"
+            raise cluster.error(f"producing to {name} failed, nothing was committed", unsent)
+        producer.commit_transaction(waited)
         _await_visible(cluster, spec, last)
     except BaseException as exc:
         try:

@@ -206,8 +206,9 @@ class PipelineTestDriver:
         return out
 
     def _value_columns(self, name: str) -> list[str]:
+        """The result's columns besides its meta columns (the engine knows them: no table read)."""
         meta = set(JOIN_META_COLUMNS[self.config.join(name).kind])
-        return [c for c in self.lake.read_arrow(name).schema.names if c not in meta]
+        return [c for c in self.jobs[name].result_schema.names if c not in meta]
 
     # --- output -----------------------------------------------------------------------------------
     def changes(self, join: str) -> list[Record]:

@@ -140,11 +140,11 @@ def ensure_joins_running(config_path: str, root: str, conn_id: str, trigger: flo
         return {}
     env = {"LAKE_SPARK_MASTER": connection_master(conn_id)}
     outcome = {}
-    for name, start in [("ingest", lambda: start_ingest(lake, config_path, config, env=env))] + [
-        (name, lambda name=name: start_join(lake, config_path, config.join(name), trigger, env=env))
-        for name in _chosen_joins(config, context)
-    ]:
-        state = start()
+    for name in ["ingest", *_chosen_joins(config, context)]:  # the joins read what the ingest mirrors
+        if name == "ingest":
+            state = start_ingest(lake, config_path, config, env=env)
+        else:
+            state = start_join(lake, config_path, config.join(name), trigger, env=env)
         verb = "started" if state.changed else "already running, left alone"
         log.info(
             "%s: %s (pid %s, master %s); log %s",

@@ -10,6 +10,7 @@ with PipelineTestDriver("pipeline.yaml", root=tmp_path) as d:   # one Spark sess
     d.changes("display_products")    # [(key, value_dict_or_None), ...] emitted by that advance, in order
     d.changelog("display_products")  # [(key, value_dict_or_None), ...] it would publish to Kafka
     d.table("display_products")      # {key: value_dict} the result table now holds
+    d.quarantined("display_products")  # [(topic[partition], offset, reason), ...] set aside by it
 ```
 
 The driver runs the joins' own engine (``JoinJob.process``, the code ``lake run`` runs per
@@ -36,6 +37,7 @@ from spark_jobs.config import JOIN_META_COLUMNS, PipelineConfig, TopicSpec, load
 from spark_jobs.errors import UserError
 from spark_jobs.ingest import TOPIC_SCHEMA, ensure_bronze, next_offsets
 from spark_jobs.lake import Lake
+from spark_jobs.layout import QUARANTINE
 
 Record = tuple[str, dict | None]
 
@@ -223,6 +225,16 @@ class PipelineTestDriver:
         if not self.config.join(join).publish:
             raise UserError(f"join {join} does not publish a changelog (set publish: true in the pipeline)")
         return list(self._changelog.get(join, []))
+
+    def quarantined(self, join: str) -> list[tuple[str, int, str]]:
+        """The records the last ``advance`` quarantined for ``join`` (a record that is not JSON, a
+        null key, a record its ``select`` failed on): (topic[partition], offset, reason)."""
+        self.config.join(join)
+        if not self.lake.exists(QUARANTINE):
+            return []
+        rows = self.lake.read_arrow(QUARANTINE, columns=["run_id", "source", "line", "reason"])
+        run = f"test-driver-{join}:{self._batch - 1}"
+        return [(r["source"], r["line"], r["reason"]) for r in rows.to_pylist() if r["run_id"] == run]
 
     def table(self, join: str) -> dict[str, dict]:
         """The join's result table now: key -> the row's value columns (for stream kinds, whose

@@ -71,8 +71,10 @@ def test_the_fk_join_step_by_step_with_its_changelog_and_a_join_reading_it(drive
     assert sorted(d.changes("display")) == sorted(d.changelog("display")) == gone
 
     d.pipe("products", key="p1", value=None, timestamp=5000)
+    d.pipe("products", key="ghost", value=None, timestamp=5000)  # a key the join never saw
     d.advance()
-    assert d.changes("display") == d.changelog("display") == [("p1", None)]  # a tombstone
+    assert d.changes("display") == [("p1", None)]  # a delete of the row
+    assert d.changelog("display") == [("p1", None), ("ghost", None)]  # every left tombstone goes on
     assert sorted(d.changes("shelf"), key=lambda c: c[0]) == [
         ("p1", None),
         ("p2", {"merchant": None, "title": "Saw"}),
@@ -91,3 +93,43 @@ def test_an_advance_with_nothing_piped_changes_nothing_and_names_are_checked(dri
         d.changes("nope")
     with pytest.raises(UserError, match="join shelf does not publish a changelog"):
         d.changelog("shelf")
+
+
+LIST_PIPELINE = """
+pipeline: driver-list-test
+topics:
+  persons: {partitions: 2}
+  addresses: {partitions: 2}
+joins:
+  people:
+    kind: list
+    left: persons
+    right: addresses
+    list: address_ids
+    select: {name: left.name}
+    elements: {city: right.city}
+    as: addresses
+    publish: true
+"""
+
+
+def test_a_list_join_publishes_a_tombstone_for_every_left_tombstone_also_of_a_never_seen_key(spark, tmp_path):
+    (tmp_path / "pipeline.yaml").write_text(LIST_PIPELINE)
+    with PipelineTestDriver(tmp_path / "pipeline.yaml", root=tmp_path / "lake", spark=spark) as d:
+        d.pipe("addresses", key="a1", value={"city": "Oslo"}, timestamp=1)
+        d.pipe("persons", key="ann", value={"name": "Ann", "address_ids": ["a1", "a2"]}, timestamp=1)
+        d.advance()
+        ann = {
+            "name": "Ann",
+            "addresses": [
+                {"id": "a1", "matched": True, "city": "Oslo"},
+                {"id": "a2", "matched": False, "city": None},
+            ],
+        }
+        assert d.changes("people") == d.changelog("people") == [("ann", ann)]
+        d.pipe("persons", key="ann", value=None, timestamp=2)
+        d.pipe("persons", key="ghost", value=None, timestamp=2)
+        d.advance()
+        assert d.changes("people") == [("ann", None)]
+        assert d.changelog("people") == [("ann", None), ("ghost", None)]
+        assert d.table("people") == {}

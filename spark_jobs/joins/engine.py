@@ -37,6 +37,7 @@ from pyspark.sql.utils import AnalysisException
 from spark_jobs.config import JOIN_META_COLUMNS, JoinSpec, PipelineConfig, TopicSpec
 from spark_jobs.errors import UserError
 from spark_jobs.ingest import ensure_bronze, next_offsets
+from spark_jobs.joins.poison import Guarded, fails, guarded
 from spark_jobs.kafka import Cluster, connect, ensure_topics, produce, producer_id, tail
 from spark_jobs.lake import Lake, conform, table_arrow_schema
 from spark_jobs.session import arrow_frame
@@ -213,7 +214,8 @@ class Projection:
                 _ = frame.selectExpr(f"({expr}) AS `{col}`").schema  # analysis happens here
             except AnalysisException as exc:  # ParseException is one
                 raise UserError(f"{self.spec.where[col]}: {spark_error(exc)}") from None
-        return to_arrow_schema(frame.selectExpr(*self.meta, *self._exprs()).schema, timezone="UTC")
+        schema = to_arrow_schema(frame.selectExpr(*self.meta, *self._exprs()).schema, timezone="UTC")
+        return pa.schema([f.with_nullable(True) for f in schema])  # a delete carries nulls
 
     def apply(self, rows: pa.Table, with_json: bool = False) -> pa.Table:
         """Rows with the meta columns, ``left_value`` and ``right_value`` -> the result's columns (and
@@ -301,6 +303,11 @@ def _unique_keys(*tables: pa.Table) -> pa.Array:
 class JoinJob:
     """One join's engine: ``process(frame, batch_id)`` per micro-batch (``foreachBatch``)."""
 
+    # A result keyed like the left topic publishes a tombstone for every accepted left tombstone, also
+    # when the result held nothing for that key: Kafka Streams' joins send one for a key they saw but
+    # never emitted (an inner join without a match), its table-table joins also for a key never seen.
+    tombstones_follow_left = True
+
     def __init__(
         self,
         spark: SparkSession,
@@ -317,6 +324,8 @@ class JoinJob:
         self.result_schema = self.projection.output_schema
         self.tables = state_tables(spec)
         self._appended: set[str] = set()  # state logs appended to in this batch
+        self._quarantined: list[pa.Table] = []  # the batch's quarantine rows (written once, at its end)
+        self._left_tombstones = pa.array([], pa.binary())  # keys the batch's accepted left tombstones hit
         self._cluster: Cluster | None = None  # Kafka, for the changelog (connected on first publish)
         self._replay_possible = True  # the first batch after a (re)start may be a replay
         # where the changelog goes instead of Kafka (spark_jobs.testing's driver keeps it in memory)
@@ -333,6 +342,12 @@ class JoinJob:
         ensure_join_metrics(self.lake)
         self.lake.create(self.spec.name, self.result_schema, description=f"result of join {self.spec.name}")
         existing = table_arrow_schema(self.lake.table(self.spec.name))
+        required = [f.name for f in existing if not f.nullable]
+        if required:  # written before results were nullable: a delete's row of nulls would not fit
+            table = f"delta.`{self.lake.uri(self.spec.name)}`"
+            for column in required:
+                self.spark.sql(f"ALTER TABLE {table} ALTER COLUMN `{column}` DROP NOT NULL")
+            existing = table_arrow_schema(self.lake.table(self.spec.name))
         if [(f.name, str(f.type)) for f in existing] != [(f.name, str(f.type)) for f in self.result_schema]:
             raise UserError(
                 f"join {self.spec.name}: the result table's columns ({', '.join(existing.names)}) differ "
@@ -380,6 +395,9 @@ class JoinJob:
                 self._stream_table_batch(left, right, progress, txn, started_at, metrics)
             else:
                 self._stream_stream_batch(left, right, progress, txn, started_at, metrics)
+        if self._quarantined:  # one commit for the batch's bad records and poison pills
+            self.lake.append(QUARANTINE, pa.concat_tables(self._quarantined), txn=txn)
+            self._quarantined.clear()
         duration = (time.perf_counter() - started) * 1000
         self._metrics(metrics, txn, started_at, duration)
         self.log(f"join {self.spec.name} batch {batch_id}: {metrics.text()} ({duration:.0f} ms)")
@@ -407,11 +425,14 @@ class JoinJob:
         for side, records in (("left", left), ("right", right)):
             state, _ = self._apply(f"{name}__{side}", records, keys, txn)
             live = state.filter(pc.is_valid(state["value"]))
-            sides[side] = live.select(["key", "value"]).rename_columns(["key", f"{side}_value"])
+            blame = [f"__{side[0]}p", f"__{side[0]}o"]
+            sides[side] = live.select(["key", "value", "partition", "offset"]).rename_columns(
+                ["key", f"{side}_value", *blame]
+            )
         join_type = {"inner": "inner", "left": "left outer", "outer": "full outer"}[self.spec.type]
         joined = sides["left"].join(sides["right"], "key", join_type=join_type, coalesce_keys=True)
-        desired = self.projection.apply(joined, with_json=bool(self.spec.publish))
-        changes = self._changes(desired, keys)
+        desired, failed = self._project(joined, txn, at, m)
+        changes = self._changes(desired, _without(keys, failed))
         self._write_changes([changes], txn, at, m)
 
     def _apply(
@@ -427,7 +448,29 @@ class JoinJob:
             self.lake.append(table, fresh, txn=txn)
             self._appended.add(table)
             state = latest_per_key(pa.concat_tables([state, fresh]))
+        if table == f"{self.spec.name}__left":
+            self._left_tombstones = _accepted_tombstones(latest, state)
         return state, fresh
+
+    def _project(
+        self, rows: pa.Table, txn: tuple[str, int], at: datetime, m: BatchMetrics, elements: Any = None
+    ) -> tuple[pa.Table, pa.Array]:
+        """``rows``' result rows (``select`` evaluated), and the keys of the rows it failed on: those
+        rows' records are quarantined with the error and their keys' results stay as they were
+        (:mod:`spark_jobs.joins.poison`). A list join's ``elements`` go with their rows."""
+        with_json = bool(self.spec.publish)
+
+        def evaluate(part: pa.Table) -> pa.Table:
+            if elements is None:
+                return self.projection.apply(part, with_json=with_json)
+            mine = elements.filter(pc.is_in(elements["key"], part["key"]))
+            return self.projection.apply(part, mine, with_json=with_json)
+
+        result = guarded(evaluate, rows)
+        if result.failed.num_rows:
+            m.quarantined += result.failed.num_rows
+            self._quarantine_poison(result, evaluate, txn, at)
+        return result.output, pc.unique(result.failed["key"].combine_chunks())
 
     def _changes(self, desired: pa.Table, keys: pa.Array) -> tuple[pa.Table, pa.Array]:
         """The upserts (new or different rows of ``desired``) and deletes (result keys among ``keys``
@@ -447,16 +490,21 @@ class JoinJob:
         upserts = pa.concat_tables([u for u, _ in changes]) if changes else None
         deletes = pa.concat_arrays([d for _, d in changes]) if changes else pa.array([], pa.binary())
         m.upserted, m.deleted = (upserts.num_rows if upserts is not None else 0), len(deletes)
+        silent = pa.array([], pa.binary())  # tombstones for keys the result did not hold
+        if upserts is not None and self.tombstones_follow_left:
+            changed = pa.concat_arrays([upserts["key"].combine_chunks(), deletes])
+            silent = _without(self._left_tombstones, changed)
+        self._left_tombstones = pa.array([], pa.binary())
+        if upserts is not None and self.spec.publish and (upserts.num_rows or len(deletes) or len(silent)):
+            keys_out = pa.concat_arrays([upserts["key"].combine_chunks(), deletes, silent])
+            values = pa.concat_arrays(
+                [
+                    upserts["__json"].combine_chunks().cast(pa.binary()),
+                    pa.nulls(len(deletes) + len(silent), pa.binary()),
+                ]
+            )
+            self._publish(keys_out, values, txn, at)
         if upserts is not None and (upserts.num_rows or len(deletes)):
-            if self.spec.publish:
-                keys_out = pa.concat_arrays([upserts["key"].combine_chunks(), deletes])
-                values = pa.concat_arrays(
-                    [
-                        upserts["__json"].combine_chunks().cast(pa.binary()),
-                        pa.nulls(len(deletes), pa.binary()),
-                    ]
-                )
-                self._publish(keys_out, values, txn, at)
             merged = pa.concat_tables(
                 [
                     _without_json(upserts).append_column(
@@ -563,7 +611,7 @@ class JoinJob:
         ready, waiting = candidates.filter(ready_mask), candidates.filter(pc.invert(ready_mask))
         m.affected_keys, m.pending = ready.num_rows, waiting.num_rows
         rows = self._as_of(ready)
-        out = self.projection.apply(rows, with_json=bool(self.spec.publish))
+        out, _ = self._project(rows, txn, at, m)
         out = out.sort_by([("timestamp", "ascending"), ("partition", "ascending"), ("offset", "ascending")])
         m.appended = out.num_rows
         self._append_events(out, txn, at)
@@ -576,27 +624,32 @@ class JoinJob:
         base = events.select(RECORD_COLUMNS).rename_columns(
             ["key", "left_value", "timestamp", "partition", "offset"]
         )
-        if events.num_rows == 0:
-            return base.append_column("right_value", pa.array([], pa.binary()))
+        base = base.append_column("__lp", base["partition"]).append_column("__lo", base["offset"])
+        n = base.num_rows
+        right = {"right_value": pa.nulls(n, pa.binary()), "__rp": pa.nulls(n, pa.int32())}
+        right["__ro"] = pa.nulls(n, pa.int64())
         history = self.lake.read_keys(
             f"{self.spec.name}__right_history",
             "key",
             pc.unique(events["key"].combine_chunks()),
-            columns=["key", "value", "timestamp", "offset"],
-        ).rename_columns(["key", "right_value", "r_ts", "r_off"])
-        ids = base.append_column("__i", pa.array(np.arange(base.num_rows)))
+            columns=["key", "value", "timestamp", "partition", "offset"],
+        ).rename_columns(["key", "right_value", "r_ts", "__rp", "__ro"])
+        ids = base.append_column("__i", pa.array(np.arange(n)))
         cand = ids.select(["key", "timestamp", "__i"]).join(history, "key", join_type="inner")
         cand = cand.filter(pc.less_equal(cand["r_ts"], cand["timestamp"]))
-        right_value = pa.nulls(base.num_rows, pa.binary())
         if cand.num_rows:
-            cand = cand.sort_by([("__i", "ascending"), ("r_ts", "ascending"), ("r_off", "ascending")])
+            cand = cand.sort_by([("__i", "ascending"), ("r_ts", "ascending"), ("__ro", "ascending")])
             i = cand["__i"].combine_chunks()
             last = pa.concat_arrays([pc.not_equal(i.slice(0, len(i) - 1), i.slice(1)), pa.array([True])])
             best = cand.filter(last)
-            values = np.full(base.num_rows, None, dtype=object)
-            values[best["__i"].to_numpy()] = best["right_value"].to_numpy(zero_copy_only=False)
-            right_value = pa.array(values, pa.binary())
-        rows = base.append_column("right_value", right_value)
+            at = best["__i"].to_numpy()
+            for column, kind in (("right_value", pa.binary()), ("__rp", pa.int32()), ("__ro", pa.int64())):
+                values = np.full(n, None, dtype=object)
+                values[at] = best[column].to_numpy(zero_copy_only=False)
+                right[column] = pa.array(values, kind)
+        rows = base
+        for column, values in right.items():
+            rows = rows.append_column(column, values)
         if self.spec.type == "inner":
             rows = rows.filter(pc.is_valid(rows["right_value"]))
         return rows
@@ -642,7 +695,10 @@ class JoinJob:
             buffers[side] = rows.filter(pc.invert(expires))
         out_rows = pa.concat_tables([paired, *unmatched]) if unmatched else paired
         m.affected_keys = out_rows.num_rows
-        out = self.projection.apply(out_rows, with_json=bool(self.spec.publish))
+        blame = {"__lp": "left_partition", "__lo": "left_offset", "__rp": "right_partition"}
+        for column, source in (blame | {"__ro": "right_offset"}).items():
+            out_rows = out_rows.append_column(column, out_rows[source])
+        out, _ = self._project(out_rows, txn, at, m)
         order = [(c, "ascending") for c in JOIN_META_COLUMNS["stream-stream"][1:]]
         out = out.sort_by(order)
         m.appended = out.num_rows
@@ -726,7 +782,38 @@ class JoinJob:
                 ),
             }
         )
-        self.lake.append(QUARANTINE, rows, txn=txn)
+        self._quarantined.append(rows.cast(table_arrow_schema(self.lake.table(QUARANTINE))))
+
+    def _quarantine_poison(
+        self, result: Guarded, evaluate: Callable, txn: tuple[str, int], at: datetime
+    ) -> None:
+        """One quarantine row per row ``select`` failed on, naming the record to blame: the right
+        side's when the row evaluates without it, else the left side's."""
+        rows = []
+        for i, error in enumerate(result.errors):
+            row = result.failed.slice(i, 1)
+            side = "left"
+            if "right_value" in row.column_names and row["right_value"][0].is_valid:
+                without_right = row.set_column(
+                    row.schema.get_field_index("right_value"), "right_value", pa.nulls(1, pa.binary())
+                )
+                side = "left" if fails(evaluate, without_right) else "right"
+            record = row.to_pylist()[0]
+            value = record.get(f"{side}_value")
+            topic = self.spec.left if side == "left" else self.spec.right
+            key = record["key"].decode("utf-8", "replace")
+            rows.append(
+                {
+                    "run_id": f"{txn[0]}:{txn[1]}",
+                    "run_time": at,
+                    "job": self.spec.job,
+                    "source": f"{topic}[{record.get(f'__{side[0]}p')}]",
+                    "line": record.get(f"__{side[0]}o"),
+                    "raw_hex": value.hex() if value is not None else "",
+                    "reason": f"select failed on the {side} record of result key '{key}': {error}",
+                }
+            )
+        self._quarantined.append(pa.Table.from_pylist(rows, table_arrow_schema(self.lake.table(QUARANTINE))))
 
     def _metrics(self, m: BatchMetrics, txn: tuple[str, int], at: datetime, duration_ms: float) -> None:
         row = {
@@ -808,6 +895,22 @@ def _ids_in(rows: pa.Table, partitions: Any, offsets: Any) -> pa.Array:
     wanted = {(p, o) for p, o in zip(partitions.to_pylist(), offsets.to_pylist(), strict=True)}
     mine = zip(rows["partition"].to_pylist(), rows["offset"].to_pylist(), strict=True)
     return pa.array([(p, o) in wanted for p, o in mine])
+
+
+def _accepted_tombstones(latest: pa.Array, state: pa.Table) -> pa.Array:
+    """Keys whose latest record in the batch (``latest``) is a tombstone that the state accepted: it is
+    the state's latest version of its key (also when a replay finds it committed already)."""
+    dead = latest.filter(pc.is_null(latest["value"])).select(["key", "partition", "offset"])
+    if dead.num_rows == 0:
+        return pa.array([], pa.binary())
+    now = state.select(["key", "partition", "offset"]).rename_columns(["key", "__p", "__o"])
+    both = dead.join(now, "key", join_type="inner")
+    same = pc.and_(pc.equal(both["partition"], both["__p"]), pc.equal(both["offset"], both["__o"]))
+    return both.filter(same)["key"].combine_chunks()
+
+
+def _without(keys: pa.Array, dropped: pa.Array) -> pa.Array:
+    return keys.filter(pc.invert(pc.is_in(keys, dropped))) if len(dropped) else keys
 
 
 def _hex(values: Any) -> Any:

@@ -38,6 +38,7 @@ from spark_jobs.joins.engine import (
     JoinJob,
     Projection,
     _unique_keys,
+    _without,
     latest_per_key,
     prepare,
     spark_error,
@@ -200,7 +201,9 @@ class ListProjection:
             out = self.output_schema.empty_table()
             return out.append_column("__json", pa.array([], pa.string())) if with_json else out
         frame = self.frame(
-            arrow_frame(self.spark, conform(rows, self.row_schema, "list rows")),
+            arrow_frame(
+                self.spark, conform(rows.select(self.row_schema.names), self.row_schema, "list rows")
+            ),
             arrow_frame(self.spark, conform(elements, self.element_schema, "list elements")),
         )
         columns = [*self.spec.select, self.spec.list_as]
@@ -313,8 +316,8 @@ class FkJob(IndexedJob):
         for chunk in chunks(candidates):
             keys, rows = self._rows(chunk, left_keys, right_keys)
             m.affected_keys += len(keys)
-            desired = self.projection.apply(rows, with_json=bool(self.spec.publish))
-            changes.append(self._changes(desired, keys))
+            desired, failed = self._project(rows, txn, at, m)
+            changes.append(self._changes(desired, _without(keys, failed)))
         self._write_changes(changes, txn, at, m)
 
     def _rows(
@@ -332,14 +335,18 @@ class FkJob(IndexedJob):
         by = live["by"].combine_chunks()
         fks = pc.unique(by.filter(pc.is_valid(by)))
         right = _live(latest_per_key(self.lake.read_keys(f"{name}__right", "key", fks)))
-        rhs = right.select(["key", "value"]).rename_columns(["__fk", "right_value"])
-        lhs = live.select(["key", "value", "by"]).rename_columns(["key", "left_value", "__fk"])
+        rhs = right.select(["key", "value", "partition", "offset"])
+        rhs = rhs.rename_columns(["__fk", "right_value", "__rp", "__ro"])
+        lhs = live.select(["key", "value", "by", "partition", "offset"])
+        lhs = lhs.rename_columns(["key", "left_value", "__fk", "__lp", "__lo"])
         join_type = "inner" if self.spec.type == "inner" else "left outer"
-        rows = lhs.join(rhs, "__fk", join_type=join_type).select(["key", "left_value", "right_value"])
+        rows = lhs.join(rhs, "__fk", join_type=join_type).drop_columns(["__fk"])
         return keys, rows
 
 
 class DeriveJob(IndexedJob):
+    tombstones_follow_left = False  # its result is keyed by the derived key, not the left topic's
+
     def _keyed_batch(
         self, left: pa.Table, right: pa.Table, txn: tuple[str, int], at: datetime, m: BatchMetrics
     ) -> None:
@@ -353,9 +360,8 @@ class DeriveJob(IndexedJob):
         m.affected_keys = len(affected)
         changes = []
         for keys in chunks(affected):
-            rows = self._rows(keys)
-            desired = self.projection.apply(rows, with_json=bool(self.spec.publish))
-            changes.append(self._changes(desired, keys))
+            desired, failed = self._project(self._rows(keys), txn, at, m)
+            changes.append(self._changes(desired, _without(keys, failed)))
         self._write_changes(changes, txn, at, m)
 
     def _rows(self, derived: pa.Array) -> pa.Table:
@@ -365,7 +371,15 @@ class DeriveJob(IndexedJob):
         state = _live(latest_per_key(self.lake.read_keys(f"{name}__left", "key", masters)))
         state = state.filter(pc.is_in(state["by"], derived))
         newest = latest_by(state, ["by"], NEWEST)
-        return pa.table({"key": newest["by"], "master_key": newest["key"], "left_value": newest["value"]})
+        return pa.table(
+            {
+                "key": newest["by"],
+                "master_key": newest["key"],
+                "left_value": newest["value"],
+                "__lp": newest["partition"],
+                "__lo": newest["offset"],
+            }
+        )
 
 
 # --- list ---------------------------------------------------------------------------------------
@@ -392,8 +406,8 @@ class ListJob(KeyedJob):
         for keys in chunks(affected):
             rows, elements, cache = self._rows(keys, right_keys, m)
             cache_rows.append(cache)
-            desired = self.projection.apply(rows, elements, with_json=bool(self.spec.publish))
-            changes.append(self._changes(desired, keys))
+            desired, failed = self._project(rows, txn, at, m, elements)
+            changes.append(self._changes(desired, _without(keys, failed)))
         cache_changes = pa.concat_tables(cache_rows) if cache_rows else None
         if cache_changes is not None and cache_changes.num_rows:
             seq = self.lake.version(f"{name}__elements") + 1  # the version this append creates
@@ -463,8 +477,8 @@ class ListJob(KeyedJob):
             }
         )
         elements = _elements(state, values)
-        rows = state.select(["key", "value"]).rename_columns(["key", "left_value"])
-        return rows, elements, cache
+        rows = state.select(["key", "value", "partition", "offset"])
+        return rows.rename_columns(["key", "left_value", "__lp", "__lo"]), elements, cache
 
 
 def _elements(state: pa.Table, values: dict[tuple[bytes, bytes], Any]) -> pa.Table:

@@ -55,6 +55,7 @@ bench: setup ## benchmarks (minutes); figures go to bench-results/ and belong in
 	@$(BIN)/python tests/bench/bench_quality.py | tee bench-results/quality.txt
 	@$(BIN)/python tests/bench/bench_joins.py | tee bench-results/joins.txt
 	@$(BIN)/python tests/bench/bench_keyed.py --hot-million | tee bench-results/keyed.txt
+	@$(BIN)/python tests/bench/bench_state.py | tee bench-results/state.txt
 	@LAKE_FAULT_KILLS=20 $(BIN)/python -m pytest -q tests/test_join_runner.py -k sigkill | tee bench-results/join-faults.txt
 
 lock-jvm: ## re-fetch the JVM jars of infra/jvm/*.pom.xml and rewrite their checksums (needs Maven Central)

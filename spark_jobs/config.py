@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 
 from spark_jobs.errors import UserError
+from spark_jobs.joins.kinds import KINDS, JoinKind
 from spark_jobs.layout import SYSTEM_TABLES
 
 DEFAULT_CONFIG = "demo.yaml"
@@ -27,40 +28,6 @@ MAX_PARTITIONS = 10_000  # far above any real topic; a broker asked for millions
 KAFKA_TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{0,200}$")
 ENV_REF_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 DEFAULT_ROOT = "lakehouse"
-JOIN_TYPES = {
-    "table": ("inner", "left", "outer"),
-    "stream-table": ("inner", "left"),
-    "stream-stream": ("inner", "left", "outer"),
-    "fk": ("inner", "left"),
-    "list": ("left", "inner"),  # the first is the default
-    "derive": ("inner",),
-}
-# The settings each kind takes besides kind/left/type/select/publish.
-JOIN_SETTINGS = {
-    "table": ("right",),
-    "stream-table": ("right",),
-    "stream-stream": ("right", "window"),
-    "fk": ("right", "foreign_key"),
-    "list": ("right", "list", "element_id", "elements", "as"),
-    "derive": ("key",),
-}
-# Columns every result of a kind carries besides ``select``'s (so ``select`` may not use these names).
-JOIN_META_COLUMNS = {
-    "table": ("key",),
-    "stream-table": ("key", "timestamp", "partition", "offset"),
-    "stream-stream": (
-        "key",
-        "left_timestamp",
-        "left_partition",
-        "left_offset",
-        "right_timestamp",
-        "right_partition",
-        "right_offset",
-    ),
-    "fk": ("key",),
-    "list": ("key",),
-    "derive": ("key", "master_key"),
-}
 FIELD_PATH_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 COLUMN_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 WINDOW_RE = re.compile(
@@ -145,7 +112,7 @@ class JoinSpec:
     """A continuous join of two topics, or a lookup derived from one (README, "Joins")."""
 
     name: str
-    kind: str  # table | stream-table | stream-stream | fk | list | derive
+    kind: str  # a name of spark_jobs.joins.kinds.KINDS
     left: str
     right: str | None  # None for derive (one master topic)
     type: str  # inner | left | outer (as the kind allows)
@@ -163,6 +130,10 @@ class JoinSpec:
     @property
     def job(self) -> str:
         return f"join:{self.name}"
+
+    @property
+    def join_kind(self) -> JoinKind:
+        return KINDS[self.kind]
 
     @property
     def sides(self) -> tuple[tuple[str, str], ...]:
@@ -536,23 +507,24 @@ def _join(
         raise doc.error(path, "the name is taken by a topic or a table of the lake; choose another")
     if not isinstance(spec, dict):
         raise doc.error(path, "must be a mapping")
-    kind = choice(doc, (*path, "kind"), spec.get("kind"), tuple(JOIN_TYPES))
-    every = tuple(dict.fromkeys(k for settings in JOIN_SETTINGS.values() for k in settings))
+    kind = choice(doc, (*path, "kind"), spec.get("kind"), tuple(KINDS))
+    info = KINDS[kind]
+    every = tuple(dict.fromkeys(k for other in KINDS.values() for k in other.settings))
     spec = mapping(doc, path, spec, ("kind", "left", "type", "select", "publish", *every))
     for key in spec:
-        if key in every and key not in JOIN_SETTINGS[kind]:
-            kinds = ", ".join(k for k, settings in JOIN_SETTINGS.items() if key in settings)
+        if key in every and key not in info.settings:
+            kinds = ", ".join(k.name for k in KINDS.values() if key in k.settings)
             raise doc.error((*path, key), f"applies to {kinds} joins only, not {kind}")
     sides: dict[str, str | None] = {"right": None}
-    for side in ("left", "right") if "right" in JOIN_SETTINGS[kind] else ("left",):
+    for side in ("left", "right") if info.has_right else ("left",):
         topic = spec.get(side)
         if topic not in topics:
             raise doc.error((*path, side), f"must name a declared topic, got {topic!r}")
         sides[side] = topic
     if sides["left"] == sides["right"]:
         raise doc.error((*path, "right"), "must be a different topic than left")
-    join_type = choice(doc, (*path, "type"), spec.get("type", JOIN_TYPES[kind][0]), JOIN_TYPES[kind])
-    meta = JOIN_META_COLUMNS[kind]
+    join_type = choice(doc, (*path, "type"), spec.get("type", info.types[0]), info.types)
+    meta = info.meta_columns
     select, where = _expressions(
         doc, path, "select", spec.get("select"), meta, f"every {kind} result", required=kind != "list"
     )
@@ -561,7 +533,7 @@ def _join(
         if "window" not in spec:
             raise doc.error((*path, "window"), "is required for a stream-stream join, e.g. '10 minutes'")
         window = window_ms(doc, (*path, "window"), spec["window"])
-    by_key = {"fk": "foreign_key", "derive": "key", "list": "list"}.get(kind)
+    by_key = info.keyed_by
     by = None
     if by_key:
         if by_key not in spec:

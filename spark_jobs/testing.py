@@ -33,7 +33,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from spark_jobs import partitioners
-from spark_jobs.config import JOIN_META_COLUMNS, PipelineConfig, TopicSpec, load_config
+from spark_jobs.config import PipelineConfig, TopicSpec, load_config
 from spark_jobs.errors import UserError
 from spark_jobs.ingest import TOPIC_SCHEMA, ensure_bronze, next_offsets
 from spark_jobs.lake import Lake
@@ -209,7 +209,7 @@ class PipelineTestDriver:
 
     def _value_columns(self, name: str) -> list[str]:
         """The result's columns besides its meta columns (the engine knows them: no table read)."""
-        meta = set(JOIN_META_COLUMNS[self.config.join(name).kind])
+        meta = set(self.config.join(name).join_kind.meta_columns)
         return [c for c in self.jobs[name].result_schema.names if c not in meta]
 
     # --- output -----------------------------------------------------------------------------------

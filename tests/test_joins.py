@@ -9,7 +9,7 @@ import pytest
 from joinkit import SECOND, T0, Feeder, changelog, produce, result_rows, write_config
 
 from spark_jobs.errors import UserError
-from spark_jobs.joins.engine import JoinJob
+from spark_jobs.joins.keyed import job_for
 from spark_jobs.joins.oracle import audit, expected
 from spark_jobs.joins.runner import reset_join
 from spark_jobs.partitioners import partition_for
@@ -38,7 +38,7 @@ def test_bad_select_expression_is_a_user_error_with_its_line(spark, lake, tmp_pa
         "    left: L\n    right: R\n    select:\n      a: left.v\n      b: nosuch(right.v)\n",
     )
     with pytest.raises(UserError, match=r"pipeline.yaml:11: joins.j.select.b: .*nosuch"):
-        JoinJob(spark, lake, config, config.join("j"), "q")
+        job_for(spark, lake, config, config.join("j"), "q")
 
 
 # --- table-table --------------------------------------------------------------------------------

@@ -34,9 +34,10 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.utils import AnalysisException
 
-from spark_jobs.config import JOIN_META_COLUMNS, JoinSpec, PipelineConfig, TopicSpec
+from spark_jobs.config import JoinSpec, PipelineConfig, TopicSpec
 from spark_jobs.errors import UserError
 from spark_jobs.ingest import ensure_bronze, next_offsets
+from spark_jobs.joins.kinds import STREAM_STREAM
 from spark_jobs.joins.poison import Guarded, fails, guarded
 from spark_jobs.kafka import Cluster, connect, ensure_topics, produce, producer_id, tail
 from spark_jobs.lake import Lake, conform, table_arrow_schema
@@ -72,7 +73,7 @@ DECISIONS_SCHEMA = pa.schema(
     ]
 )
 # A stream-stream pair (or an unmatched event) before ``select``: meta columns, then both values.
-PAIR_COLUMNS = [*JOIN_META_COLUMNS["stream-stream"], "left_value", "right_value"]
+PAIR_COLUMNS = [*STREAM_STREAM.meta_columns, "left_value", "right_value"]
 COMPACT_FILES = 64  # a table join's state log is compacted when it has this many data files
 RECORD_COLUMNS = [name for name, _ in RECORD_FIELDS]
 # fk / derive: the left state keeps each version's foreign (derived) key; list: its items and ids.
@@ -183,7 +184,7 @@ class Projection:
     def __init__(self, spark: SparkSession, config: PipelineConfig, spec: JoinSpec):
         self.spark = spark
         self.spec = spec
-        self.meta = list(JOIN_META_COLUMNS[spec.kind])
+        self.meta = list(spec.join_kind.meta_columns)
         self.formats = {side: config.topic(topic).value_format for side, topic in spec.sides}
         empty = pa.table(
             {
@@ -385,16 +386,7 @@ class JoinJob:
         left_columns = RECORD_COLUMNS + [f for f, _ in by_fields]
         left = good.filter(pc.equal(good["side"], "left")).select(left_columns)
         right = good.filter(pc.equal(good["side"], "right")).select(RECORD_COLUMNS)
-        if self.spec.kind == "table":
-            self._table_batch(left, right, txn, started_at, metrics)
-        elif self.spec.kind in BY_FIELDS:
-            self._keyed_batch(left, right, txn, started_at, metrics)
-        else:
-            progress = self._progress(batch, txn)
-            if self.spec.kind == "stream-table":
-                self._stream_table_batch(left, right, progress, txn, started_at, metrics)
-            else:
-                self._stream_stream_batch(left, right, progress, txn, started_at, metrics)
+        self._batch(batch, left, right, txn, started_at, metrics)
         if self._quarantined:  # one commit for the batch's bad records and poison pills
             self.lake.append(QUARANTINE, pa.concat_tables(self._quarantined), txn=txn)
             self._quarantined.clear()
@@ -407,10 +399,17 @@ class JoinJob:
         """The batch with ``reason`` (and, for the kinds that need them, the left records' keys)."""
         return prepare(frame, self.formats)
 
-    def _keyed_batch(
-        self, left: pa.Table, right: pa.Table, txn: tuple[str, int], at: datetime, m: BatchMetrics
+    def _batch(
+        self,
+        batch: pa.Table,
+        left: pa.Table,
+        right: pa.Table,
+        txn: tuple[str, int],
+        at: datetime,
+        m: BatchMetrics,
     ) -> None:
-        raise NotImplementedError(f"join kind {self.spec.kind} runs as spark_jobs.joins.keyed.job_for(...)")
+        """The kind's work on a batch's valid records (``batch``: all of them, with ``reason``)."""
+        raise NotImplementedError(f"join kind {self.spec.kind}: use spark_jobs.joins.keyed.job_for(...)")
 
     # --- table -----------------------------------------------------------------------------
     def _table_batch(
@@ -577,12 +576,12 @@ class JoinJob:
                     seen[r["partition"]] = r["next_offset"]
             decision[f"{side}_caught_up"] = bool((seen >= next_offsets(self.lake, topic)).all())
             maxima[side] = max(stamps) if stamps else None
-        if self.spec.kind == "stream-table":
-            decision["watermark"] = maxima["right"]  # later right records are not older
-        else:
-            decision["watermark"] = _watermark(decision, maxima)
+        decision["watermark"] = self._watermark(decision, maxima)
         self.lake.append(table, pa.Table.from_pylist([decision], DECISIONS_SCHEMA), txn=txn)
         return decision
+
+    def _watermark(self, decision: dict[str, Any], maxima: dict[str, Any]) -> Any:
+        return _watermark(decision, maxima)
 
     # --- stream-table ---------------------------------------------------------------------------
     def _stream_table_batch(
@@ -699,7 +698,7 @@ class JoinJob:
         for column, source in (blame | {"__ro": "right_offset"}).items():
             out_rows = out_rows.append_column(column, out_rows[source])
         out, _ = self._project(out_rows, txn, at, m)
-        order = [(c, "ascending") for c in JOIN_META_COLUMNS["stream-stream"][1:]]
+        order = [(c, "ascending") for c in STREAM_STREAM.meta_columns[1:]]
         out = out.sort_by(order)
         m.appended = out.num_rows
         m.pending = buffers["left"].num_rows + buffers["right"].num_rows
@@ -825,6 +824,48 @@ class JoinJob:
             **{f.name: getattr(m, f.name) for f in JOIN_METRICS_SCHEMA if hasattr(m, f.name)},
         }
         self.lake.append(JOIN_METRICS, pa.Table.from_pylist([row], JOIN_METRICS_SCHEMA), txn=txn)
+
+
+class TableJob(JoinJob):
+    def _batch(
+        self,
+        batch: pa.Table,
+        left: pa.Table,
+        right: pa.Table,
+        txn: tuple[str, int],
+        at: datetime,
+        m: BatchMetrics,
+    ) -> None:
+        self._table_batch(left, right, txn, at, m)
+
+
+class StreamTableJob(JoinJob):
+    def _watermark(self, decision: dict[str, Any], maxima: dict[str, Any]) -> Any:  # noqa: ARG002
+        return maxima["right"]  # later right records are not older
+
+    def _batch(
+        self,
+        batch: pa.Table,
+        left: pa.Table,
+        right: pa.Table,
+        txn: tuple[str, int],
+        at: datetime,
+        m: BatchMetrics,
+    ) -> None:
+        self._stream_table_batch(left, right, self._progress(batch, txn), txn, at, m)
+
+
+class StreamStreamJob(JoinJob):
+    def _batch(
+        self,
+        batch: pa.Table,
+        left: pa.Table,
+        right: pa.Table,
+        txn: tuple[str, int],
+        at: datetime,
+        m: BatchMetrics,
+    ) -> None:
+        self._stream_stream_batch(left, right, self._progress(batch, txn), txn, at, m)
 
 
 def _without_json(table: pa.Table) -> pa.Table:

@@ -37,6 +37,9 @@ from spark_jobs.joins.engine import (
     BatchMetrics,
     JoinJob,
     Projection,
+    StreamStreamJob,
+    StreamTableJob,
+    TableJob,
     _unique_keys,
     _without,
     latest_per_key,
@@ -48,7 +51,6 @@ from spark_jobs.lake import conform
 from spark_jobs.session import arrow_frame
 
 CHUNK_KEYS = 100_000  # result keys recomputed at a time: a hot key's fan-out is bounded in memory
-BY_SETTING = {"fk": "foreign_key", "derive": "key", "list": "list"}
 # derive: which of the master records holding one derived key wins. Offsets order records within a
 # partition only, so equal timestamps in different partitions fall back to the partition number.
 NEWEST = ["timestamp", "partition", "offset"]
@@ -62,7 +64,7 @@ class LeftKeys:
     def __init__(self, spark: SparkSession, config: PipelineConfig, spec: JoinSpec):
         self.spec = spec
         self.format = config.topic(spec.left).value_format
-        self.setting = BY_SETTING[spec.kind]
+        self.setting = str(spec.join_kind.keyed_by)
         self.expr = spec.by or ""
         self.is_path = self.format == "json" and bool(FIELD_PATH_RE.match(self.expr))
         self.is_path = self.is_path and not self.expr.startswith("left.")
@@ -254,6 +256,22 @@ def _values_by_key(rows: pa.Table) -> dict[bytes, bytes]:
 
 class KeyedJob(JoinJob):
     """The kinds whose left records carry a key (or list) computed from their value."""
+
+    def _batch(
+        self,
+        batch: pa.Table,
+        left: pa.Table,
+        right: pa.Table,
+        txn: tuple[str, int],
+        at: datetime,
+        m: BatchMetrics,
+    ) -> None:
+        self._keyed_batch(left, right, txn, at, m)
+
+    def _keyed_batch(
+        self, left: pa.Table, right: pa.Table, txn: tuple[str, int], at: datetime, m: BatchMetrics
+    ) -> None:
+        raise NotImplementedError
 
     def _prepared(self, frame: DataFrame) -> DataFrame:
         return self.left_keys.add(prepare(frame, self.formats))
@@ -509,7 +527,18 @@ def job_for(
     spark: SparkSession, lake: Any, config: PipelineConfig, spec: JoinSpec, query_id: Any, log: Any = None
 ) -> JoinJob:
     """The engine for a join's kind."""
-    cls = {"fk": FkJob, "derive": DeriveJob, "list": ListJob}.get(spec.kind, JoinJob)
+    cls = JOBS[spec.kind]
     if log is None:
         return cls(spark, lake, config, spec, query_id)
     return cls(spark, lake, config, spec, query_id, log)
+
+
+# The engine class of every kind of spark_jobs.joins.kinds.KINDS.
+JOBS: dict[str, type[JoinJob]] = {
+    "table": TableJob,
+    "stream-table": StreamTableJob,
+    "stream-stream": StreamStreamJob,
+    "fk": FkJob,
+    "list": ListJob,
+    "derive": DeriveJob,
+}

@@ -18,7 +18,7 @@ from pyspark.sql import functions as F
 from spark_jobs.config import PipelineConfig
 from spark_jobs.errors import UserError
 from spark_jobs.joins.engine import Projection, prepare, side_records
-from spark_jobs.joins.keyed import BY_SETTING, NEWEST, LeftKeys, ListProjection
+from spark_jobs.joins.keyed import NEWEST, LeftKeys, ListProjection
 from spark_jobs.joins.runner import consumed_versions
 from spark_jobs.lake import Lake, conform, table_arrow_schema, without_views
 
@@ -58,10 +58,10 @@ def expected(
     versions = (
         versions or consumed_versions(lake, spec) or {side: lake.version(topic) for side, topic in spec.sides}
     )
-    keys = LeftKeys(spark, config, spec) if spec.kind in BY_SETTING else None
+    keys = LeftKeys(spark, config, spec) if spec.join_kind.keyed_by else None
     left = _records(spark, lake, config, spec.left, "left", versions["left"], keys)
     right = _records(spark, lake, config, spec.right, "right", versions["right"]) if spec.right else None
-    if spec.kind in BY_SETTING:
+    if spec.join_kind.keyed_by:
         table = _keyed(spark, config, spec, left, right).toArrow()
         return conform(table, table_arrow_schema(lake.table(spec.name)), f"oracle of {spec.name}")
     assert right is not None

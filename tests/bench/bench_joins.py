@@ -22,7 +22,7 @@ import pyarrow as pa
 from bronzekit import append_bronze
 
 from spark_jobs.config import load_config
-from spark_jobs.joins.engine import JoinJob
+from spark_jobs.joins.keyed import job_for
 from spark_jobs.joins.oracle import expected
 from spark_jobs.lake import Lake
 from spark_jobs.session import arrow_frame, get_spark
@@ -59,7 +59,7 @@ def run_size(spark, root: Path, left_keys: int, right_keys: int) -> dict:
     rng = np.random.default_rng(42)
     append_bronze(lake, config.topic("left"), keys(np.arange(left_keys)), values("l", left_keys))
     append_bronze(lake, config.topic("right"), keys(np.arange(right_keys)), values("r", right_keys))
-    job = JoinJob(spark, lake, config, config.join("bench"), "bench")
+    job = job_for(spark, lake, config, config.join("bench"), "bench")
     initial = pa.concat_tables([new_records(lake, "left", 1, "left"), new_records(lake, "right", 1, "right")])
     started = time.perf_counter()
     job.process(arrow_frame(spark, initial), 0)

@@ -36,7 +36,7 @@ from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.types import BinaryType, LongType, StructField, StructType
 
 from spark_jobs.config import load_config
-from spark_jobs.joins.engine import JoinJob
+from spark_jobs.joins.keyed import job_for
 from spark_jobs.lake import Lake
 from spark_jobs.session import arrow_frame, get_spark
 
@@ -188,7 +188,7 @@ def run_size(spark, root: Path, left_keys: int, right_keys: int) -> dict:
     rng = np.random.default_rng(42)
     append_bronze(lake, config.topic("left"), keys(np.arange(left_keys)), values("l", left_keys))
     append_bronze(lake, config.topic("right"), keys(np.arange(right_keys)), values("r", right_keys))
-    job = JoinJob(spark, lake, config, config.join("bench"), "bench")
+    job = job_for(spark, lake, config, config.join("bench"), "bench")
     seen = {"left": 0, "right": 0}
 
     def unread() -> pa.Table:

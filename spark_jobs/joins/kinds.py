@@ -1,0 +1,53 @@
+"""The join kinds, described once: what a pipeline file may say for each, and what its result holds.
+
+The config seam validates a join against its kind's entry, and the engine, the oracle and the test
+driver ask the entry instead of comparing kind strings. The code that runs a kind is chosen by
+``spark_jobs.joins.keyed.job_for`` (one engine class per kind). Plain Python only: the DAG files parse
+pipeline files at Airflow's parse time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class JoinKind:
+    name: str
+    types: tuple[str, ...]  # the join types it takes; the first is the default
+    settings: tuple[str, ...]  # the settings it takes besides kind, left, type, select and publish
+    meta_columns: tuple[str, ...]  # columns every result carries besides select's (select may not use them)
+    keyed_by: str | None = None  # the setting whose expression keys the left records (fk, derive, list)
+    events: bool = False  # the result is an append-only log of events, not a table keyed by `key`
+
+    @property
+    def has_right(self) -> bool:
+        return "right" in self.settings
+
+
+TABLE = JoinKind("table", ("inner", "left", "outer"), ("right",), ("key",))
+STREAM_TABLE = JoinKind(
+    "stream-table", ("inner", "left"), ("right",), ("key", "timestamp", "partition", "offset"), events=True
+)
+STREAM_STREAM = JoinKind(
+    "stream-stream",
+    ("inner", "left", "outer"),
+    ("right", "window"),
+    (
+        "key",
+        "left_timestamp",
+        "left_partition",
+        "left_offset",
+        "right_timestamp",
+        "right_partition",
+        "right_offset",
+    ),
+    events=True,
+)
+FK = JoinKind("fk", ("inner", "left"), ("right", "foreign_key"), ("key",), keyed_by="foreign_key")
+LIST = JoinKind(
+    "list", ("left", "inner"), ("right", "list", "element_id", "elements", "as"), ("key",), keyed_by="list"
+)
+DERIVE = JoinKind("derive", ("inner",), ("key",), ("key", "master_key"), keyed_by="key")
+
+KINDS: dict[str, JoinKind] = {k.name: k for k in (TABLE, STREAM_TABLE, STREAM_STREAM, FK, LIST, DERIVE)}

@@ -304,9 +304,9 @@ def _unique_keys(*tables: pa.Table) -> pa.Array:
 class JoinJob:
     """One join's engine: ``process(frame, batch_id)`` per micro-batch (``foreachBatch``)."""
 
-    # A result keyed like the left topic publishes a tombstone for every accepted left tombstone, also
-    # when the result held nothing for that key: Kafka Streams' joins send one for a key they saw but
-    # never emitted (an inner join without a match), its table-table joins also for a key never seen.
+    # A result keyed like the left topic publishes a tombstone for every left delete (a tombstone
+    # after a live value), also when the result held nothing for that key (an inner join without a
+    # match), as Kafka Streams' foreign-key join does; a tombstone for a key not live is not sent.
     tombstones_follow_left = True
 
     def __init__(
@@ -326,7 +326,7 @@ class JoinJob:
         self.tables = state_tables(spec)
         self._appended: set[str] = set()  # state logs appended to in this batch
         self._quarantined: list[pa.Table] = []  # the batch's quarantine rows (written once, at its end)
-        self._left_tombstones = pa.array([], pa.binary())  # keys the batch's accepted left tombstones hit
+        self._left_tombstones = pa.array([], pa.binary())  # keys the batch deleted on the left side
         self._cluster: Cluster | None = None  # Kafka, for the changelog (connected on first publish)
         self._replay_possible = True  # the first batch after a (re)start may be a replay
         # where the changelog goes instead of Kafka (spark_jobs.testing's driver keeps it in memory)
@@ -439,7 +439,8 @@ class JoinJob:
     ) -> tuple[pa.Table, pa.Table]:
         """Append the batch's records that are newer than a state log's latest version of their key;
         returns the latest version of ``keys`` after that (tombstones included), and the appended."""
-        state = latest_per_key(self.lake.read_keys(table, "key", keys))
+        log = self.lake.read_keys(table, "key", keys)
+        state = latest_per_key(log)
         latest = latest_per_key(records)
         fresh = latest.filter(is_newer(latest, state))
         if fresh.num_rows:
@@ -448,7 +449,7 @@ class JoinJob:
             self._appended.add(table)
             state = latest_per_key(pa.concat_tables([state, fresh]))
         if table == f"{self.spec.name}__left":
-            self._left_tombstones = _accepted_tombstones(latest, state)
+            self._left_tombstones = _accepted_tombstones(latest, pa.concat_tables([log, fresh]))
         return state, fresh
 
     def _project(
@@ -938,16 +939,25 @@ def _ids_in(rows: pa.Table, partitions: Any, offsets: Any) -> pa.Array:
     return pa.array([(p, o) in wanted for p, o in mine])
 
 
-def _accepted_tombstones(latest: pa.Array, state: pa.Table) -> pa.Array:
-    """Keys whose latest record in the batch (``latest``) is a tombstone that the state accepted: it is
-    the state's latest version of its key (also when a replay finds it committed already)."""
+def _accepted_tombstones(latest: pa.Table, log: pa.Table) -> pa.Array:
+    """Keys whose latest record in the batch (``latest``) is a tombstone that the state log accepted
+    (it is the log's latest version of its key, also when a replay finds it committed already) and
+    whose version before it was live: the keys the batch deleted on the left side."""
     dead = latest.filter(pc.is_null(latest["value"])).select(["key", "partition", "offset"])
     if dead.num_rows == 0:
         return pa.array([], pa.binary())
-    now = state.select(["key", "partition", "offset"]).rename_columns(["key", "__p", "__o"])
-    both = dead.join(now, "key", join_type="inner")
-    same = pc.and_(pc.equal(both["partition"], both["__p"]), pc.equal(both["offset"], both["__o"]))
-    return both.filter(same)["key"].combine_chunks()
+    dead = dead.rename_columns(["key", "__p", "__o"])
+    rows = log.select(RECORD_COLUMNS).join(dead, "key", join_type="inner")
+    itself = pc.and_(pc.equal(rows["partition"], rows["__p"]), pc.equal(rows["offset"], rows["__o"]))
+    accepted = latest_per_key(rows)
+    accepted = accepted.filter(
+        pc.and_(
+            pc.equal(accepted["partition"], accepted["__p"]), pc.equal(accepted["offset"], accepted["__o"])
+        )
+    )
+    before = latest_per_key(rows.filter(pc.invert(itself)))
+    before = before.filter(pc.and_(pc.is_valid(before["value"]), pc.is_in(before["key"], accepted["key"])))
+    return before["key"].combine_chunks()
 
 
 def _without(keys: pa.Array, dropped: pa.Array) -> pa.Array:

@@ -46,6 +46,7 @@ from spark_jobs.system_tables import (
     JOIN_METRICS,
     JOIN_METRICS_SCHEMA,
     QUARANTINE,
+    QUARANTINE_SCHEMA,
     ensure_join_metrics,
     ensure_quarantine,
 )
@@ -411,29 +412,6 @@ class JoinJob:
         """The kind's work on a batch's valid records (``batch``: all of them, with ``reason``)."""
         raise NotImplementedError(f"join kind {self.spec.kind}: use spark_jobs.joins.keyed.job_for(...)")
 
-    # --- table -----------------------------------------------------------------------------
-    def _table_batch(
-        self, left: pa.Table, right: pa.Table, txn: tuple[str, int], at: datetime, m: BatchMetrics
-    ) -> None:
-        name = self.spec.name
-        keys = _unique_keys(left, right)
-        m.affected_keys = len(keys)
-        if len(keys) == 0:
-            return
-        sides = {}
-        for side, records in (("left", left), ("right", right)):
-            state, _ = self._apply(f"{name}__{side}", records, keys, txn)
-            live = state.filter(pc.is_valid(state["value"]))
-            blame = [f"__{side[0]}p", f"__{side[0]}o"]
-            sides[side] = live.select(["key", "value", "partition", "offset"]).rename_columns(
-                ["key", f"{side}_value", *blame]
-            )
-        join_type = {"inner": "inner", "left": "left outer", "outer": "full outer"}[self.spec.type]
-        joined = sides["left"].join(sides["right"], "key", join_type=join_type, coalesce_keys=True)
-        desired, failed = self._project(joined, txn, at, m)
-        changes = self._changes(desired, _without(keys, failed))
-        self._write_changes([changes], txn, at, m)
-
     def _apply(
         self, table: str, records: pa.Table, keys: pa.Array, txn: tuple[str, int]
     ) -> tuple[pa.Table, pa.Table]:
@@ -449,7 +427,7 @@ class JoinJob:
             self._appended.add(table)
             state = latest_per_key(pa.concat_tables([state, fresh]))
         if table == f"{self.spec.name}__left":
-            self._left_tombstones = _accepted_tombstones(latest, pa.concat_tables([log, fresh]))
+            self._left_tombstones = _accepted_tombstones(latest, log, fresh)
         return state, fresh
 
     def _project(
@@ -584,130 +562,6 @@ class JoinJob:
     def _watermark(self, decision: dict[str, Any], maxima: dict[str, Any]) -> Any:
         return _watermark(decision, maxima)
 
-    # --- stream-table ---------------------------------------------------------------------------
-    def _stream_table_batch(
-        self,
-        left: pa.Table,
-        right: pa.Table,
-        progress: list[dict[str, Any]],
-        txn: tuple[str, int],
-        at: datetime,
-        m: BatchMetrics,
-    ) -> None:
-        name = self.spec.name
-        m.ignored = left.num_rows - int(pc.sum(pc.is_valid(left["value"])).as_py() or 0)
-        events = left.filter(pc.is_valid(left["value"]))
-        if right.num_rows:
-            self.lake.append(f"{name}__right_history", right, txn=txn)
-        decision = self._decide(txn, progress)
-        pending = self.lake.read_arrow(f"{name}__pending")
-        candidates = _distinct_events(pa.concat_tables([pending, events]))
-        if decision["right_caught_up"]:
-            ready_mask = pa.array(np.ones(candidates.num_rows, dtype=bool))
-        elif decision.get("watermark") is not None:
-            ready_mask = pc.less(candidates["timestamp"], decision["watermark"])
-        else:
-            ready_mask = pa.array(np.zeros(candidates.num_rows, dtype=bool))
-        ready, waiting = candidates.filter(ready_mask), candidates.filter(pc.invert(ready_mask))
-        m.affected_keys, m.pending = ready.num_rows, waiting.num_rows
-        rows = self._as_of(ready)
-        out, _ = self._project(rows, txn, at, m)
-        out = out.sort_by([("timestamp", "ascending"), ("partition", "ascending"), ("offset", "ascending")])
-        m.appended = out.num_rows
-        self._append_events(out, txn, at)
-        if pending.num_rows or waiting.num_rows:
-            self.lake.overwrite(f"{name}__pending", waiting, txn=txn)
-
-    def _as_of(self, events: pa.Table) -> pa.Table:
-        """Each event with the right side's value as of its timestamp (equal timestamps count as
-        earlier); ``right_value`` null when there is none or it was deleted."""
-        base = events.select(RECORD_COLUMNS).rename_columns(
-            ["key", "left_value", "timestamp", "partition", "offset"]
-        )
-        base = base.append_column("__lp", base["partition"]).append_column("__lo", base["offset"])
-        n = base.num_rows
-        right = {"right_value": pa.nulls(n, pa.binary()), "__rp": pa.nulls(n, pa.int32())}
-        right["__ro"] = pa.nulls(n, pa.int64())
-        history = self.lake.read_keys(
-            f"{self.spec.name}__right_history",
-            "key",
-            pc.unique(events["key"].combine_chunks()),
-            columns=["key", "value", "timestamp", "partition", "offset"],
-        ).rename_columns(["key", "right_value", "r_ts", "__rp", "__ro"])
-        ids = base.append_column("__i", pa.array(np.arange(n)))
-        cand = ids.select(["key", "timestamp", "__i"]).join(history, "key", join_type="inner")
-        cand = cand.filter(pc.less_equal(cand["r_ts"], cand["timestamp"]))
-        if cand.num_rows:
-            cand = cand.sort_by([("__i", "ascending"), ("r_ts", "ascending"), ("__ro", "ascending")])
-            i = cand["__i"].combine_chunks()
-            last = pa.concat_arrays([pc.not_equal(i.slice(0, len(i) - 1), i.slice(1)), pa.array([True])])
-            best = cand.filter(last)
-            at = best["__i"].to_numpy()
-            for column, kind in (("right_value", pa.binary()), ("__rp", pa.int32()), ("__ro", pa.int64())):
-                values = np.full(n, None, dtype=object)
-                values[at] = best[column].to_numpy(zero_copy_only=False)
-                right[column] = pa.array(values, kind)
-        rows = base
-        for column, values in right.items():
-            rows = rows.append_column(column, values)
-        if self.spec.type == "inner":
-            rows = rows.filter(pc.is_valid(rows["right_value"]))
-        return rows
-
-    # --- stream-stream --------------------------------------------------------------------------
-    def _stream_stream_batch(
-        self,
-        left: pa.Table,
-        right: pa.Table,
-        progress: list[dict[str, Any]],
-        txn: tuple[str, int],
-        at: datetime,
-        m: BatchMetrics,
-    ) -> None:
-        name, window = self.spec.name, int(self.spec.window_ms or 0) * 1000
-        new = {}
-        for side, records in (("left", left), ("right", right)):
-            live = records.filter(pc.is_valid(records["value"]))
-            m.ignored += records.num_rows - live.num_rows
-            new[side] = live.append_column("matched", pa.array(np.zeros(live.num_rows, dtype=bool)))
-        decision = self._decide(txn, progress)
-        old = {s: self.lake.read_arrow(f"{name}__{s}_buffer") for s in ("left", "right")}
-        pairs = [
-            _window_pairs(new["left"], pa.concat_tables([old["right"], new["right"]]), window),
-            _window_pairs(old["left"], new["right"], window),
-        ]
-        paired = pa.concat_tables(pairs)
-        buffers, unmatched = {}, []
-        watermark = decision.get("watermark")
-        for side in ("left", "right"):
-            rows = pa.concat_tables([old[side], new[side]])
-            hit = _ids_in(rows, paired[f"{side}_partition"], paired[f"{side}_offset"])
-            rows = rows.set_column(
-                rows.schema.get_field_index("matched"), "matched", pc.or_(rows["matched"], hit)
-            )
-            if watermark is not None:
-                expires = pc.less(pc.add(rows["timestamp"], pa.scalar(window, pa.duration("us"))), watermark)
-            else:
-                expires = pa.array(np.zeros(rows.num_rows, dtype=bool))
-            keep_side = self.spec.type == "outer" or (side == "left" and self.spec.type == "left")
-            if keep_side:
-                unmatched.append(_unmatched(rows.filter(pc.and_(expires, pc.invert(rows["matched"]))), side))
-            buffers[side] = rows.filter(pc.invert(expires))
-        out_rows = pa.concat_tables([paired, *unmatched]) if unmatched else paired
-        m.affected_keys = out_rows.num_rows
-        blame = {"__lp": "left_partition", "__lo": "left_offset", "__rp": "right_partition"}
-        for column, source in (blame | {"__ro": "right_offset"}).items():
-            out_rows = out_rows.append_column(column, out_rows[source])
-        out, _ = self._project(out_rows, txn, at, m)
-        order = [(c, "ascending") for c in STREAM_STREAM.meta_columns[1:]]
-        out = out.sort_by(order)
-        m.appended = out.num_rows
-        m.pending = buffers["left"].num_rows + buffers["right"].num_rows
-        self._append_events(out, txn, at)
-        for side in ("left", "right"):
-            if old[side].num_rows or buffers[side].num_rows:
-                self.lake.overwrite(f"{name}__{side}_buffer", buffers[side], txn=txn)
-
     # --- shared writes ----------------------------------------------------------------------------
     def _append_events(self, out: pa.Table, txn: tuple[str, int], at: datetime) -> None:
         """Stream kinds: append the decided rows to the result, and publish them when configured."""
@@ -782,7 +636,7 @@ class JoinJob:
                 ),
             }
         )
-        self._quarantined.append(rows.cast(table_arrow_schema(self.lake.table(QUARANTINE))))
+        self._quarantined.append(rows.cast(QUARANTINE_SCHEMA))
 
     def _quarantine_poison(
         self, result: Guarded, evaluate: Callable, txn: tuple[str, int], at: datetime
@@ -813,7 +667,7 @@ class JoinJob:
                     "reason": f"select failed on the {side} record of result key '{key}': {error}",
                 }
             )
-        self._quarantined.append(pa.Table.from_pylist(rows, table_arrow_schema(self.lake.table(QUARANTINE))))
+        self._quarantined.append(pa.Table.from_pylist(rows, QUARANTINE_SCHEMA))
 
     def _metrics(self, m: BatchMetrics, txn: tuple[str, int], at: datetime, duration_ms: float) -> None:
         row = {
@@ -828,6 +682,8 @@ class JoinJob:
 
 
 class TableJob(JoinJob):
+    """table: both sides' latest value per key, joined."""
+
     def _batch(
         self,
         batch: pa.Table,
@@ -837,10 +693,29 @@ class TableJob(JoinJob):
         at: datetime,
         m: BatchMetrics,
     ) -> None:
-        self._table_batch(left, right, txn, at, m)
+        name = self.spec.name
+        keys = _unique_keys(left, right)
+        m.affected_keys = len(keys)
+        if len(keys) == 0:
+            return
+        sides = {}
+        for side, records in (("left", left), ("right", right)):
+            state, _ = self._apply(f"{name}__{side}", records, keys, txn)
+            live = state.filter(pc.is_valid(state["value"]))
+            blame = [f"__{side[0]}p", f"__{side[0]}o"]
+            sides[side] = live.select(["key", "value", "partition", "offset"]).rename_columns(
+                ["key", f"{side}_value", *blame]
+            )
+        join_type = {"inner": "inner", "left": "left outer", "outer": "full outer"}[self.spec.type]
+        joined = sides["left"].join(sides["right"], "key", join_type=join_type, coalesce_keys=True)
+        desired, failed = self._project(joined, txn, at, m)
+        changes = self._changes(desired, _without(keys, failed))
+        self._write_changes([changes], txn, at, m)
 
 
 class StreamTableJob(JoinJob):
+    """stream-table: each left event with the right side's value as of its timestamp."""
+
     def _watermark(self, decision: dict[str, Any], maxima: dict[str, Any]) -> Any:  # noqa: ARG002
         return maxima["right"]  # later right records are not older
 
@@ -853,10 +728,71 @@ class StreamTableJob(JoinJob):
         at: datetime,
         m: BatchMetrics,
     ) -> None:
-        self._stream_table_batch(left, right, self._progress(batch, txn), txn, at, m)
+        progress = self._progress(batch, txn)
+        name = self.spec.name
+        m.ignored = left.num_rows - int(pc.sum(pc.is_valid(left["value"])).as_py() or 0)
+        events = left.filter(pc.is_valid(left["value"]))
+        if right.num_rows:
+            self.lake.append(f"{name}__right_history", right, txn=txn)
+        decision = self._decide(txn, progress)
+        pending = self.lake.read_arrow(f"{name}__pending")
+        candidates = _distinct_events(pa.concat_tables([pending, events]))
+        if decision["right_caught_up"]:
+            ready_mask = pa.array(np.ones(candidates.num_rows, dtype=bool))
+        elif decision.get("watermark") is not None:
+            ready_mask = pc.less(candidates["timestamp"], decision["watermark"])
+        else:
+            ready_mask = pa.array(np.zeros(candidates.num_rows, dtype=bool))
+        ready, waiting = candidates.filter(ready_mask), candidates.filter(pc.invert(ready_mask))
+        m.affected_keys, m.pending = ready.num_rows, waiting.num_rows
+        rows = self._as_of(ready)
+        out, _ = self._project(rows, txn, at, m)
+        out = out.sort_by([("timestamp", "ascending"), ("partition", "ascending"), ("offset", "ascending")])
+        m.appended = out.num_rows
+        self._append_events(out, txn, at)
+        if pending.num_rows or waiting.num_rows:
+            self.lake.overwrite(f"{name}__pending", waiting, txn=txn)
+
+    def _as_of(self, events: pa.Table) -> pa.Table:
+        """Each event with the right side's value as of its timestamp (equal timestamps count as
+        earlier); ``right_value`` null when there is none or it was deleted."""
+        base = events.select(RECORD_COLUMNS).rename_columns(
+            ["key", "left_value", "timestamp", "partition", "offset"]
+        )
+        base = base.append_column("__lp", base["partition"]).append_column("__lo", base["offset"])
+        n = base.num_rows
+        right = {"right_value": pa.nulls(n, pa.binary()), "__rp": pa.nulls(n, pa.int32())}
+        right["__ro"] = pa.nulls(n, pa.int64())
+        history = self.lake.read_keys(
+            f"{self.spec.name}__right_history",
+            "key",
+            pc.unique(events["key"].combine_chunks()),
+            columns=["key", "value", "timestamp", "partition", "offset"],
+        ).rename_columns(["key", "right_value", "r_ts", "__rp", "__ro"])
+        ids = base.append_column("__i", pa.array(np.arange(n)))
+        cand = ids.select(["key", "timestamp", "__i"]).join(history, "key", join_type="inner")
+        cand = cand.filter(pc.less_equal(cand["r_ts"], cand["timestamp"]))
+        if cand.num_rows:
+            cand = cand.sort_by([("__i", "ascending"), ("r_ts", "ascending"), ("__ro", "ascending")])
+            i = cand["__i"].combine_chunks()
+            last = pa.concat_arrays([pc.not_equal(i.slice(0, len(i) - 1), i.slice(1)), pa.array([True])])
+            best = cand.filter(last)
+            at = best["__i"].to_numpy()
+            for column, kind in (("right_value", pa.binary()), ("__rp", pa.int32()), ("__ro", pa.int64())):
+                values = np.full(n, None, dtype=object)
+                values[at] = best[column].to_numpy(zero_copy_only=False)
+                right[column] = pa.array(values, kind)
+        rows = base
+        for column, values in right.items():
+            rows = rows.append_column(column, values)
+        if self.spec.type == "inner":
+            rows = rows.filter(pc.is_valid(rows["right_value"]))
+        return rows
 
 
 class StreamStreamJob(JoinJob):
+    """stream-stream: every left/right pair of one key within the window."""
+
     def _batch(
         self,
         batch: pa.Table,
@@ -866,7 +802,50 @@ class StreamStreamJob(JoinJob):
         at: datetime,
         m: BatchMetrics,
     ) -> None:
-        self._stream_stream_batch(left, right, self._progress(batch, txn), txn, at, m)
+        progress = self._progress(batch, txn)
+        name, window = self.spec.name, int(self.spec.window_ms or 0) * 1000
+        new = {}
+        for side, records in (("left", left), ("right", right)):
+            live = records.filter(pc.is_valid(records["value"]))
+            m.ignored += records.num_rows - live.num_rows
+            new[side] = live.append_column("matched", pa.array(np.zeros(live.num_rows, dtype=bool)))
+        decision = self._decide(txn, progress)
+        old = {s: self.lake.read_arrow(f"{name}__{s}_buffer") for s in ("left", "right")}
+        pairs = [
+            _window_pairs(new["left"], pa.concat_tables([old["right"], new["right"]]), window),
+            _window_pairs(old["left"], new["right"], window),
+        ]
+        paired = pa.concat_tables(pairs)
+        buffers, unmatched = {}, []
+        watermark = decision.get("watermark")
+        for side in ("left", "right"):
+            rows = pa.concat_tables([old[side], new[side]])
+            hit = _ids_in(rows, paired[f"{side}_partition"], paired[f"{side}_offset"])
+            rows = rows.set_column(
+                rows.schema.get_field_index("matched"), "matched", pc.or_(rows["matched"], hit)
+            )
+            if watermark is not None:
+                expires = pc.less(pc.add(rows["timestamp"], pa.scalar(window, pa.duration("us"))), watermark)
+            else:
+                expires = pa.array(np.zeros(rows.num_rows, dtype=bool))
+            keep_side = self.spec.type == "outer" or (side == "left" and self.spec.type == "left")
+            if keep_side:
+                unmatched.append(_unmatched(rows.filter(pc.and_(expires, pc.invert(rows["matched"]))), side))
+            buffers[side] = rows.filter(pc.invert(expires))
+        out_rows = pa.concat_tables([paired, *unmatched]) if unmatched else paired
+        m.affected_keys = out_rows.num_rows
+        blame = {"__lp": "left_partition", "__lo": "left_offset", "__rp": "right_partition"}
+        for column, source in (blame | {"__ro": "right_offset"}).items():
+            out_rows = out_rows.append_column(column, out_rows[source])
+        out, _ = self._project(out_rows, txn, at, m)
+        order = [(c, "ascending") for c in STREAM_STREAM.meta_columns[1:]]
+        out = out.sort_by(order)
+        m.appended = out.num_rows
+        m.pending = buffers["left"].num_rows + buffers["right"].num_rows
+        self._append_events(out, txn, at)
+        for side in ("left", "right"):
+            if old[side].num_rows or buffers[side].num_rows:
+                self.lake.overwrite(f"{name}__{side}_buffer", buffers[side], txn=txn)
 
 
 def _without_json(table: pa.Table) -> pa.Table:
@@ -939,24 +918,21 @@ def _ids_in(rows: pa.Table, partitions: Any, offsets: Any) -> pa.Array:
     return pa.array([(p, o) in wanted for p, o in mine])
 
 
-def _accepted_tombstones(latest: pa.Table, log: pa.Table) -> pa.Array:
-    """Keys whose latest record in the batch (``latest``) is a tombstone that the state log accepted
-    (it is the log's latest version of its key, also when a replay finds it committed already) and
-    whose version before it was live: the keys the batch deleted on the left side."""
+def _accepted_tombstones(latest: pa.Table, log: pa.Table, fresh: pa.Table) -> pa.Array:
+    """Keys whose latest record in the batch (``latest``) is a tombstone that the state log (``log``
+    before the batch's append, ``fresh`` that append) accepted, and whose version before it was live:
+    the keys the batch deleted on the left side. A replay finds the tombstone in ``log`` already."""
     dead = latest.filter(pc.is_null(latest["value"])).select(["key", "partition", "offset"])
     if dead.num_rows == 0:
         return pa.array([], pa.binary())
-    dead = dead.rename_columns(["key", "__p", "__o"])
-    rows = log.select(RECORD_COLUMNS).join(dead, "key", join_type="inner")
+    versions = pa.concat_tables([log, fresh]).select(RECORD_COLUMNS)
+    rows = versions.join(dead.rename_columns(["key", "__p", "__o"]), "key", join_type="inner")
     itself = pc.and_(pc.equal(rows["partition"], rows["__p"]), pc.equal(rows["offset"], rows["__o"]))
-    accepted = latest_per_key(rows)
-    accepted = accepted.filter(
-        pc.and_(
-            pc.equal(accepted["partition"], accepted["__p"]), pc.equal(accepted["offset"], accepted["__o"])
-        )
-    )
+    rows = rows.append_column("__itself", itself)
+    newest = latest_per_key(rows)  # the tombstone when the log accepted it
+    accepted = newest.filter(newest["__itself"])["key"]
     before = latest_per_key(rows.filter(pc.invert(itself)))
-    before = before.filter(pc.and_(pc.is_valid(before["value"]), pc.is_in(before["key"], accepted["key"])))
+    before = before.filter(pc.and_(pc.is_valid(before["value"]), pc.is_in(before["key"], accepted)))
     return before["key"].combine_chunks()
 
 

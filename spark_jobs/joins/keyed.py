@@ -257,22 +257,6 @@ def _values_by_key(rows: pa.Table) -> dict[bytes, bytes]:
 class KeyedJob(JoinJob):
     """The kinds whose left records carry a key (or list) computed from their value."""
 
-    def _batch(
-        self,
-        batch: pa.Table,
-        left: pa.Table,
-        right: pa.Table,
-        txn: tuple[str, int],
-        at: datetime,
-        m: BatchMetrics,
-    ) -> None:
-        self._keyed_batch(left, right, txn, at, m)
-
-    def _keyed_batch(
-        self, left: pa.Table, right: pa.Table, txn: tuple[str, int], at: datetime, m: BatchMetrics
-    ) -> None:
-        raise NotImplementedError
-
     def _prepared(self, frame: DataFrame) -> DataFrame:
         return self.left_keys.add(prepare(frame, self.formats))
 
@@ -320,8 +304,14 @@ class IndexedJob(KeyedJob):
 
 
 class FkJob(IndexedJob):
-    def _keyed_batch(
-        self, left: pa.Table, right: pa.Table, txn: tuple[str, int], at: datetime, m: BatchMetrics
+    def _batch(
+        self,
+        batch: pa.Table,
+        left: pa.Table,
+        right: pa.Table,
+        txn: tuple[str, int],
+        at: datetime,
+        m: BatchMetrics,
     ) -> None:
         name = self.spec.name
         self._apply_left(left, txn, m)
@@ -365,8 +355,14 @@ class FkJob(IndexedJob):
 class DeriveJob(IndexedJob):
     tombstones_follow_left = False  # its result is keyed by the derived key, not the left topic's
 
-    def _keyed_batch(
-        self, left: pa.Table, right: pa.Table, txn: tuple[str, int], at: datetime, m: BatchMetrics
+    def _batch(
+        self,
+        batch: pa.Table,
+        left: pa.Table,
+        right: pa.Table,
+        txn: tuple[str, int],
+        at: datetime,
+        m: BatchMetrics,
     ) -> None:
         name = self.spec.name
         live_left = self._apply_left(left, txn, m)
@@ -411,8 +407,14 @@ class ListJob(KeyedJob):
             return current.filter(current["member"])
         return latest_per_key(rows)
 
-    def _keyed_batch(
-        self, left: pa.Table, right: pa.Table, txn: tuple[str, int], at: datetime, m: BatchMetrics
+    def _batch(
+        self,
+        batch: pa.Table,
+        left: pa.Table,
+        right: pa.Table,
+        txn: tuple[str, int],
+        at: datetime,
+        m: BatchMetrics,
     ) -> None:
         name = self.spec.name
         self._apply(f"{name}__left", left, _unique_keys(left), txn)

@@ -16,9 +16,9 @@ import tempfile
 import time
 from pathlib import Path
 
-import benchkit  # noqa: F401  (tests/ on sys.path)
 import numpy as np
 import pyarrow as pa
+from benchkit import TABLE_JOIN_PIPELINE, keys, values  # (and tests/ on sys.path)
 from bronzekit import append_bronze
 
 from spark_jobs.config import load_config
@@ -28,21 +28,6 @@ from spark_jobs.lake import Lake
 from spark_jobs.session import arrow_frame, get_spark
 
 BATCHES = int(sys.argv[1]) if len(sys.argv) > 1 else 10
-CONFIG = """
-topics:
-  left: {partitions: 4}
-  right: {partitions: 4}
-joins:
-  bench: {kind: table, left: left, right: right, type: left, select: {lv: left.v, rv: right.v}}
-"""
-
-
-def values(tag: str, n: int) -> pa.Array:
-    return pa.array([f'{{"v":"{tag}{i}"}}'.encode() for i in range(n)], pa.binary())
-
-
-def keys(ids: np.ndarray) -> pa.Array:
-    return pa.array([f"c{i}".encode() for i in ids], pa.binary())
 
 
 def new_records(lake: Lake, topic: str, version: int, side: str) -> pa.Table:
@@ -53,7 +38,7 @@ def new_records(lake: Lake, topic: str, version: int, side: str) -> pa.Table:
 
 
 def run_size(spark, root: Path, left_keys: int, right_keys: int) -> dict:
-    (root / "p.yaml").write_text(CONFIG)
+    (root / "p.yaml").write_text(TABLE_JOIN_PIPELINE)
     config = load_config(root / "p.yaml")
     lake = Lake(root / "lake")
     rng = np.random.default_rng(42)

@@ -26,9 +26,9 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import benchkit  # noqa: F401  (tests/ on sys.path)
 import numpy as np
 import pyarrow as pa
+from benchkit import TABLE_JOIN_PIPELINE, keys, values  # (and tests/ on sys.path)
 from bronzekit import append_bronze
 from pyspark.sql import DataFrame, Row
 from pyspark.sql import functions as F
@@ -43,13 +43,6 @@ from spark_jobs.session import arrow_frame, get_spark
 ARGS = [a for a in sys.argv[1:] if not a.startswith("--")]
 BATCHES = int(ARGS[0]) if ARGS else 8
 SIZES = [(100_000, 10_000)] if "--small" in sys.argv else [(100_000, 10_000), (1_000_000, 100_000)]
-CONFIG = """
-topics:
-  left: {partitions: 4}
-  right: {partitions: 4}
-joins:
-  bench: {kind: table, left: left, right: right, type: left, select: {lv: left.v, rv: right.v}}
-"""
 PAIR = StructType(  # both sides' latest record in one state value: one read and one write per key
     [
         StructField(f"{side}_{field}", kind)
@@ -83,14 +76,6 @@ class LatestPerSide(StatefulProcessor):
 
     def close(self) -> None:
         pass
-
-
-def values(tag: str, n: int) -> pa.Array:
-    return pa.array([f'{{"v":"{tag}{i}"}}'.encode() for i in range(n)], pa.binary())
-
-
-def keys(ids: np.ndarray) -> pa.Array:
-    return pa.array([f"c{i}".encode() for i in ids], pa.binary())
 
 
 def side(lake: Lake, spark, topic: str) -> DataFrame:
@@ -182,7 +167,7 @@ class TwsJoin:
 
 
 def run_size(spark, root: Path, left_keys: int, right_keys: int) -> dict:
-    (root / "p.yaml").write_text(CONFIG)
+    (root / "p.yaml").write_text(TABLE_JOIN_PIPELINE)
     config = load_config(root / "p.yaml")
     lake = Lake(root / "lake")
     rng = np.random.default_rng(42)

@@ -35,7 +35,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.utils import AnalysisException
 
 from spark_jobs.config import JoinSpec, PipelineConfig, TopicSpec
-from spark_jobs.errors import UserError
+from spark_jobs.errors import UserError, spark_error
 from spark_jobs.ingest import ensure_bronze, next_offsets
 from spark_jobs.joins.kinds import STREAM_STREAM
 from spark_jobs.joins.poison import Guarded, fails, guarded
@@ -126,13 +126,6 @@ def _state_tables(spec: JoinSpec) -> dict[str, pa.Schema]:
     else:
         tables |= {f"{name}__left_buffer": BUFFER_SCHEMA, f"{name}__right_buffer": BUFFER_SCHEMA}
     return tables
-
-
-def spark_error(exc: Exception) -> str:
-    """The first meaningful line of a Spark analysis / parse error."""
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    text = lines[0] if lines else type(exc).__name__
-    return text.split("; line ")[0].split(" SQLSTATE")[0]
 
 
 @dataclass

@@ -32,7 +32,7 @@ from pyspark.sql.types import ArrayType, StringType
 from pyspark.sql.utils import AnalysisException
 
 from spark_jobs.config import FIELD_PATH_RE, JoinSpec, PipelineConfig
-from spark_jobs.errors import UserError
+from spark_jobs.errors import UserError, spark_error
 from spark_jobs.joins.engine import (
     BatchMetrics,
     JoinJob,
@@ -44,7 +44,6 @@ from spark_jobs.joins.engine import (
     _without,
     latest_per_key,
     prepare,
-    spark_error,
     value_column,
 )
 from spark_jobs.lake import conform

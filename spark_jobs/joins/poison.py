@@ -26,6 +26,8 @@ import pyarrow as pa
 from pyspark.errors.exceptions.captured import AnalysisException, CapturedException
 from pyspark.logger import PySparkLogger
 
+from spark_jobs.errors import spark_error
+
 # PySpark logs every error that carries a query context, with its JVM stack, before raising it
 QUERY_CONTEXT_LOGGERS = ("SQLQueryContextLogger", "DataFrameQueryContextLogger")
 
@@ -36,13 +38,6 @@ def is_data_error(exc: BaseException) -> bool:
         return False
     state = exc.getSqlState() or ""
     return state.startswith("22") or state == "P0001"
-
-
-def error_text(exc: BaseException) -> str:
-    """The error's first line, without the SQLSTATE suffix and the query context under it."""
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    text = lines[0] if lines else type(exc).__name__
-    return text.split(" SQLSTATE")[0].split(" Use `try_")[0].strip()
 
 
 @dataclass
@@ -83,7 +78,7 @@ def _guarded(evaluate: Callable[[pa.Table], pa.Table], rows: pa.Table) -> Guarde
         if not is_data_error(exc):
             raise
         if rows.num_rows <= 1:
-            return Guarded(evaluate(rows.slice(0, 0)), rows, [error_text(exc)])
+            return Guarded(evaluate(rows.slice(0, 0)), rows, [spark_error(exc)])
     half = rows.num_rows // 2
     first, second = _guarded(evaluate, rows.slice(0, half)), _guarded(evaluate, rows.slice(half))
     return Guarded(

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # One-step, idempotent set-up of everything the product needs on a fresh Debian/Ubuntu machine:
-#   - Java 17+ for Spark (installed with apt when missing and we are root; otherwise a clear message),
+#   - Java 17+ (a JDK: Spark runs on it, javac builds the join operators; installed with apt when
+#     missing and we are root; otherwise a clear message),
 #   - Maven (with apt when missing and we are root) and the locked JVM jars in .jvm/ (Delta's Spark
 #     integration and Spark's Kafka connector for every Spark session; the KRaft broker), each jar
 #     checked against infra/jvm/jars.sha256,
 #   - a pinned uv (in .tools/) to install the locked dependency set quickly,
-#   - .venv/ at the repo root with exactly requirements.lock plus this repo (editable).
+#   - .venv/ at the repo root with exactly requirements.lock plus this repo (editable),
+#   - the joins' Java state operators, compiled against that pyspark into build/jvm/lake-joins.jar.
 # Re-running is fast: stamps of the locks, pyproject and this script skip the work when nothing changed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -38,8 +40,8 @@ fi
 # --- Java 17+ (Spark 4) ---------------------------------------------------------------------------
 java_major() { java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -n1; }
 if ! command -v java >/dev/null 2>&1 || [ "$(java_major)" -lt 17 ] 2>/dev/null; then
-  apt_install openjdk-17-jre-headless "Java 17 is missing" \
-    || die "Spark needs Java 17 or newer and none was found. Install it, e.g. 'sudo apt-get install openjdk-17-jre-headless', then rerun."
+  apt_install openjdk-17-jdk-headless "Java 17 is missing" \
+    || die "Spark needs a Java 17+ JDK and none was found. Install it, e.g. 'sudo apt-get install openjdk-17-jdk-headless', then rerun."
 fi
 
 # --- Chromium (the report's browser test and README screenshot; nothing else needs it) -----------
@@ -79,9 +81,10 @@ if ! [ -f .jvm/.stamp ] || [ "$(cat .jvm/.stamp)" != "$jvm_stamp" ]; then
 fi
 
 # --- Python environment ---------------------------------------------------------------------------
+python_env() {
 stamp_src=$(cat requirements.lock pyproject.toml infra/setup.sh | sha256sum | cut -d' ' -f1)
 if [ -x .venv/bin/python ] && [ -f .venv/.setup-stamp ] && [ "$(cat .venv/.setup-stamp)" = "$stamp_src" ]; then
-  exit 0
+  return 0
 fi
 if [ ! -x .tools/bin/uv ] || [ "$(.tools/bin/uv --version 2>/dev/null | cut -d' ' -f2)" != "$UV_VERSION" ]; then
   say "bootstrapping uv $UV_VERSION into .tools/"
@@ -98,3 +101,24 @@ say "syncing .venv with requirements.lock"
 .tools/bin/uv pip install -q --python .venv/bin/python --no-deps --config-settings editable_mode=compat -e .
 echo "$stamp_src" > .venv/.setup-stamp
 say "ready: $ROOT/.venv ($(.venv/bin/python -c 'import pyspark, deltalake; print("pyspark", pyspark.__version__, "deltalake", deltalake.__version__)'))"
+}
+python_env
+
+# --- The join operators (spark_jobs/joins/java): compiled against the Spark of .venv -------------
+# Spark's state operators of the joins are Java (a Python stateful processor pays a Python call and
+# state-server round trips per key). javac builds them against the jars of the installed pyspark, so
+# nothing more is fetched; the jar is rebuilt when a source or the Spark version changes.
+ops_src=spark_jobs/joins/java
+ops_jar=build/jvm/lake-joins.jar
+ops_stamp=$( (find "$ops_src" -name '*.java' | sort | xargs cat; .venv/bin/python -c 'import pyspark; print(pyspark.__version__)') | sha256sum | cut -d' ' -f1)
+if ! [ -f "$ops_jar" ] || [ "$(cat build/jvm/.stamp 2>/dev/null)" != "$ops_stamp" ]; then
+  command -v javac >/dev/null 2>&1 || apt_install openjdk-17-jdk-headless "javac is missing (it builds the join operators)" \
+    || die "javac (a JDK 17+) is needed to build the join operators. Install it, e.g. 'sudo apt-get install openjdk-17-jdk-headless', then rerun."
+  spark_jars=$(.venv/bin/python -c 'import os, pyspark; print(os.path.join(pyspark.__path__[0], "jars"))')
+  rm -rf build/jvm && mkdir -p build/jvm/classes
+  javac -nowarn -Xlint:none -d build/jvm/classes -cp "$spark_jars/*" $(find "$ops_src" -name '*.java' | sort) \
+    || die "javac could not build the join operators in $ops_src (see above)"
+  jar cf "$ops_jar" -C build/jvm/classes .
+  echo "$ops_stamp" > build/jvm/.stamp
+  say "join operators built: $ops_jar"
+fi

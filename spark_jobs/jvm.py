@@ -5,6 +5,10 @@ and checked against ``infra/jvm/jars.sha256``. Two sets, never mixed on one clas
   every ``spark-submit``'s ``spark.jars`` (nothing resolves jars at run time);
 - ``kafka``: the embedded KRaft broker (``lake kafka start``).
 
+The joins' state operators (``spark_jobs/joins/java``) are the product's own JVM code: ``infra/setup.sh``
+compiles them against the installed pyspark's jars into ``build/jvm/lake-joins.jar``
+(:func:`operators_jar`), which goes on every session's ``spark.jars`` with the ``spark`` set.
+
 Which jars belong to a set is read from the checksum list, so a stray jar in ``.jvm/`` is never loaded.
 """
 
@@ -17,6 +21,8 @@ from spark_jobs.errors import UserError
 REPO = Path(__file__).resolve().parent.parent
 JVM_DIR = REPO / ".jvm"
 JAR_LOCK = REPO / "infra" / "jvm" / "jars.sha256"
+OPERATORS_SOURCE = REPO / "spark_jobs" / "joins" / "java"
+OPERATORS_JAR = REPO / "build" / "jvm" / "lake-joins.jar"
 
 
 def locked_jars(group: str) -> list[Path]:
@@ -36,3 +42,14 @@ def locked_jars(group: str) -> list[Path]:
             f"{JVM_DIR / group}: {len(missing)} locked jar(s) missing (e.g. {missing[0]}); run 'make setup'"
         )
     return jars
+
+
+def operators_jar() -> Path:
+    """The jar of the joins' state operators; a clear error when setup has not built it, or built it
+    from older sources."""
+    if not OPERATORS_JAR.is_file():
+        raise UserError(f"{OPERATORS_JAR}: the join operators are not built; run 'make setup'")
+    built = OPERATORS_JAR.stat().st_mtime
+    if any(source.stat().st_mtime > built for source in OPERATORS_SOURCE.rglob("*.java")):
+        raise UserError(f"{OPERATORS_JAR}: older than the sources in {OPERATORS_SOURCE}; run 'make setup'")
+    return OPERATORS_JAR

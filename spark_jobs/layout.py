@@ -6,6 +6,7 @@
                                   and state, system tables (quarantine, quality runs, join metrics)
   _checkpoints/<join>/            a join's Spark checkpoint
   _checkpoints/ingest/<topic>/    a topic's ingest checkpoint (and <topic>.start.json after a rebuild)
+  _checkpoints/.driver/<join>/    a join's checkpoint under the pipeline test driver (spark_jobs.testing)
   _jobs/<job>.json|.lock|.log     long-running jobs: registry entry, lock, output
   _locks/<name>.lock              cross-process locks (topic producers, ingest, catalog, ...)
   _repair/<topic>.json            a topic repartition in progress
@@ -56,6 +57,9 @@ class Layout:
     # --- streaming progress -----------------------------------------------------------------------
     def join_checkpoint(self, join: str) -> Path:
         return self.root / "_checkpoints" / join
+
+    def driver_checkpoint(self, join: str) -> Path:
+        return self.root / "_checkpoints" / ".driver" / join
 
     def ingest_checkpoint(self, topic: str) -> Path:
         return self.root / "_checkpoints" / "ingest" / topic

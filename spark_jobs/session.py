@@ -5,7 +5,8 @@
 and the deploy settings it was given (master, app name, driver memory and options) stand.
 Few shuffle partitions (``LAKE_SHUFFLE_PARTITIONS``, default 4), UTC session time zone, quiet logs,
 UI off unless ``LAKE_SPARK_UI=1``. Every session loads exactly the locked jars (Delta's Spark
-integration, Spark's Kafka connector: :mod:`spark_jobs.jvm`) with Delta's SQL extension and catalog,
+integration, Spark's Kafka connector: :mod:`spark_jobs.jvm`) and the joins' state operators, with
+Delta's SQL extension and catalog, and Spark's RocksDB state store,
 so ``format("delta")``, ``format("kafka")``, Delta SQL (MERGE, time travel, change data feed) work in
 every session and every ``spark-submit``.
 
@@ -22,10 +23,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from spark_jobs.jvm import locked_jars
+from spark_jobs.jvm import locked_jars, operators_jar
 from spark_jobs.layout import Layout
 
 DEFAULT_MASTER = "local[2]"
+ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 # Settings spark-submit decides for a submitted application; a session built inside one keeps them.
 DEPLOY_KEYS = ("spark.master", "spark.app.name", "spark.driver.memory", "spark.driver.extraJavaOptions")
 
@@ -58,7 +60,7 @@ def spark_conf(master: str | None = None, app_name: str = "lake") -> dict[str, s
     jvm = os.environ.get("LAKE_JVM_OPTS", "-XX:+UseParallelGC")
     partitions = os.environ.get("LAKE_SHUFFLE_PARTITIONS", "4")
     conf = {
-        "spark.jars": ",".join(str(jar) for jar in locked_jars("spark")),
+        "spark.jars": ",".join(str(jar) for jar in [*locked_jars("spark"), operators_jar()]),
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
         # Delta's log replay runs as a Spark job with this many partitions (50 by default): on a
@@ -75,6 +77,10 @@ def spark_conf(master: str | None = None, app_name: str = "lake") -> dict[str, s
         "spark.executor.extraJavaOptions": log4j,
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.sql.streaming.stopGracefullyOnShutdown": "true",
+        # the joins keep their state in Spark's state store (transformWithState needs RocksDB); a
+        # batch commits the changed keys' changelog, not a snapshot of the whole store
+        "spark.sql.streaming.stateStore.providerClass": ROCKSDB,
+        "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
         "spark.driver.memory": os.environ.get("LAKE_DRIVER_MEMORY", "4g"),
         "spark.pyspark.python": sys.executable,
         "spark.executorEnv.PYSPARK_PYTHON": sys.executable,

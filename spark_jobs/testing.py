@@ -13,20 +13,21 @@ with PipelineTestDriver("pipeline.yaml", root=tmp_path) as d:   # one Spark sess
     d.quarantined("display_products")  # [(topic[partition], offset, reason), ...] set aside by it
 ```
 
-The driver runs the joins' own engine (``JoinJob.process``, the code ``lake run`` runs per
-micro-batch); only the Kafka ends are swapped. ``pipe`` stands in for a producer and the ingest: at
-``advance`` the piped records are written to their topics' bronze tables as ``lake ingest`` mirrors
-Kafka (placed by the topic's partitioner, offsets continuing per partition), then each join gets
-everything new on its inputs as one micro-batch. A join's published changelog is kept in memory
-instead of going to Kafka, and piped into its topic, so a join reading it sees it at the next
-``advance``.
+The driver runs each join as ``lake run`` does: a Spark streaming query of the join's plan
+(``JoinJob.plan``: its state operator in Spark's state store) with ``foreachBatch(JoinJob.process)``
+(:class:`JoinQuery`); only the Kafka ends are swapped. ``pipe`` stands in for a producer and the
+ingest: at ``advance`` the piped records are written to their topics' bronze tables as ``lake ingest``
+mirrors Kafka (placed by the topic's partitioner, offsets continuing per partition), then each join
+gets everything new on its inputs as one micro-batch, from an in-memory source instead of Kafka. A
+join's published changelog is kept in memory instead of going to Kafka, and piped into its topic, so
+a join reading it sees it at the next ``advance``.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -37,7 +38,10 @@ from spark_jobs.config import PipelineConfig, TopicSpec, load_config
 from spark_jobs.errors import UserError
 from spark_jobs.ingest import TOPIC_SCHEMA, ensure_bronze, next_offsets
 from spark_jobs.lake import Lake
-from spark_jobs.layout import QUARANTINE
+from spark_jobs.layout import QUARANTINE, Layout
+
+if TYPE_CHECKING:
+    from spark_jobs.joins.engine import BatchMetrics
 
 Record = tuple[str, dict | None]
 
@@ -78,6 +82,96 @@ def append_bronze(
     return lake.append(spec.name, table)
 
 
+# the records a join's plan reads: both topics' records with the side they come from
+RECORDS = "side string, key binary, value binary, timestamp timestamp, partition int, offset long"
+
+
+class JoinQuery:
+    """One join run as ``lake run`` runs it, a streaming query of ``JoinJob.plan`` with
+    ``foreachBatch(JoinJob.process)`` and a checkpoint of its own, over an in-memory source
+    the caller feeds instead of the topics. :meth:`feed` hands it records as one micro-batch."""
+
+    def __init__(self, spark: Any, lake: Lake, config: PipelineConfig, name: str, query_id: str):
+        import shutil
+
+        from pyspark.sql import DataFrame
+
+        from spark_jobs.joins.keyed import job_for
+
+        self.spark, self.lake, self.name = spark, lake, name
+        self.job = job_for(spark, lake, config, config.join(name), query_id)
+        self.checkpoint = Layout(lake.root).driver_checkpoint(name)
+        shutil.rmtree(self.checkpoint, ignore_errors=True)  # the source starts empty: so does the query
+        schema = spark._jsparkSession.parseDataType(spark.createDataFrame([], RECORDS).schema.json())
+        self._source = spark._jvm.lake.joins.MemorySource(spark._jsparkSession, schema)
+        self._frame = DataFrame(self._source.frame(), spark)
+        self._query: Any = None
+        self._error: BaseException | None = None
+        self.metrics: BatchMetrics | None = None  # of the last micro-batch
+        self.batch_id = -1  # of the last micro-batch
+
+    def _batch(self, frame: Any, batch_id: int) -> None:
+        try:
+            self.metrics = self.job.process(frame, batch_id)
+            self.batch_id = batch_id
+        except BaseException as exc:
+            self._error = exc
+            raise
+
+    def start(self) -> None:
+        """Start the query (again after a failure: Spark reruns the batch that did not commit)."""
+        for other in self.spark.streams.active:  # a query of the same join from an earlier driver
+            if other.name == f"test_{self.name}":
+                other.stop()
+        writer = self.job.plan(self._frame).writeStream.queryName(f"test_{self.name}")
+        writer = writer.foreachBatch(self._batch).option("checkpointLocation", str(self.checkpoint))
+        self._query = writer.start()
+
+    def feed(self, rows: pa.Table) -> BatchMetrics | None:
+        """Process ``rows`` (``side`` and the record columns) as the next micro-batch; returns its
+        metrics. A failure in the batch is raised as itself and stops the query."""
+        from spark_jobs.session import arrow_frame
+
+        if self._query is None or not self._query.isActive:
+            self.start()
+        columns = ["side", "key", "value", "timestamp", "partition", "offset"]
+        self._source.add(arrow_frame(self.spark, rows.select(columns))._jdf)
+        self._wait()
+        return self.metrics
+
+    def restart(self) -> BatchMetrics | None:
+        """Start the stopped query again and wait until it has caught up (the replay of a batch
+        that failed, as after a crash)."""
+        self.start()
+        self._wait()
+        return self.metrics
+
+    def replay_last(self) -> BatchMetrics | None:
+        """Run the last committed micro-batch again, as Spark does after a crash between the batch's
+        writes and its entry in the checkpoint's commit log."""
+        self.stop()
+        commits = self.checkpoint / "commits"
+        for entry in (str(self.batch_id), f".{self.batch_id}.crc"):
+            (commits / entry).unlink(missing_ok=True)
+        return self.restart()
+
+    def _wait(self) -> None:
+        from pyspark.errors import StreamingQueryException
+
+        self._error = None
+        try:
+            self._query.processAllAvailable()
+        except StreamingQueryException as exc:
+            error, self._error = self._error, None
+            if error is not None:
+                raise error from None
+            raise RuntimeError(f"join {self.name}: {str(exc).strip().splitlines()[0]}") from exc
+
+    def stop(self) -> None:
+        if self._query is not None:
+            self._query.stop()
+
+
 def _encode(value: Any, what: str) -> bytes | None:
     if value is None:
         return None
@@ -103,7 +197,6 @@ class PipelineTestDriver:
     """A pipeline's joins driven record by record, in one Spark session, without Kafka."""
 
     def __init__(self, pipeline: str | Path, root: str | Path, spark: Any = None):
-        from spark_jobs.joins.keyed import job_for
         from spark_jobs.session import get_spark
 
         self.config: PipelineConfig = load_config(pipeline)
@@ -114,12 +207,12 @@ class PipelineTestDriver:
         self._seen: dict[tuple[str, str], np.ndarray] = {}  # (join, topic): next offset per partition
         self._changes: dict[str, list[Record]] = {}
         self._changelog: dict[str, list[Record]] = {}
-        self._batch = 0
-        self.jobs = {}
-        for name, spec in self.config.joins.items():
-            job = job_for(self.spark, self.lake, self.config, spec, f"test-driver-{name}")
-            job.publisher = self._publisher(name)
-            self.jobs[name] = job
+        self._ran: dict[str, int] = {}  # join -> its last micro-batch, when the last advance ran one
+        self.queries: dict[str, JoinQuery] = {}
+        for name in self.config.joins:
+            query = JoinQuery(self.spark, self.lake, self.config, name, f"test-driver-{name}")
+            query.job.publisher = self._publisher(name)
+            self.queries[name] = query
 
     def __enter__(self) -> PipelineTestDriver:
         return self
@@ -128,7 +221,9 @@ class PipelineTestDriver:
         self.close()
 
     def close(self) -> None:
-        """Nothing to release: the Spark session is shared, the lake stays for inspection."""
+        """Stop the joins' queries (the Spark session is shared, the lake stays for inspection)."""
+        for query in self.queries.values():
+            query.stop()
 
     # --- input ------------------------------------------------------------------------------------
     def pipe(self, topic: str, key: str | bytes, value: Any, timestamp: int | None = None) -> None:
@@ -151,21 +246,19 @@ class PipelineTestDriver:
             values = pa.array([v for _, v, _ in records], pa.binary())
             stamps = np.array([t for _, _, t in records], dtype=np.int64)
             append_bronze(self.lake, self.config.topic(topic), keys, values, stamps)
-        self._changes, self._changelog = {}, {}
-        for name, job in self.jobs.items():
+        self._changes, self._changelog, self._ran = {}, {}, {}
+        for name, query in self.queries.items():
             spec = self.config.join(name)
-            before = self.lake.version(name)
+            before = self.lake.version(name) if self.lake.exists(name) else None
             parts = []
             for side, topic in spec.sides:
                 new = self._unread(name, topic)
                 parts.append(new.add_column(0, "side", pa.array([side] * new.num_rows, pa.string())))
             rows = pa.concat_tables(parts)
             if rows.num_rows:
-                from spark_jobs.session import arrow_frame
-
-                job.process(arrow_frame(self.spark, rows), self._batch)
+                query.feed(rows)
+                self._ran[name] = query.batch_id
             self._changes[name] = self._emitted(name, before)
-        self._batch += 1
         for name, published in self._changelog.items():  # read by the joins downstream, next time
             for key, value in published:
                 self.pipe(str(self.config.join(name).publish), key, value)
@@ -210,7 +303,7 @@ class PipelineTestDriver:
     def _value_columns(self, name: str) -> list[str]:
         """The result's columns besides its meta columns (the engine knows them: no table read)."""
         meta = set(self.config.join(name).join_kind.meta_columns)
-        return [c for c in self.jobs[name].result_schema.names if c not in meta]
+        return [c for c in self.queries[name].job.result_schema.names if c not in meta]
 
     # --- output -----------------------------------------------------------------------------------
     def changes(self, join: str) -> list[Record]:
@@ -232,8 +325,10 @@ class PipelineTestDriver:
         self.config.join(join)
         if not self.lake.exists(QUARANTINE):
             return []
+        if join not in self._ran:
+            return []
         rows = self.lake.read_arrow(QUARANTINE, columns=["run_id", "source", "line", "reason"])
-        run = f"test-driver-{join}:{self._batch - 1}"
+        run = f"test-driver-{join}:{self._ran[join]}"
         return [(r["source"], r["line"], r["reason"]) for r in rows.to_pylist() if r["run_id"] == run]
 
     def table(self, join: str) -> dict[str, dict]:

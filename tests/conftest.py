@@ -57,6 +57,18 @@ def spark():
     session.stop()
 
 
+@pytest.fixture(autouse=True)
+def _no_query_outlives_its_test(request):
+    """The joins' test queries (spark_jobs.testing.JoinQuery) stop with the test that started them."""
+    yield
+    from pyspark.sql import SparkSession
+
+    session = SparkSession.getActiveSession()
+    for query in session.streams.active if session is not None else []:
+        if query.name and query.name.startswith("test_"):
+            query.stop()
+
+
 @pytest.fixture
 def lake(tmp_path):
     from spark_jobs.lake import Lake

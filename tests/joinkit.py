@@ -11,8 +11,7 @@ import pyarrow as pa
 from bronzekit import append_bronze
 
 from spark_jobs.config import load_config
-from spark_jobs.joins.keyed import job_for
-from spark_jobs.session import arrow_frame
+from spark_jobs.testing import JoinQuery
 
 PIPELINE = """
 pipeline: joins-test
@@ -66,14 +65,15 @@ def produce(lake, config, topic: str, records: list[tuple]) -> None:
 
 
 class Feeder:
-    """Hands the records a job has not seen yet to ``JoinJob.process`` as one micro-batch."""
+    """Hands the records a join has not seen yet to its streaming query (``spark_jobs.testing``'s
+    ``JoinQuery``: the join's plan and ``foreachBatch`` as ``lake run`` runs them) as one micro-batch."""
 
     def __init__(self, spark, lake, config, name: str, query_id: str = "test-query"):
         self.spark, self.lake, self.config = spark, lake, config
         self.spec = config.join(name)
-        self.job = job_for(spark, lake, config, self.spec, query_id)
+        self.query = JoinQuery(spark, lake, config, name, query_id)
+        self.job = self.query.job
         self.seen: set[tuple[str, int, int]] = set()
-        self.batch_id = 0
 
     def pending_records(self) -> pa.Table:
         parts = []
@@ -88,20 +88,22 @@ class Feeder:
             parts.append(rows.add_column(0, "side", pa.array([side] * rows.num_rows, pa.string())))
         return pa.concat_tables(parts)
 
-    def frame(self, rows: pa.Table):
-        return arrow_frame(self.spark, rows)
-
-    def feed(self, rows: pa.Table | None = None, batch_id: int | None = None):
+    def feed(self, rows: pa.Table | None = None):
         """Process ``rows`` (default: everything not fed yet) as the next micro-batch."""
         rows = self.pending_records() if rows is None else rows
         for side, p, o in zip(
             rows["side"].to_pylist(), rows["partition"].to_pylist(), rows["offset"].to_pylist(), strict=True
         ):
             self.seen.add((side, p, o))
-        bid = self.batch_id if batch_id is None else batch_id
-        metrics = self.job.process(self.frame(rows), bid)
-        self.batch_id = max(self.batch_id, bid + 1)
-        return metrics
+        return self.query.feed(rows)
+
+    def restart(self):
+        """Start the query again after a failed batch: Spark reruns that batch."""
+        return self.query.restart()
+
+    def replay_last(self):
+        """Run the last committed batch again (a crash after its writes, before its commit entry)."""
+        return self.query.replay_last()
 
 
 def result_rows(lake, name: str, columns: tuple[str, ...] = ("key", "lv", "rv")) -> list[tuple]:

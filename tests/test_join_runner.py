@@ -249,6 +249,26 @@ def test_a_rewritten_topic_asks_for_reset_and_reset_rebuilds(spark, setup, capsy
     assert result_rows(lake, "t_inner") == [("k1", "x", "r")]
 
 
+def test_a_table_join_checkpoint_from_before_the_state_store_asks_for_reset(spark, setup, capsys):
+    cfg, lake, opts = setup
+    produce(lake, cfg, "L", [("k1", "x", T0)])
+    produce(lake, cfg, "R", [("k1", "r", T0)])
+    # what an earlier version left: committed batches, the state in <join>__left / __right tables
+    checkpoint = Path(lake.root) / "_checkpoints" / "t_inner"
+    (checkpoint / "commits").mkdir(parents=True)
+    (checkpoint / "commits" / "0").write_text("v1\n{}\n")
+    lake.create("t_inner__left", pa.schema([("key", pa.binary())]))
+    assert main(["run", "t_inner", "--once", *opts]) == 2
+    err = capsys.readouterr().err
+    assert err.strip().splitlines()[-1] == (
+        f"lake: error: join t_inner: its checkpoint {checkpoint} is from an older version of the product "
+        "(its state was in Delta tables, now it is in Spark's state store); rerun with --reset"
+    )
+    assert main(["run", "t_inner", "--once", "--reset", *opts]) == 0
+    assert "t_inner__left" not in lake.tables()
+    assert result_rows(lake, "t_inner") == [("k1", "x", "r")]
+
+
 @pytest.mark.slow
 def test_start_is_idempotent_and_stop_ends_the_detached_job(spark, setup, capsys):
     cfg, lake, opts = setup

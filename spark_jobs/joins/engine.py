@@ -1,21 +1,26 @@
 """The join engine: incremental maintenance of a join result, one micro-batch at a time.
 
-A job owns Delta tables next to its result (``<join>__left``, ``<join>__right``, ...), so its state is
+A join runs as a Spark streaming query: ``JoinJob.plan`` over both topics' records (validation, and
+for the table kind its state operator in Spark's state store: ``lake.joins.TableJoin``, Java, under
+``spark_jobs/joins/java``), then ``foreachBatch(JoinJob.process)``. The kinds not yet moved to the
+state store own Delta tables next to their result (``<join>__left``, ``<join>__subs``, ...),
 inspectable and time-travelable with ``lake show``. Each micro-batch:
 
 1. validates the records (null key, a json topic's value that is not a JSON object: quarantined);
-2. applies them to the state tables (table: a log of the accepted versions of each key, where the
-   latest by (timestamp, offset) wins, compacted to one row per key now and then; stream kinds: event
-   buffers and the right side's history);
+2. applies them to the state (table: each side's accepted version per key, the latest by (timestamp,
+   offset) winning, kept by the processor; fk / list / derive: a log of the accepted versions of each
+   key, compacted to one row per key now and then; stream kinds: event buffers and the right side's
+   history);
 3. finds the affected result keys / the events that can be decided now, recomputes exactly those from
    state, and merges (table) or appends (stream kinds) them into the result;
 4. publishes the result's changes as a topic when configured, and appends a metrics row.
 
 Exactly-once: every commit carries the Delta transaction ``(query id, batch id)``, so a replayed batch
 (Spark replays the last one after a crash) skips every commit that already happened; the commits of a
-batch are ordered so that whatever is recomputed on replay equals what the first attempt computed.
-Decisions that depend on the world outside the batch (has the right side caught up?) are recorded by
-the batch's first commit and reused on replay.
+batch are ordered so that whatever is recomputed on replay equals what the first attempt computed
+(Spark's state store is versioned per batch: a replay starts from the version before it). Decisions
+that depend on the world outside the batch (has the right side caught up?) are recorded by the
+batch's first commit and reused on replay.
 """
 
 from __future__ import annotations
@@ -112,7 +117,7 @@ def state_tables(spec: JoinSpec) -> dict[str, pa.Schema]:
 def _state_tables(spec: JoinSpec) -> dict[str, pa.Schema]:
     name = spec.name
     if spec.kind == "table":
-        return {f"{name}__left": STATE_SCHEMA, f"{name}__right": STATE_SCHEMA}
+        return {}  # its state is in Spark's state store, under the join's checkpoint
     if spec.kind in BY_FIELDS:
         tables = {f"{name}__left": pa.schema([*RECORD_FIELDS, *BY_FIELDS[spec.kind]])}
         if spec.kind == "list":
@@ -358,29 +363,19 @@ class JoinJob:
         return self._query_id() if callable(self._query_id) else self._query_id
 
     # --- the micro-batch --------------------------------------------------------------------
+    def plan(self, records: DataFrame) -> DataFrame:
+        """The streaming part of the join over both topics' records (``side`` and the record
+        columns), ahead of ``foreachBatch``: what :meth:`process` gets per micro-batch. Here the
+        records with ``reason``; a kind whose state lives in Spark's state store adds its operator."""
+        return self._prepared(records)
+
     def process(self, frame: DataFrame, batch_id: int) -> BatchMetrics:
-        """Run one micro-batch: ``frame`` holds both topics' new records with a ``side`` column."""
+        """Run one micro-batch of :meth:`plan`'s output."""
         started = time.perf_counter()
         started_at = datetime.now(UTC)
-        by_fields = BY_FIELDS.get(self.spec.kind, [])
-        batch = conform(
-            self._prepared(frame).toArrow(),
-            pa.schema([("side", pa.string()), *RECORD_FIELDS, ("reason", pa.string()), *by_fields]),
-            f"join {self.spec.name} input",
-        )
         txn = (self.query_id, int(batch_id))
         metrics = BatchMetrics()
-        side = batch["side"]
-        metrics.input_left = int(pc.sum(pc.equal(side, "left")).as_py() or 0)
-        metrics.input_right = batch.num_rows - metrics.input_left
-        bad = batch.filter(pc.is_valid(batch["reason"]))
-        good = batch.filter(pc.is_null(batch["reason"]))
-        metrics.quarantined = bad.num_rows
-        self._quarantine(bad, txn, started_at)
-        left_columns = RECORD_COLUMNS + [f for f, _ in by_fields]
-        left = good.filter(pc.equal(good["side"], "left")).select(left_columns)
-        right = good.filter(pc.equal(good["side"], "right")).select(RECORD_COLUMNS)
-        self._batch(batch, left, right, txn, started_at, metrics)
+        self._step(frame, txn, started_at, metrics)
         if self._quarantined:  # one commit for the batch's bad records and poison pills
             self.lake.append(QUARANTINE, pa.concat_tables(self._quarantined), txn=txn)
             self._quarantined.clear()
@@ -388,6 +383,27 @@ class JoinJob:
         self._metrics(metrics, txn, started_at, duration)
         self.log(f"join {self.spec.name} batch {batch_id}: {metrics.text()} ({duration:.0f} ms)")
         return metrics
+
+    def _step(self, frame: DataFrame, txn: tuple[str, int], at: datetime, metrics: BatchMetrics) -> None:
+        """A micro-batch of records with ``reason``: quarantine the bad ones, hand the rest to the
+        kind's :meth:`_batch`."""
+        by_fields = BY_FIELDS.get(self.spec.kind, [])
+        batch = conform(
+            frame.toArrow(),
+            pa.schema([("side", pa.string()), *RECORD_FIELDS, ("reason", pa.string()), *by_fields]),
+            f"join {self.spec.name} input",
+        )
+        side = batch["side"]
+        metrics.input_left = int(pc.sum(pc.equal(side, "left")).as_py() or 0)
+        metrics.input_right = batch.num_rows - metrics.input_left
+        bad = batch.filter(pc.is_valid(batch["reason"]))
+        good = batch.filter(pc.is_null(batch["reason"]))
+        metrics.quarantined = bad.num_rows
+        self._quarantine(bad, txn, at)
+        left_columns = RECORD_COLUMNS + [f for f, _ in by_fields]
+        left = good.filter(pc.equal(good["side"], "left")).select(left_columns)
+        right = good.filter(pc.equal(good["side"], "right")).select(RECORD_COLUMNS)
+        self._batch(batch, left, right, txn, at, metrics)
 
     def _prepared(self, frame: DataFrame) -> DataFrame:
         """The batch with ``reason`` (and, for the kinds that need them, the left records' keys)."""
@@ -675,34 +691,37 @@ class JoinJob:
 
 
 class TableJob(JoinJob):
-    """table: both sides' latest value per key, joined."""
+    """table: both sides' latest value per key, joined. The sides live in Spark's state store: the
+    Java stateful processor ``lake.joins.TableJoin`` (``spark_jobs/joins/java``) keeps each key's
+    accepted version per side and hands the batch one row per key that had records (both values after
+    the batch, whether the join holds a row, whether the batch deleted a live left value)."""
 
-    def _batch(
-        self,
-        batch: pa.Table,
-        left: pa.Table,
-        right: pa.Table,
-        txn: tuple[str, int],
-        at: datetime,
-        m: BatchMetrics,
-    ) -> None:
-        name = self.spec.name
-        keys = _unique_keys(left, right)
-        m.affected_keys = len(keys)
-        if len(keys) == 0:
+    def plan(self, records: DataFrame) -> DataFrame:
+        prepared = self._prepared(records)
+        valid = prepared.filter(F.col("reason").isNull()).drop("reason")
+        operator = self.spark._jvm.lake.joins.TableJoin  # type: ignore[union-attr]
+        joined = DataFrame(operator.apply(valid._jdf, self.spec.type), self.spark)
+        invalid = prepared.filter(F.col("reason").isNotNull())
+        return joined.unionByName(invalid, allowMissingColumns=True)
+
+    def _step(self, frame: DataFrame, txn: tuple[str, int], at: datetime, m: BatchMetrics) -> None:
+        rows = frame.toArrow()
+        bad = rows.filter(pc.is_valid(rows["reason"]))
+        keys = rows.filter(pc.is_null(rows["reason"]))
+        bad_left = int(pc.sum(pc.equal(bad["side"], "left")).as_py() or 0)
+        m.input_left = int(pc.sum(keys["n_left"]).as_py() or 0) + bad_left
+        m.input_right = int(pc.sum(keys["n_right"]).as_py() or 0) + bad.num_rows - bad_left
+        m.quarantined = bad.num_rows
+        self._quarantine(bad, txn, at)
+        changed = keys.filter(keys["changed"])
+        m.affected_keys = changed.num_rows
+        if changed.num_rows == 0:
             return
-        sides = {}
-        for side, records in (("left", left), ("right", right)):
-            state, _ = self._apply(f"{name}__{side}", records, keys, txn)
-            live = state.filter(pc.is_valid(state["value"]))
-            blame = [f"__{side[0]}p", f"__{side[0]}o"]
-            sides[side] = live.select(["key", "value", "partition", "offset"]).rename_columns(
-                ["key", f"{side}_value", *blame]
-            )
-        join_type = {"inner": "inner", "left": "left outer", "outer": "full outer"}[self.spec.type]
-        joined = sides["left"].join(sides["right"], "key", join_type=join_type, coalesce_keys=True)
-        desired, failed = self._project(joined, txn, at, m)
-        changes = self._changes(desired, _without(keys, failed))
+        live = changed.filter(changed["live"])
+        columns = ["key", "left_value", "__lp", "__lo", "right_value", "__rp", "__ro"]
+        desired, failed = self._project(live.select(columns), txn, at, m)
+        self._left_tombstones = changed.filter(changed["left_deleted"])["key"].combine_chunks()
+        changes = self._changes(desired, _without(changed["key"].combine_chunks(), failed))
         self._write_changes([changes], txn, at, m)
 
 

@@ -99,11 +99,15 @@ class RunSummary:
         )
 
 
-def _topic_stream(spark: SparkSession, lake: Lake, topic: str, side: str, max_files: int | None) -> DataFrame:
-    reader = spark.readStream.format("delta")
-    if max_files:
-        reader = reader.option("maxFilesPerTrigger", max_files)
-    return side_records(reader.load(lake.uri(topic)), side)
+def input_stream(spark: SparkSession, lake: Lake, spec: JoinSpec, max_files: int | None = None) -> DataFrame:
+    """A join's input: its topics' records as a stream with the side they come from."""
+    streams = []
+    for side, topic in spec.sides:
+        reader = spark.readStream.format("delta")
+        if max_files:
+            reader = reader.option("maxFilesPerTrigger", max_files)
+        streams.append(side_records(reader.load(lake.uri(topic)), side))
+    return streams[0] if len(streams) == 1 else streams[0].unionByName(streams[1])
 
 
 def run_join(
@@ -122,6 +126,7 @@ def run_join(
     ``stop`` is set or SIGTERM / SIGINT arrives, then stops after the current micro-batch."""
     spec = config.join(name)
     checkpoint = checkpoint_dir(lake, spec)
+    _check_checkpoint(checkpoint, spec)
     stop = stop or threading.Event()
     summary = RunSummary(spec.name)
     with registered(lake, join_job(spec), "once" if once else "continuous") as beat:
@@ -140,8 +145,7 @@ def run_join(
                 summary.add(metrics)
                 beat({"last_batch_id": batch_id, "last_batch": metrics.text()})
 
-        streams = [_topic_stream(spark, lake, topic, side, max_files) for side, topic in spec.sides]
-        stream = streams[0] if len(streams) == 1 else streams[0].unionByName(streams[1])
+        stream = job.plan(input_stream(spark, lake, spec, max_files))
         writer = stream.writeStream.queryName(f"join_{spec.name}").foreachBatch(batch)
         writer = writer.option("checkpointLocation", str(checkpoint))
         if once:
@@ -175,6 +179,18 @@ def run_join(
     return summary
 
 
+def _check_checkpoint(checkpoint: Path, spec: JoinSpec) -> None:
+    """A table join keeps its state in Spark's state store, under its checkpoint: a checkpoint with
+    committed batches but no state was written by a version that kept the state in Delta tables."""
+    if spec.kind != "table" or not (checkpoint / "commits").is_dir():
+        return
+    if any((checkpoint / "commits").glob("[0-9]*")) and not (checkpoint / "state").is_dir():
+        raise UserError(
+            f"join {spec.name}: its checkpoint {checkpoint} is from an older version of the product (its "
+            f"state was in Delta tables, now it is in Spark's state store); rerun with --reset"
+        )
+
+
 def _user_error(error: Any, spec: JoinSpec) -> str | None:
     """A UserError raised inside foreachBatch reaches us as a StreamingQueryException; recover it.
     A rewritten topic (``lake topic repartition``) is one too: the job must start over."""
@@ -200,7 +216,11 @@ def reset_join(lake: Lake, config: PipelineConfig, name: str) -> list[str]:
     if spec.job in running_jobs(lake):
         raise UserError(f"join {spec.name} is running; stop it before --reset")
     removed = []
-    for table in [spec.name, *state_tables(spec), *([spec.publish] if spec.publish else [])]:
+    # with the state tables of older versions (<join>__*) that the current kind no longer has
+    folder = lake.tables_dir
+    older = sorted(p.name for p in folder.glob(f"{spec.name}__*")) if folder.is_dir() else []
+    tables = [spec.name, *state_tables(spec), *([spec.publish] if spec.publish else []), *older]
+    for table in dict.fromkeys(tables):
         if lake.exists(table):
             shutil.rmtree(lake.path(table))
             removed.append(table)

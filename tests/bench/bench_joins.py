@@ -2,8 +2,9 @@
 
 For left 1,000,000 keys / right 100,000 keys, and again at 100,000 / 10,000: load the topics, run the
 first micro-batch (everything), then BATCHES micro-batches of 1,000 left + 100 right changes each
-(random keys, new values) through the engine's micro-batch entry point, and report the median batch
-latency. A 10,000-key round first warms the JVM and the Python workers and is not reported. The baseline, measured in the same run at each size: recompute the whole join from the topics
+(random keys, new values), with the join running as ``lake run`` runs it (bronze streamed into the
+engine's plan and ``foreachBatch``), and report the median time from the bronze append to the result
+visible. A 10,000-key round first warms the JVM and the Python workers and is not reported. The baseline, measured in the same run at each size: recompute the whole join from the topics
 with Spark (latest value per key of both topics, join, select) and overwrite a result table, as a job
 without incremental state would every batch. `make bench` runs it; usage: bench_joins.py [BATCHES].
 """
@@ -17,24 +18,15 @@ import time
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
-from benchkit import TABLE_JOIN_PIPELINE, keys, values  # (and tests/ on sys.path)
+from benchkit import TABLE_JOIN_PIPELINE, EngineJoin, keys, values  # (and tests/ on sys.path)
 from bronzekit import append_bronze
 
 from spark_jobs.config import load_config
-from spark_jobs.joins.keyed import job_for
 from spark_jobs.joins.oracle import expected
 from spark_jobs.lake import Lake
-from spark_jobs.session import arrow_frame, get_spark
+from spark_jobs.session import get_spark
 
 BATCHES = int(sys.argv[1]) if len(sys.argv) > 1 else 10
-
-
-def new_records(lake: Lake, topic: str, version: int, side: str) -> pa.Table:
-    rows = lake.changes_arrow(topic, version, version).select(
-        ["key", "value", "timestamp", "partition", "offset"]
-    )
-    return rows.add_column(0, "side", pa.array([side] * rows.num_rows, pa.string()))
 
 
 def run_size(spark, root: Path, left_keys: int, right_keys: int) -> dict:
@@ -44,33 +36,27 @@ def run_size(spark, root: Path, left_keys: int, right_keys: int) -> dict:
     rng = np.random.default_rng(42)
     append_bronze(lake, config.topic("left"), keys(np.arange(left_keys)), values("l", left_keys))
     append_bronze(lake, config.topic("right"), keys(np.arange(right_keys)), values("r", right_keys))
-    job = job_for(spark, lake, config, config.join("bench"), "bench")
-    initial = pa.concat_tables([new_records(lake, "left", 1, "left"), new_records(lake, "right", 1, "right")])
-    started = time.perf_counter()
-    job.process(arrow_frame(spark, initial), 0)
-    first = time.perf_counter() - started
+    join = EngineJoin(spark, lake, config, root)
+    first = join.wait()
     latencies = []
     for b in range(1, BATCHES + 1):
-        lv = append_bronze(
+        append_bronze(
             lake,
             config.topic("left"),
             keys(rng.choice(left_keys, 1000, replace=False)),
             values(f"l{b}-", 1000),
         )
-        rv = append_bronze(
+        append_bronze(
             lake,
             config.topic("right"),
             keys(rng.choice(right_keys, 100, replace=False)),
             values(f"r{b}-", 100),
         )
-        batch = pa.concat_tables(
-            [new_records(lake, "left", lv, "left"), new_records(lake, "right", rv, "right")]
-        )
-        frame = arrow_frame(spark, batch)
-        started = time.perf_counter()
-        metrics = job.process(frame, b)
-        latencies.append(time.perf_counter() - started)
-        assert metrics.affected_keys >= 1000
+        before = join.affected
+        latencies.append(join.wait())  # a wave may be one micro-batch or two (left, then right)
+        assert join.affected - before >= 1000
+    join.query.stop()
+    job = join.job
     # baseline: the whole join recomputed from the topics and written, as a stateless job would
     recompute = []
     schema = job.result_schema

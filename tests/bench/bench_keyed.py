@@ -81,7 +81,7 @@ class Bench:
         return append_bronze(self.lake, self.config.topic(topic), encode(keys), json_values(values))
 
     def process(self, job, versions) -> tuple[float, object]:
-        frame = arrow_frame(self.spark, batch_of(self.lake, versions))
+        frame = job.plan(arrow_frame(self.spark, batch_of(self.lake, versions)))  # stateless for fk, list
         started = time.perf_counter()
         metrics = job.process(frame, self.batch_id)
         self.batch_id += 1

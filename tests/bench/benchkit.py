@@ -1,11 +1,13 @@
-"""What the benchmarks share: an embedded Kafka broker of their own, the test kits on sys.path, and the
-table-join workload of ``bench_joins`` and ``bench_state``."""
+"""What the benchmarks share: an embedded Kafka broker of their own, the test kits on sys.path, the
+table-join workload of ``bench_joins`` and ``bench_state``, and the product's join run as a timed
+streaming query."""
 
 from __future__ import annotations
 
 import os
 import socket
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -50,3 +52,58 @@ def embedded_broker(root: Path) -> Iterator[str]:
         yield str(state.bootstrap_servers)
     finally:
         broker.stop(root)
+
+
+class Timed:
+    """A streaming query whose batches are timed: bronze append -> result visible, and Spark's parts."""
+
+    query: object
+    visible_at = 0.0
+
+    def wait(self) -> float:
+        """Seconds from now until the result holds what is in bronze now."""
+        started = time.perf_counter()
+        self.query.processAllAvailable()  # type: ignore[attr-defined]
+        return self.visible_at - started
+
+    def parts(self, since: int) -> dict[str, float]:
+        """Seconds per part of the batches after batch id ``since`` (from Spark's progress)."""
+        total: dict[str, float] = {}
+        for p in self.query.recentProgress:  # type: ignore[attr-defined]
+            if p.batchId > since and p.numInputRows:
+                for part, ms in p.durationMs.items():
+                    total[part] = total.get(part, 0.0) + ms / 1000
+        return total
+
+    def last_batch(self) -> int:
+        progress = self.query.lastProgress  # type: ignore[attr-defined]
+        return progress.batchId if progress else -1
+
+
+class EngineJoin(Timed):
+    """The product's join, as the runner builds it: the bronze tables streamed into ``JoinJob.plan``, then
+    ``foreachBatch(JoinJob.process)``."""
+
+    def __init__(self, spark, lake, config, root: Path, name: str = "bench"):
+        from spark_jobs.joins.keyed import job_for
+        from spark_jobs.joins.runner import input_stream
+
+        self.lake, self.name = lake, name
+        self.job = job_for(spark, lake, config, config.join(name), "bench")
+        stream = self.job.plan(input_stream(spark, lake, config.join(name)))
+        self.query = (
+            stream.writeStream.foreachBatch(self.sink)
+            .option("checkpointLocation", str(root / "engine_checkpoint"))
+            .trigger(processingTime="0 seconds")
+            .start()
+        )
+
+    affected = 0  # result keys recomputed since the query started
+
+    def sink(self, frame, batch_id: int) -> None:
+        self.affected += self.job.process(frame, batch_id).affected_keys
+        self.visible_at = time.perf_counter()
+
+    def rows(self) -> dict[bytes, tuple]:
+        table = self.lake.read_arrow(self.name, columns=["key", "lv", "rv"]).to_pylist()
+        return {bytes(r["key"]): (r["lv"], r["rv"]) for r in table}

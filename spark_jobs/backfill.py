@@ -67,7 +67,7 @@ def _refresh_lookup(spark: SparkSession, lake: Lake, config: PipelineConfig, loo
     ensure_lookup(lake, config, lookup)
     table = lookup_table(lookup)
     app = f"lookup:{lookup.name}"
-    applied = lake.table(table).transaction_version(app)
+    applied = lake.txn_version(spark, table, app)
     current = lake.version(lookup.topic)
     if applied is not None and applied >= current:
         return 0
@@ -77,9 +77,14 @@ def _refresh_lookup(spark: SparkSession, lake: Lake, config: PipelineConfig, loo
         return _rebuild_lookup(spark, lake, lookup, current)
     changes = lake.changes(spark, lookup.topic, start, current)
     latest = _latest_per_key(changes.filter(F.col("_change_type") == "insert"), current)
-    rows = latest.withColumn("_delete", F.col("value").isNull()).toArrow()
-    lake.merge(table, rows, ["key"], delete_column="_delete", txn=(app, current))
-    return rows.num_rows
+    rows = latest.withColumn("_delete", F.col("value").isNull()).persist()
+    try:
+        merged = rows.count()
+        if merged:
+            lake.merge(table, rows, ["key"], delete_column="_delete", txn=(app, current))
+        return merged
+    finally:
+        rows.unpersist()
 
 
 def _latest_per_key(records: DataFrame, version: int) -> DataFrame:
@@ -101,9 +106,12 @@ def _topic_latest(spark: SparkSession, lake: Lake, topic: str, version: int) -> 
 
 
 def _rebuild_lookup(spark: SparkSession, lake: Lake, lookup: LookupSpec, current: int) -> int:
-    latest = _topic_latest(spark, lake, lookup.topic, current).toArrow()
-    lake.overwrite(lookup_table(lookup), latest, txn=(f"lookup:{lookup.name}", current))
-    return latest.num_rows
+    latest = _topic_latest(spark, lake, lookup.topic, current).persist()
+    try:
+        lake.overwrite(lookup_table(lookup), latest, txn=(f"lookup:{lookup.name}", current))
+        return latest.count()
+    finally:
+        latest.unpersist()
 
 
 @dataclass
@@ -258,19 +266,13 @@ def _current_values(
 
 def _quarantine(lake: Lake, job: str, rejects: DataFrame) -> None:
     ensure_quarantine(lake)
-    now = datetime.now(UTC)
-    run_id = str(uuid.uuid4())
-    rows = rejects.select("source", "line", F.hex("raw").alias("raw_hex"), "reason").toArrow()
-    n = rows.num_rows
-    table = pa.table(
-        {
-            "run_id": pa.array([run_id] * n, pa.string()),
-            "run_time": pa.array([now] * n, pa.timestamp("us", tz="UTC")),
-            "job": pa.array([job] * n, pa.string()),
-            "source": rows.column("source"),
-            "line": rows.column("line"),
-            "raw_hex": rows.column("raw_hex"),
-            "reason": rows.column("reason"),
-        }
+    rows = rejects.select(
+        F.lit(str(uuid.uuid4())).alias("run_id"),
+        F.lit(datetime.now(UTC)).alias("run_time"),
+        F.lit(job).alias("job"),
+        "source",
+        "line",
+        F.hex("raw").alias("raw_hex"),
+        "reason",
     )
-    lake.append(QUARANTINE, table)
+    lake.append(QUARANTINE, rows)

@@ -32,6 +32,7 @@ from spark_jobs.lake import Lake
 from spark_jobs.layout import Layout
 from spark_jobs.partitioners import spark_partition
 from spark_jobs.report import report_path, run_page, write_report
+from spark_jobs.session import arrow_frame
 from spark_jobs.system_tables import QUALITY_RUNS, QUALITY_RUNS_SCHEMA, ensure_quality_runs
 
 CHECK_TYPES = ("completeness", "co_partitioning", "key_format", "lookup_basics")
@@ -453,7 +454,7 @@ def _run_suites(
     as_json = json.dumps(report.as_dict(), indent=2)
     for target in (page.with_suffix(".json"), report_dir / "summary.json"):
         target.write_text(as_json, encoding="utf-8")
-    _record(lake, report, suites)
+    _record(spark, lake, report, suites)
     pipeline_page = write_report(lake, config, _docs_href(docs, report_path(lake, config.name)))
     log(f"report: {pipeline_page}")
     return report
@@ -533,7 +534,7 @@ def _run_check(spark, lake, config, gxr: _GX, suite: Suite, check: Check) -> lis
     return out
 
 
-def _record(lake: Lake, report: QualityReport, suites: list[Suite]) -> None:
+def _record(spark: SparkSession, lake: Lake, report: QualityReport, suites: list[Suite]) -> None:
     ensure_quality_runs(lake)
     versions = {s.name: s.version for s in suites}
     when = datetime.fromisoformat(report.run_time)
@@ -553,7 +554,7 @@ def _record(lake: Lake, report: QualityReport, suites: list[Suite]) -> None:
         }
         for r in report.results
     ]
-    lake.append(QUALITY_RUNS, pa.Table.from_pylist(rows, schema=QUALITY_RUNS_SCHEMA))
+    lake.append(QUALITY_RUNS, arrow_frame(spark, pa.Table.from_pylist(rows, schema=QUALITY_RUNS_SCHEMA)))
 
 
 def _docs_href(docs: str | None, page: Path) -> str | None:

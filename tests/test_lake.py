@@ -168,3 +168,43 @@ def test_arrow_frame_keeps_the_rows_after_an_empty_record_batch(spark):
     )
     assert [b.num_rows for b in table.to_batches()] == [2, 0, 1]
     assert sorted(r["id"] for r in arrow_frame(spark, table).collect()) == ["a", "b", "c"]
+
+
+# --- writes through Delta's Spark integration ------------------------------------------------
+def test_a_spark_frame_is_written_by_delta_spark_on_the_executors_once_per_txn(spark, lake):
+    lake.create("t", SCHEMA)
+    frame = spark.createDataFrame([("b", 2), ("a", 1)], "id string, v int")  # v is cast to the table's long
+    assert lake.append("t", frame, txn=("app", 1)) == 1
+    assert lake.append("t", frame, txn=("app", 1)) is None  # a replayed batch
+    assert rows(lake, "t") == [{"id": "a", "v": 1}, {"id": "b", "v": 2}]
+    assert lake.txn_version(spark, "t", "app") == 1 and lake.txn_version(spark, "t", "other") is None
+    assert lake.commit("t", 1).operation == "WRITE"
+
+    source = spark.createDataFrame(
+        [("a", 10, False), ("b", None, True), ("c", 3, False), ("d", 4, True)],
+        "id string, v long, gone boolean",
+    )
+    assert lake.merge("t", source, ["id"], delete_column="gone", txn=("app", 2)) == 2
+    assert lake.merge("t", source, ["id"], delete_column="gone", txn=("app", 2)) is None
+    assert rows(lake, "t") == [{"id": "a", "v": 10}, {"id": "c", "v": 3}]  # d: a delete of nothing
+    assert lake.commit("t", 2).operation == "MERGE"
+    assert changes(lake, "t", 2) == [
+        (2, "delete", "b", 2),
+        (2, "insert", "c", 3),
+        (2, "update_postimage", "a", 10),
+        (2, "update_preimage", "a", 1),
+    ]
+
+    assert lake.overwrite("t", spark.createDataFrame([("z", 26)], "id string, v long")) == 3
+    assert rows(lake, "t") == [{"id": "z", "v": 26}]
+    assert rows(lake, "t", 2) == [{"id": "a", "v": 10}, {"id": "c", "v": 3}]  # time travel
+
+
+def test_a_spark_frame_with_other_columns_is_refused_before_anything_is_written(spark, lake):
+    lake.create("t", SCHEMA)
+    with pytest.raises(
+        ValueError,
+        match=r"append into t: columns do not match the table \(missing: \['v'\], unexpected: \['w'\]\)",
+    ):
+        lake.append("t", spark.createDataFrame([("a", 1)], "id string, w long"))
+    assert lake.version("t") == 0

@@ -1,14 +1,16 @@
 """The storage seam: every Delta table of the product is read and written through :class:`Lake`.
 
 Tables live under a lake root (``--root`` / ``LAKE_ROOT``, default ``./lakehouse``) as
-``<root>/tables/<name>``. The product's own writes go through delta-rs (PyPI ``deltalake``); Spark reads
-and streams the same tables with Delta's own Spark source (``format("delta")``, delta-spark), and the
-Kafka ingest writes the bronze tables with it.
+``<root>/tables/<name>``. Spark reads and streams them with Delta's own Spark source
+(``format("delta")``, delta-spark), and the Kafka ingest writes the bronze tables with it.
 
-Writes (append, overwrite, merge) are one atomic Delta commit each. A write may carry an application
-id and a batch id (``txn=(app_id, batch_id)``) recorded as a Delta ``txn`` action; a write whose batch
-id is not newer than the recorded one is skipped, so a replayed streaming batch changes nothing.
-Optimistic-concurrency conflicts are retried on a fresh snapshot.
+Writes (append, overwrite, merge) are one atomic Delta commit each. Data given as a Spark DataFrame
+is written by Delta's Spark integration on the executors (lookups, backfill quarantine, quality
+runs); data given as an Arrow table is written by delta-rs from the driver. The join engine's
+driver-side batches are the last Arrow writers; they go when its state moves to Spark's state store.
+A write may carry an application id and a batch id (``txn=(app_id, batch_id)``) recorded as a Delta
+``txn`` action; a write whose batch id is not newer than the recorded one is skipped, so a replayed
+streaming batch changes nothing. Optimistic-concurrency conflicts are retried on a fresh snapshot.
 """
 
 from __future__ import annotations
@@ -16,7 +18,9 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -38,6 +42,9 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 CDF = {"delta.enableChangeDataFeed": "true"}
+# Delta's idempotent DML reads the transaction from these session settings: one writer at a time
+_DML_TXN = threading.Lock()
+TXN_APP, TXN_VERSION = "spark.databricks.delta.write.txnAppId", "spark.databricks.delta.write.txnVersion"
 CONFLICT_RETRIES = 8
 KEY_LOOKUP_LIMIT = 20_000  # read_keys: above this many values a scan is cheaper than the IN list
 
@@ -49,14 +56,12 @@ def table_arrow_schema(dt: DeltaTable) -> pa.Schema:
 
 
 def to_arrow_table(data: Any) -> pa.Table:
-    """A Spark DataFrame (collected through Arrow batches), an Arrow table/batch/reader, or any object
-    exporting the Arrow C stream interface, as a ``pyarrow.Table``."""
+    """An Arrow table/batch/reader, or any object exporting the Arrow C stream interface, as a
+    ``pyarrow.Table``."""
     if isinstance(data, pa.Table):
         return data
     if isinstance(data, pa.RecordBatch):
         return pa.Table.from_batches([data])
-    if hasattr(data, "toArrow") and hasattr(data, "sparkSession"):
-        return data.toArrow()
     if hasattr(data, "__arrow_c_stream__"):
         return pa.RecordBatchReader.from_stream(data).read_all()
     raise TypeError(f"cannot write {type(data).__name__} to a Delta table")
@@ -326,6 +331,8 @@ class Lake:
         return self._write(name, data, "overwrite", txn)
 
     def _write(self, name: str, data: Any, mode: str, txn: Txn | None) -> int | None:
+        if _is_frame(data):
+            return self._spark_write(name, data, mode, txn)
         dt = self.table(name)
         table = conform(to_arrow_table(data), table_arrow_schema(dt), f"{mode} into {name}")
 
@@ -351,6 +358,8 @@ class Lake:
         """Upsert rows by primary key ``keys``; with ``delete_column`` (boolean), rows flagged true
         delete the matching target row instead. One atomic commit; returns the new version, or None
         when there was nothing to do or ``txn`` was already committed."""
+        if _is_frame(data):
+            return self._spark_merge(name, data, keys, delete_column, txn)
         dt = self.table(name)
         schema = table_arrow_schema(dt)
         source = to_arrow_table(data)
@@ -384,6 +393,106 @@ class Lake:
 
         return self._commit_with_retries(name, txn, attempt)
 
+    # --- writes through Delta's Spark integration (the data stays on the executors) --------------
+    def _conformed(
+        self, name: str, frame: DataFrame, what: str, extra_column: str | None = None
+    ) -> list[Any]:
+        """``frame``'s columns in the table's order and types (a missing or extra column, besides
+        ``extra_column``, is an error)."""
+        from pyspark.sql import functions as F
+
+        target = self.read(frame.sparkSession, name).schema
+        missing = [f.name for f in target if f.name not in frame.columns]
+        extra = [c for c in frame.columns if c not in target.names and c != extra_column]
+        if missing or extra:
+            raise ValueError(
+                f"{what} into {name}: columns do not match the table (missing: {missing or 'none'}, "
+                f"unexpected: {extra or 'none'})"
+            )
+        return [F.col(f"`{f.name}`").cast(f.dataType).alias(f.name) for f in target]
+
+    def txn_version(self, spark: SparkSession, name: str, app_id: str) -> int | None:
+        """The last batch id of application ``app_id`` committed to the table (None: none yet)."""
+        jvm: Any = spark._jvm
+        log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, self.uri(name))
+        none = jvm.scala.Option.empty()
+        found = log.update(False, none, none).transactions().get(app_id)
+        return int(found.get()) if found.isDefined() else None
+
+    def _spark_committed(self, spark: SparkSession, name: str, txn: Txn | None) -> bool:
+        if txn is None:
+            return False
+        last = self.txn_version(spark, name, txn[0])
+        return last is not None and last >= txn[1]
+
+    def _spark_write(self, name: str, frame: DataFrame, mode: str, txn: Txn | None) -> int | None:
+        self.table(name)  # a clear error for an unknown table
+        rows = frame.select(*self._conformed(name, frame, mode))
+
+        def attempt() -> None:
+            writer = rows.write.format("delta").mode(mode)
+            if txn is not None:
+                writer = writer.option("txnAppId", txn[0]).option("txnVersion", txn[1])
+            writer.save(self.uri(name))
+
+        return self._spark_commit_with_retries(frame.sparkSession, name, txn, attempt)
+
+    def _spark_merge(
+        self, name: str, frame: DataFrame, keys: Sequence[str], delete_column: str | None, txn: Txn | None
+    ) -> int | None:
+        from pyspark.sql import functions as F
+
+        self.table(name)
+        spark = frame.sparkSession
+        flag = F.lit(False)
+        if delete_column:
+            flag = F.coalesce(F.col(f"`{delete_column}`").cast("boolean"), F.lit(False))
+        source = frame.select(*self._conformed(name, frame, "merge", delete_column), flag.alias("__delete"))
+        columns = source.columns[:-1]
+        view = f"lake_merge_{uuid.uuid4().hex}"
+        source.createOrReplaceTempView(view)
+        on = " AND ".join(f"t.`{k}` = s.`{k}`" for k in keys)
+        assign = ", ".join(f"t.`{c}` = s.`{c}`" for c in columns)
+        names = ", ".join(f"`{c}`" for c in columns)
+        values = ", ".join(f"s.`{c}`" for c in columns)
+        statement = (
+            f"MERGE INTO delta.`{self.uri(name)}` t USING {view} s ON {on} "
+            f"WHEN MATCHED AND s.__delete THEN DELETE "
+            f"WHEN MATCHED THEN UPDATE SET {assign} "
+            f"WHEN NOT MATCHED AND NOT s.__delete THEN INSERT ({names}) VALUES ({values})"
+        )
+
+        def attempt() -> None:
+            with _DML_TXN:
+                if txn is not None:
+                    spark.conf.set(TXN_APP, txn[0])
+                    spark.conf.set(TXN_VERSION, str(txn[1]))
+                try:
+                    spark.sql(statement)
+                finally:
+                    spark.conf.unset(TXN_APP)
+                    spark.conf.unset(TXN_VERSION)
+
+        try:
+            return self._spark_commit_with_retries(spark, name, txn, attempt)
+        finally:
+            spark.catalog.dropTempView(view)
+
+    def _spark_commit_with_retries(
+        self, spark: SparkSession, name: str, txn: Txn | None, attempt
+    ) -> int | None:
+        for n in range(CONFLICT_RETRIES + 1):
+            if self._spark_committed(spark, name, txn):
+                return None
+            try:
+                attempt()
+                return self.version(name)
+            except Exception as exc:  # Delta's ConcurrentModificationException family, through py4j
+                if "Concurrent" not in type(exc).__name__ + str(exc)[:300] or n == CONFLICT_RETRIES:
+                    raise
+                time.sleep(min(0.05 * 2**n, 2.0))
+        return None
+
     def _commit_with_retries(self, name: str, txn: Txn | None, attempt) -> int | None:
         for n in range(CONFLICT_RETRIES + 1):
             if self.committed(name, txn):
@@ -396,6 +505,11 @@ class Lake:
                     raise
                 time.sleep(min(0.05 * 2**n, 2.0))
         return None
+
+
+def _is_frame(data: Any) -> bool:
+    """A Spark DataFrame (written by Delta's Spark integration, not collected)."""
+    return hasattr(data, "sparkSession") and hasattr(data, "write")
 
 
 def _sql_literal(value: Any) -> str:

@@ -102,7 +102,9 @@ class JoinQuery:
         self.job = job_for(spark, lake, config, config.join(name), query_id)
         self.checkpoint = Layout(lake.root).driver_checkpoint(name)
         shutil.rmtree(self.checkpoint, ignore_errors=True)  # the source starts empty: so does the query
-        schema = spark._jsparkSession.parseDataType(spark.createDataFrame([], RECORDS).schema.json())
+        empty = spark.createDataFrame([], RECORDS)
+        self._columns = empty.columns
+        schema = spark._jsparkSession.parseDataType(empty.schema.json())
         self._source = spark._jvm.lake.joins.MemorySource(spark._jsparkSession, schema)
         self._frame = DataFrame(self._source.frame(), spark)
         self._query: Any = None
@@ -134,8 +136,7 @@ class JoinQuery:
 
         if self._query is None or not self._query.isActive:
             self.start()
-        columns = ["side", "key", "value", "timestamp", "partition", "offset"]
-        self._source.add(arrow_frame(self.spark, rows.select(columns))._jdf)
+        self._source.add(arrow_frame(self.spark, rows.select(self._columns))._jdf)
         self._wait()
         return self.metrics
 

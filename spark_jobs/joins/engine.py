@@ -307,6 +307,8 @@ class JoinJob:
     # after a live value), also when the result held nothing for that key (an inner join without a
     # match), as Kafka Streams' foreign-key join does; a tombstone for a key not live is not sent.
     tombstones_follow_left = True
+    # The kind's state is in Spark's state store, under the query's checkpoint (not in Delta tables).
+    state_in_checkpoint = False
 
     def __init__(
         self,
@@ -695,6 +697,8 @@ class TableJob(JoinJob):
     Java stateful processor ``lake.joins.TableJoin`` (``spark_jobs/joins/java``) keeps each key's
     accepted version per side and hands the batch one row per key that had records (both values after
     the batch, whether the join holds a row, whether the batch deleted a live left value)."""
+
+    state_in_checkpoint = True
 
     def plan(self, records: DataFrame) -> DataFrame:
         prepared = self._prepared(records)

@@ -27,7 +27,7 @@ from spark_jobs.config import JoinSpec, PipelineConfig
 from spark_jobs.errors import UserError
 from spark_jobs.jobs import HEARTBEAT_SECONDS, join_job, registered, registry, running_jobs
 from spark_jobs.joins.engine import BatchMetrics, side_records, state_tables
-from spark_jobs.joins.keyed import job_for
+from spark_jobs.joins.keyed import JOBS, job_for
 from spark_jobs.kafka import connect, delete_topics
 from spark_jobs.lake import Lake
 from spark_jobs.layout import Layout
@@ -180,9 +180,9 @@ def run_join(
 
 
 def _check_checkpoint(checkpoint: Path, spec: JoinSpec) -> None:
-    """A table join keeps its state in Spark's state store, under its checkpoint: a checkpoint with
-    committed batches but no state was written by a version that kept the state in Delta tables."""
-    if spec.kind != "table" or not (checkpoint / "commits").is_dir():
+    """A kind that keeps its state in Spark's state store keeps it under its checkpoint: a checkpoint
+    with committed batches but no state was written by a version that kept the state in Delta tables."""
+    if not JOBS[spec.kind].state_in_checkpoint or not (checkpoint / "commits").is_dir():
         return
     if any((checkpoint / "commits").glob("[0-9]*")) and not (checkpoint / "state").is_dir():
         raise UserError(

@@ -426,8 +426,7 @@ class Lake:
         return last is not None and last >= txn[1]
 
     def _spark_write(self, name: str, frame: DataFrame, mode: str, txn: Txn | None) -> int | None:
-        self.table(name)  # a clear error for an unknown table
-        rows = frame.select(*self._conformed(name, frame, mode))
+        rows = frame.select(*self._conformed(name, frame, mode))  # an unknown table: a clear error
 
         def attempt() -> None:
             writer = rows.write.format("delta").mode(mode)
@@ -435,14 +434,14 @@ class Lake:
                 writer = writer.option("txnAppId", txn[0]).option("txnVersion", txn[1])
             writer.save(self.uri(name))
 
-        return self._spark_commit_with_retries(frame.sparkSession, name, txn, attempt)
+        spark = frame.sparkSession
+        return self._commit_with_retries(name, txn, attempt, lambda: self._spark_committed(spark, name, txn))
 
     def _spark_merge(
         self, name: str, frame: DataFrame, keys: Sequence[str], delete_column: str | None, txn: Txn | None
     ) -> int | None:
         from pyspark.sql import functions as F
 
-        self.table(name)
         spark = frame.sparkSession
         flag = F.lit(False)
         if delete_column:
@@ -474,34 +473,34 @@ class Lake:
                     spark.conf.unset(TXN_VERSION)
 
         try:
-            return self._spark_commit_with_retries(spark, name, txn, attempt)
+            return self._commit_with_retries(
+                name, txn, attempt, lambda: self._spark_committed(spark, name, txn)
+            )
         finally:
             spark.catalog.dropTempView(view)
 
-    def _spark_commit_with_retries(
-        self, spark: SparkSession, name: str, txn: Txn | None, attempt
+    def _commit_with_retries(
+        self,
+        name: str,
+        txn: Txn | None,
+        attempt: Callable[[], None],
+        committed: Callable[[], bool] | None = None,
     ) -> int | None:
+        """Run ``attempt`` unless ``txn`` is committed already (``committed``: how to tell, by
+        default from delta-rs), again on an optimistic-concurrency conflict (delta-rs's
+        ``CommitFailedError``, Delta's Spark ``Concurrent...Exception`` family through py4j)."""
+        done = committed or (lambda: self.committed(name, txn))
         for n in range(CONFLICT_RETRIES + 1):
-            if self._spark_committed(spark, name, txn):
+            if done():
                 return None
             try:
                 attempt()
                 return self.version(name)
-            except Exception as exc:  # Delta's ConcurrentModificationException family, through py4j
-                if "Concurrent" not in type(exc).__name__ + str(exc)[:300] or n == CONFLICT_RETRIES:
-                    raise
-                time.sleep(min(0.05 * 2**n, 2.0))
-        return None
-
-    def _commit_with_retries(self, name: str, txn: Txn | None, attempt) -> int | None:
-        for n in range(CONFLICT_RETRIES + 1):
-            if self.committed(name, txn):
-                return None
-            try:
-                attempt()
-                return self.version(name)
-            except CommitFailedError:
-                if n == CONFLICT_RETRIES:
+            except Exception as exc:
+                conflict = (
+                    isinstance(exc, CommitFailedError) or "Concurrent" in type(exc).__name__ + str(exc)[:300]
+                )
+                if not conflict or n == CONFLICT_RETRIES:
                     raise
                 time.sleep(min(0.05 * 2**n, 2.0))
         return None

@@ -23,7 +23,7 @@ from joinkit import (
 )
 
 from spark_jobs.errors import UserError
-from spark_jobs.joins import keyed
+from spark_jobs.joins import engine, keyed
 from spark_jobs.joins.oracle import audit
 from spark_jobs.lake import Lake
 from spark_jobs.system_tables import QUARANTINE
@@ -191,7 +191,7 @@ def test_fk_repeated_identical_updates_change_nothing(spark, lake, cfg):
 
 
 def test_fk_hot_key_is_recomputed_in_bounded_chunks(spark, lake, cfg, monkeypatch):
-    monkeypatch.setattr(keyed, "CHUNK_KEYS", 4_000)
+    monkeypatch.setattr(engine, "CHUNK_KEYS", 4_000)
     f = Feeder(spark, lake, cfg, "fk_inner")
     n = 20_000
     produce(
@@ -200,16 +200,17 @@ def test_fk_hot_key_is_recomputed_in_bounded_chunks(spark, lake, cfg, monkeypatc
     produce(lake, cfg, "M", [("hot", jv(v="h1"), T0), ("cold", jv(v="c1"), T0)])
     f.feed()
     sizes = []
-    real = keyed.FkJob._rows
+    real = keyed.FkJob._project
 
-    def spy(self, candidates, *args):
-        sizes.append(len(candidates))
-        return real(self, candidates, *args)
+    def spy(self, rows, *args, **kwargs):
+        sizes.append(rows.num_rows)
+        return real(self, rows, *args, **kwargs)
 
-    monkeypatch.setattr(keyed.FkJob, "_rows", spy)
+    monkeypatch.setattr(keyed.FkJob, "_project", spy)
     produce(lake, cfg, "M", [("hot", jv(v="h2"), T0 + SECOND)])
     m = f.feed()
-    assert sizes == [4_000, 4_000, 4_000, 4_000, 2_000]  # 18,000 subscribers in chunks of 4,000
+    # 18,000 subscribers, in five chunks (by a hash of the key) of at most 4,000
+    assert len(sizes) == 5 and sum(sizes) == 18_000 and max(sizes) <= 4_000, sizes
     assert (m.affected_keys, m.upserted, m.deleted) == (18_000, 18_000, 0)
     table = lake.read_arrow("fk_inner")
     rv = dict(zip(table["lv"].to_pylist(), table["rv"].to_pylist(), strict=True))
@@ -217,20 +218,23 @@ def test_fk_hot_key_is_recomputed_in_bounded_chunks(spark, lake, cfg, monkeypatc
     assert_oracle(spark, lake, cfg, "fk_inner")
 
 
-def test_fk_state_logs_compact_without_changing_results(spark, lake, cfg, monkeypatch):
-    from spark_jobs.joins import engine
-
-    monkeypatch.setattr(engine, "COMPACT_FILES", 3)
+def test_fk_state_is_in_the_checkpoint_and_a_restarted_query_keeps_the_subscriptions(spark, lake, cfg):
     f = Feeder(spark, lake, cfg, "fk_inner")
     produce(lake, cfg, "M", [("m1", jv(v="acme"), T0), ("m2", jv(v="bolt"), T0)])
-    for i in range(6):
+    for i in range(4):  # p1 moves between m1 and m2; p2 stays on m1
         produce(lake, cfg, "P", [("p1", jv(v=f"mug{i}", m="m1" if i % 2 else "m2"), T0 + i * SECOND)])
         f.feed()
-    subs = lake.read_arrow("fk_inner__subs")
-    assert subs.num_rows <= 3 and lake.add_actions("fk_inner__subs").num_rows < 3
-    produce(lake, cfg, "M", [("m1", jv(v="acme inc"), T0 + 9 * SECOND)])
+    produce(lake, cfg, "P", [("p2", jv(v="pen", m="m1"), T0 + 5 * SECOND)])
     f.feed()
-    assert fk_rows(lake, "fk_inner") == [("p1", "mug5", "acme inc")]
+    assert [t for t in ("fk_inner__left", "fk_inner__subs", "fk_inner__right") if lake.exists(t)] == []
+    f.restart()
+    produce(lake, cfg, "M", [("m1", jv(v="acme inc"), T0 + 9 * SECOND)])
+    m = f.feed()
+    assert (m.affected_keys, m.upserted) == (2, 2)
+    assert fk_rows(lake, "fk_inner") == [("p1", "mug3", "acme inc"), ("p2", "pen", "acme inc")]
+    produce(lake, cfg, "M", [("m2", jv(v="bolt inc"), T0 + 9 * SECOND)])
+    m = f.feed()
+    assert (m.affected_keys, m.upserted) == (0, 0)  # p1 left m2
     assert_oracle(spark, lake, cfg, "fk_inner")
 
 

@@ -80,57 +80,19 @@ DECISIONS_SCHEMA = pa.schema(
 )
 # A stream-stream pair (or an unmatched event) before ``select``: meta columns, then both values.
 PAIR_COLUMNS = [*STREAM_STREAM.meta_columns, "left_value", "right_value"]
-COMPACT_FILES = 64  # a table join's state log is compacted when it has this many data files
-RECORD_COLUMNS = [name for name, _ in RECORD_FIELDS]
-# fk / derive: the left state keeps each version's foreign (derived) key; list: its items and ids.
-BY_FIELDS = {
-    "fk": [("by", pa.binary())],
-    "derive": [("by", pa.binary())],
-    "list": [("items", pa.list_(pa.string())), ("ids", pa.list_(pa.binary()))],
+# counts a state operator may add to its rows, and the metric each one sums into
+OPERATOR_COUNTS = {
+    "n_null": "null_keys",
+    "elements_joined": "elements_joined",
+    "elements_retracted": "elements_retracted",
+    "elements_kept": "elements_kept",
 }
-# The subscription store: which left key pointed at which foreign (derived) key, per accepted version.
+CHUNK_KEYS = 100_000  # result keys recomputed at a time: a hot key's fan-out is bounded in memory
+RECORD_COLUMNS = [name for name, _ in RECORD_FIELDS]
 BATCH_HEADER = "lake.batch"  # on every changelog record: "<query id>:<batch id>" that published it
 TAIL_DEPTH = 8  # records read back per changelog partition to recognize a replayed batch
 # one row per micro-batch whose changelog reached Kafka (its Delta txn makes a replay skip the publish)
 PUBLISHED_SCHEMA = pa.schema([("batch_id", pa.int64()), ("records", pa.int64()), ("published_at", TS)])
-SUBS_SCHEMA = pa.schema(
-    [("by", pa.binary()), ("key", pa.binary()), ("timestamp", TS), ("offset", pa.int64())]
-)
-# A list join's element cache: per (left key, element id) the right value it was joined with.
-ELEMENTS_SCHEMA = pa.schema(
-    [
-        ("key", pa.binary()),
-        ("id", pa.binary()),
-        ("right_value", pa.binary()),
-        ("member", pa.bool_()),  # false: the element left the list
-        ("seq", pa.int64()),  # the table version the row was written in (the latest wins)
-    ]
-)
-
-
-def state_tables(spec: JoinSpec) -> dict[str, pa.Schema]:
-    """The job-owned tables of a join besides its result, with their schemas."""
-    published = {f"{spec.name}__published": PUBLISHED_SCHEMA} if spec.publish else {}
-    return _state_tables(spec) | published
-
-
-def _state_tables(spec: JoinSpec) -> dict[str, pa.Schema]:
-    name = spec.name
-    if spec.kind == "table":
-        return {}  # its state is in Spark's state store, under the join's checkpoint
-    if spec.kind in BY_FIELDS:
-        tables = {f"{name}__left": pa.schema([*RECORD_FIELDS, *BY_FIELDS[spec.kind]])}
-        if spec.kind == "list":
-            return tables | {f"{name}__right": STATE_SCHEMA, f"{name}__elements": ELEMENTS_SCHEMA}
-        if spec.kind == "fk":
-            tables[f"{name}__right"] = STATE_SCHEMA
-        return tables | {f"{name}__subs": SUBS_SCHEMA}
-    tables = {f"{name}__progress": PROGRESS_SCHEMA, f"{name}__decisions": DECISIONS_SCHEMA}
-    if spec.kind == "stream-table":
-        tables |= {f"{name}__right_history": STATE_SCHEMA, f"{name}__pending": STATE_SCHEMA}
-    else:
-        tables |= {f"{name}__left_buffer": BUFFER_SCHEMA, f"{name}__right_buffer": BUFFER_SCHEMA}
-    return tables
 
 
 @dataclass
@@ -265,41 +227,6 @@ def prepare(frame: DataFrame, formats: dict[str, str]) -> DataFrame:
     return frame.select("side", *RECORD_COLUMNS, reason.alias("reason"))
 
 
-def latest_per_key(records: pa.Table) -> pa.Table:
-    """The last record of every key by (timestamp, offset)."""
-    if records.num_rows == 0:
-        return records
-    ordered = records.sort_by([("key", "ascending"), ("timestamp", "ascending"), ("offset", "ascending")])
-    keys = ordered["key"]
-    last = pc.not_equal(keys.slice(0, len(keys) - 1), keys.slice(1)).combine_chunks()
-    mask = pa.concat_arrays([last, pa.array([True])])
-    return ordered.filter(mask)
-
-
-def is_newer(incoming: pa.Table, current: pa.Table) -> pa.Array:
-    """Per incoming row (unique keys): True when no current row has its key or the incoming
-    (timestamp, offset) is greater."""
-    if current.num_rows == 0:
-        return pa.array(np.ones(incoming.num_rows, dtype=bool))
-    cur = current.select(["key", "timestamp", "offset"]).rename_columns(["key", "__ts", "__off"])
-    idx = incoming.select(["key"]).append_column("__i", pa.array(np.arange(incoming.num_rows)))
-    joined = idx.join(cur, "key", join_type="left outer").sort_by("__i")
-    ts_in, off_in = incoming["timestamp"], incoming["offset"]
-    ts_cur, off_cur = joined["__ts"], joined["__off"]
-    newer = pc.or_(
-        pc.greater(ts_in, ts_cur),
-        pc.and_(pc.equal(ts_in, ts_cur), pc.greater(off_in, off_cur)),
-    )
-    return pc.fill_null(pc.or_kleene(pc.is_null(ts_cur), newer), True)
-
-
-def _unique_keys(*tables: pa.Table) -> pa.Array:
-    arrays = [t["key"].combine_chunks() for t in tables if t.num_rows]
-    if not arrays:
-        return pa.array([], pa.binary())
-    return pc.unique(pa.concat_arrays(arrays))
-
-
 class JoinJob:
     """One join's engine: ``process(frame, batch_id)`` per micro-batch (``foreachBatch``)."""
 
@@ -309,6 +236,16 @@ class JoinJob:
     tombstones_follow_left = True
     # The kind's state is in Spark's state store, under the query's checkpoint (not in Delta tables).
     state_in_checkpoint = False
+
+    @classmethod
+    def state_tables(cls, spec: JoinSpec) -> dict[str, pa.Schema]:
+        """The job-owned tables of a join besides its result, with their schemas."""
+        published = {f"{spec.name}__published": PUBLISHED_SCHEMA} if spec.publish else {}
+        return cls._kind_tables(spec) | published
+
+    @classmethod
+    def _kind_tables(cls, spec: JoinSpec) -> dict[str, pa.Schema]:  # noqa: ARG003 (kinds override)
+        return {}  # a state-store kind keeps its state under the query's checkpoint
 
     def __init__(
         self,
@@ -324,8 +261,7 @@ class JoinJob:
         self.formats = {side: config.topic(topic).value_format for side, topic in spec.sides}
         self.projection = self._projection()
         self.result_schema = self.projection.output_schema
-        self.tables = state_tables(spec)
-        self._appended: set[str] = set()  # state logs appended to in this batch
+        self.tables = self.state_tables(spec)
         self._quarantined: list[pa.Table] = []  # the batch's quarantine rows (written once, at its end)
         self._left_tombstones = pa.array([], pa.binary())  # keys the batch deleted on the left side
         self._cluster: Cluster | None = None  # Kafka, for the changelog (connected on first publish)
@@ -389,10 +325,9 @@ class JoinJob:
     def _step(self, frame: DataFrame, txn: tuple[str, int], at: datetime, metrics: BatchMetrics) -> None:
         """A micro-batch of records with ``reason``: quarantine the bad ones, hand the rest to the
         kind's :meth:`_batch`."""
-        by_fields = BY_FIELDS.get(self.spec.kind, [])
         batch = conform(
             frame.toArrow(),
-            pa.schema([("side", pa.string()), *RECORD_FIELDS, ("reason", pa.string()), *by_fields]),
+            pa.schema([("side", pa.string()), *RECORD_FIELDS, ("reason", pa.string())]),
             f"join {self.spec.name} input",
         )
         side = batch["side"]
@@ -402,8 +337,7 @@ class JoinJob:
         good = batch.filter(pc.is_null(batch["reason"]))
         metrics.quarantined = bad.num_rows
         self._quarantine(bad, txn, at)
-        left_columns = RECORD_COLUMNS + [f for f, _ in by_fields]
-        left = good.filter(pc.equal(good["side"], "left")).select(left_columns)
+        left = good.filter(pc.equal(good["side"], "left")).select(RECORD_COLUMNS)
         right = good.filter(pc.equal(good["side"], "right")).select(RECORD_COLUMNS)
         self._batch(batch, left, right, txn, at, metrics)
 
@@ -422,24 +356,6 @@ class JoinJob:
     ) -> None:
         """The kind's work on a batch's valid records (``batch``: all of them, with ``reason``)."""
         raise NotImplementedError(f"join kind {self.spec.kind}: use spark_jobs.joins.keyed.job_for(...)")
-
-    def _apply(
-        self, table: str, records: pa.Table, keys: pa.Array, txn: tuple[str, int]
-    ) -> tuple[pa.Table, pa.Table]:
-        """Append the batch's records that are newer than a state log's latest version of their key;
-        returns the latest version of ``keys`` after that (tombstones included), and the appended."""
-        log = self.lake.read_keys(table, "key", keys)
-        state = latest_per_key(log)
-        latest = latest_per_key(records)
-        fresh = latest.filter(is_newer(latest, state))
-        if fresh.num_rows:
-            # the state is a log of accepted versions: appending costs what changed, not the table
-            self.lake.append(table, fresh, txn=txn)
-            self._appended.add(table)
-            state = latest_per_key(pa.concat_tables([state, fresh]))
-        if table == f"{self.spec.name}__left":
-            self._left_tombstones = _accepted_tombstones(latest, log, fresh)
-        return state, fresh
 
     def _project(
         self, rows: pa.Table, txn: tuple[str, int], at: datetime, m: BatchMetrics, elements: Any = None
@@ -503,19 +419,6 @@ class JoinJob:
                 ]
             )
             self.lake.merge(self.spec.name, merged, ["key"], delete_column="__delete", txn=txn)
-        for table in sorted(self._appended):  # only appends add files
-            self._compact(table)
-        self._appended.clear()
-
-    def _compact(self, table: str) -> None:
-        """Rewrite a state log as its latest version per key once it has many files. The content is
-        the same before and after, so a crash or replay around it changes nothing."""
-        if self.lake.add_actions(table).num_rows < COMPACT_FILES:
-            return
-        self.lake.overwrite(table, self._compacted(table, self.lake.read_arrow(table)))
-
-    def _compacted(self, table: str, rows: pa.Table) -> pa.Table:  # noqa: ARG002 (kinds override)
-        return latest_per_key(rows)
 
     # --- stream kinds: progress and decisions ------------------------------------------------
     def _progress(self, batch: pa.Table, txn: tuple[str, int]) -> list[dict[str, Any]]:
@@ -700,37 +603,69 @@ class TableJob(JoinJob):
 
     state_in_checkpoint = True
 
+    operator = "TableJoin"  # the Java operator (lake.joins.<operator>.apply(records, type))
+    # the operator's columns that ``select`` is evaluated over (besides live, changed, left_deleted)
+    row_columns = ["key", "left_value", "__lp", "__lo", "right_value", "__rp", "__ro"]
+
     def plan(self, records: DataFrame) -> DataFrame:
         prepared = self._prepared(records)
         valid = prepared.filter(F.col("reason").isNull()).drop("reason")
-        operator = self.spark._jvm.lake.joins.TableJoin  # type: ignore[union-attr]
+        operator = getattr(self.spark._jvm.lake.joins, self.operator)  # type: ignore[union-attr]
         joined = DataFrame(operator.apply(valid._jdf, self.spec.type), self.spark)
         invalid = prepared.filter(F.col("reason").isNotNull())
         return joined.unionByName(invalid, allowMissingColumns=True)
 
     def _step(self, frame: DataFrame, txn: tuple[str, int], at: datetime, m: BatchMetrics) -> None:
-        rows = frame.toArrow()
-        bad = rows.filter(pc.is_valid(rows["reason"]))
-        keys = rows.filter(pc.is_null(rows["reason"]))
-        bad_left = int(pc.sum(pc.equal(bad["side"], "left")).as_py() or 0)
-        m.input_left = int(pc.sum(keys["n_left"]).as_py() or 0) + bad_left
-        m.input_right = int(pc.sum(keys["n_right"]).as_py() or 0) + bad.num_rows - bad_left
-        m.quarantined = bad.num_rows
-        self._quarantine(bad, txn, at)
-        changed = keys.filter(keys["changed"])
-        m.affected_keys = changed.num_rows
-        if changed.num_rows == 0:
+        rows = frame.persist()  # read by several jobs below, and the state operator runs once
+        try:
+            self._keys(rows, txn, at, m)
+        finally:
+            rows.unpersist()
+
+    def _keys(self, rows: DataFrame, txn: tuple[str, int], at: datetime, m: BatchMetrics) -> None:
+        valid = F.col("reason").isNull()
+        counts = [F.sum("n_left"), F.sum("n_right"), F.count_if(valid & F.col("changed"))]
+        counts += [F.count_if(~valid), F.count_if(~valid & (F.col("side") == "left"))]
+        extra = [c for c in OPERATOR_COUNTS if c in rows.columns]
+        counts += [F.sum(c) for c in extra]
+        totals: Any = rows.agg(*counts).first() or []  # an aggregate has one row
+        n_left, n_right, changed, n_bad, bad_left, *more = [int(v or 0) for v in totals]
+        m.input_left, m.input_right = n_left + bad_left, n_right + n_bad - bad_left
+        m.quarantined, m.affected_keys = n_bad, changed
+        for column, value in zip(extra, more, strict=True):
+            setattr(m, OPERATOR_COUNTS[column], value)
+        if n_bad:
+            self._quarantine(rows.filter(~valid).toArrow(), txn, at)
+        if not changed:
             return
-        live = changed.filter(changed["live"])
-        columns = ["key", "left_value", "__lp", "__lo", "right_value", "__rp", "__ro"]
-        desired, failed = self._project(live.select(columns), txn, at, m)
-        self._left_tombstones = changed.filter(changed["left_deleted"])["key"].combine_chunks()
-        changes = self._changes(desired, _without(changed["key"].combine_chunks(), failed))
-        self._write_changes([changes], txn, at, m)
+        parts = -(-m.affected_keys // CHUNK_KEYS)  # a hot key's fan-out is recomputed in bounded chunks
+        keys = rows.filter(valid & F.col("changed")).select(*self.row_columns, "live", "left_deleted")
+        changes, deleted = [], []
+        for part in range(parts):
+            chunk = keys if parts == 1 else keys.filter(F.pmod(F.xxhash64("key"), F.lit(parts)) == part)
+            chunk_rows = chunk.toArrow()
+            desired, failed = self._desired(chunk_rows.filter(chunk_rows["live"]), txn, at, m)
+            deleted.append(chunk_rows.filter(chunk_rows["left_deleted"])["key"].combine_chunks())
+            changes.append(self._changes(desired, _without(chunk_rows["key"].combine_chunks(), failed)))
+        self._left_tombstones = pa.concat_arrays(deleted)
+        self._write_changes(changes, txn, at, m)
+
+    def _desired(
+        self, live: pa.Table, txn: tuple[str, int], at: datetime, m: BatchMetrics
+    ) -> tuple[pa.Table, pa.Array]:
+        """The result rows of the operator's live rows, and the keys ``select`` failed on."""
+        return self._project(live.select(self.row_columns), txn, at, m)
 
 
 class StreamTableJob(JoinJob):
     """stream-table: each left event with the right side's value as of its timestamp."""
+
+    @classmethod
+    def _kind_tables(cls, spec: JoinSpec) -> dict[str, pa.Schema]:
+        return _stream_tables(spec) | {
+            f"{spec.name}__right_history": STATE_SCHEMA,
+            f"{spec.name}__pending": STATE_SCHEMA,
+        }
 
     def _watermark(self, decision: dict[str, Any], maxima: dict[str, Any]) -> Any:  # noqa: ARG002
         return maxima["right"]  # later right records are not older
@@ -809,6 +744,13 @@ class StreamTableJob(JoinJob):
 class StreamStreamJob(JoinJob):
     """stream-stream: every left/right pair of one key within the window."""
 
+    @classmethod
+    def _kind_tables(cls, spec: JoinSpec) -> dict[str, pa.Schema]:
+        return _stream_tables(spec) | {
+            f"{spec.name}__left_buffer": BUFFER_SCHEMA,
+            f"{spec.name}__right_buffer": BUFFER_SCHEMA,
+        }
+
     def _batch(
         self,
         batch: pa.Table,
@@ -862,6 +804,11 @@ class StreamStreamJob(JoinJob):
         for side in ("left", "right"):
             if old[side].num_rows or buffers[side].num_rows:
                 self.lake.overwrite(f"{name}__{side}_buffer", buffers[side], txn=txn)
+
+
+def _stream_tables(spec: JoinSpec) -> dict[str, pa.Schema]:
+    """The stream kinds' progress per side and partition, and each batch's recorded decisions."""
+    return {f"{spec.name}__progress": PROGRESS_SCHEMA, f"{spec.name}__decisions": DECISIONS_SCHEMA}
 
 
 def _without_json(table: pa.Table) -> pa.Table:
@@ -932,24 +879,6 @@ def _ids_in(rows: pa.Table, partitions: Any, offsets: Any) -> pa.Array:
     wanted = {(p, o) for p, o in zip(partitions.to_pylist(), offsets.to_pylist(), strict=True)}
     mine = zip(rows["partition"].to_pylist(), rows["offset"].to_pylist(), strict=True)
     return pa.array([(p, o) in wanted for p, o in mine])
-
-
-def _accepted_tombstones(latest: pa.Table, log: pa.Table, fresh: pa.Table) -> pa.Array:
-    """Keys whose latest record in the batch (``latest``) is a tombstone that the state log (``log``
-    before the batch's append, ``fresh`` that append) accepted, and whose version before it was live:
-    the keys the batch deleted on the left side. A replay finds the tombstone in ``log`` already."""
-    dead = latest.filter(pc.is_null(latest["value"])).select(["key", "partition", "offset"])
-    if dead.num_rows == 0:
-        return pa.array([], pa.binary())
-    versions = pa.concat_tables([log, fresh]).select(RECORD_COLUMNS)
-    rows = versions.join(dead.rename_columns(["key", "__p", "__o"]), "key", join_type="inner")
-    itself = pc.and_(pc.equal(rows["partition"], rows["__p"]), pc.equal(rows["offset"], rows["__o"]))
-    rows = rows.append_column("__itself", itself)
-    newest = latest_per_key(rows)  # the tombstone when the log accepted it
-    accepted = newest.filter(newest["__itself"])["key"]
-    before = latest_per_key(rows.filter(pc.invert(itself)))
-    before = before.filter(pc.and_(pc.is_valid(before["value"]), pc.is_in(before["key"], accepted)))
-    return before["key"].combine_chunks()
 
 
 def _without(keys: pa.Array, dropped: pa.Array) -> pa.Array:

@@ -33,6 +33,7 @@ from pyspark.sql.utils import AnalysisException
 
 from spark_jobs.config import FIELD_PATH_RE, JoinSpec, PipelineConfig
 from spark_jobs.errors import UserError, spark_error
+from spark_jobs.joins import engine
 from spark_jobs.joins.engine import (
     BatchMetrics,
     JoinJob,
@@ -40,16 +41,12 @@ from spark_jobs.joins.engine import (
     StreamStreamJob,
     StreamTableJob,
     TableJob,
-    _unique_keys,
-    _without,
-    latest_per_key,
     prepare,
     value_column,
 )
 from spark_jobs.lake import conform
 from spark_jobs.session import arrow_frame
 
-CHUNK_KEYS = 100_000  # result keys recomputed at a time: a hot key's fan-out is bounded in memory
 # derive: which of the master records holding one derived key wins. Offsets order records within a
 # partition only, so equal timestamps in different partitions fall back to the partition number.
 NEWEST = ["timestamp", "partition", "offset"]
@@ -233,7 +230,7 @@ def latest_by(rows: pa.Table, keys: list[str], order: list[str]) -> pa.Table:
 
 
 def chunks(keys: pa.Array, size: int | None = None) -> Iterator[pa.Array]:
-    size = size or CHUNK_KEYS
+    size = size or engine.CHUNK_KEYS
     for start in range(0, len(keys), size):
         yield keys.slice(start, size)
 
@@ -268,258 +265,56 @@ class KeyedJob(JoinJob):
 
 
 # --- fk and derive ------------------------------------------------------------------------------
-class IndexedJob(KeyedJob):
-    """fk and derive: the left state, the subscription store, and (fk) the right state."""
+class FkJob(KeyedJob, TableJob):
+    """fk: the KIP-213 shape in Spark's state store (``lake.joins.FkJoin``, Java): the left side by its
+    key, subscriptions routed to the foreign key, the right side and its subscribers by foreign key; a
+    right change is answered for exactly the left keys that point at it."""
 
-    def _compacted(self, table: str, rows: pa.Table) -> pa.Table:
-        if table.endswith("__subs"):  # the current subscriptions, clustered by foreign key
-            current = latest_per_key(rows)
-            return current.filter(pc.is_valid(current["by"])).sort_by([("by", "ascending")])
-        return latest_per_key(rows)
-
-    def _apply_left(self, left: pa.Table, txn: tuple[str, int], m: BatchMetrics) -> pa.Table:
-        """Apply the left records, and record the accepted ones' subscriptions (a deleted row or a
-        null key subscribes to nothing); counts the live records with a null key, and returns them
-        all (the batch's live left records)."""
-        name = self.spec.name
-        live_left = _live(left)
-        m.null_keys = int(pc.sum(pc.is_null(live_left["by"])).as_py() or 0)
-        _, fresh = self._apply(f"{name}__left", left, _unique_keys(left), txn)
-        if fresh.num_rows:
-            by = pc.if_else(pc.is_valid(fresh["value"]), fresh["by"], pa.nulls(fresh.num_rows, pa.binary()))
-            subs = pa.table(
-                {"by": by, "key": fresh["key"], "timestamp": fresh["timestamp"], "offset": fresh["offset"]}
-            )
-            self.lake.append(f"{name}__subs", subs, txn=txn)
-            self._appended.add(f"{name}__subs")
-        return live_left
-
-    def _subscribers(self, by: pa.Array) -> pa.Array:
-        """Left keys whose store entries name one of ``by`` (a superset of the current ones)."""
-        if len(by) == 0:
-            return pa.array([], pa.binary())
-        rows = self.lake.read_keys(f"{self.spec.name}__subs", "by", by, columns=["key"])
-        return pc.unique(rows["key"].combine_chunks()) if rows.num_rows else pa.array([], pa.binary())
+    operator = "FkJoin"
 
 
-class FkJob(IndexedJob):
-    def _batch(
-        self,
-        batch: pa.Table,
-        left: pa.Table,
-        right: pa.Table,
-        txn: tuple[str, int],
-        at: datetime,
-        m: BatchMetrics,
-    ) -> None:
-        name = self.spec.name
-        self._apply_left(left, txn, m)
-        right_keys = _unique_keys(right)
-        self._apply(f"{name}__right", right, right_keys, txn)
-        # affected: the changed left rows, and every left row that points at a changed right row
-        left_keys = _unique_keys(left)
-        candidates = _union(left_keys, self._subscribers(right_keys))
-        changes = []
-        for chunk in chunks(candidates):
-            keys, rows = self._rows(chunk, left_keys, right_keys)
-            m.affected_keys += len(keys)
-            desired, failed = self._project(rows, txn, at, m)
-            changes.append(self._changes(desired, _without(keys, failed)))
-        self._write_changes(changes, txn, at, m)
+class DeriveJob(KeyedJob, TableJob):
+    """derive: the master records by key, each holding its derived key; per derived key its holders
+    (``lake.joins.DeriveJoin``, Java), and the newest of them is the derived row."""
 
-    def _rows(
-        self, candidates: pa.Array, left_keys: pa.Array, right_keys: pa.Array
-    ) -> tuple[pa.Array, pa.Table]:
-        """The affected keys among ``candidates`` (changed left rows, and rows that now point at a
-        changed right row: a stale store entry is not one) and their desired joined rows (key,
-        left_value, right_value)."""
-        name = self.spec.name
-        state = latest_per_key(self.lake.read_keys(f"{name}__left", "key", candidates))
-        pointing = pc.and_(pc.is_valid(state["value"]), pc.is_in(state["by"], right_keys))
-        state = state.filter(pc.or_(pc.is_in(state["key"], left_keys), pc.fill_null(pointing, False)))
-        keys = state["key"].combine_chunks()
-        live = _live(state)
-        by = live["by"].combine_chunks()
-        fks = pc.unique(by.filter(pc.is_valid(by)))
-        right = _live(latest_per_key(self.lake.read_keys(f"{name}__right", "key", fks)))
-        rhs = right.select(["key", "value", "partition", "offset"])
-        rhs = rhs.rename_columns(["__fk", "right_value", "__rp", "__ro"])
-        lhs = live.select(["key", "value", "by", "partition", "offset"])
-        lhs = lhs.rename_columns(["key", "left_value", "__fk", "__lp", "__lo"])
-        join_type = "inner" if self.spec.type == "inner" else "left outer"
-        rows = lhs.join(rhs, "__fk", join_type=join_type).drop_columns(["__fk"])
-        return keys, rows
-
-
-class DeriveJob(IndexedJob):
+    operator = "DeriveJoin"
+    row_columns = ["key", "master_key", "left_value", "__lp", "__lo"]
     tombstones_follow_left = False  # its result is keyed by the derived key, not the left topic's
-
-    def _batch(
-        self,
-        batch: pa.Table,
-        left: pa.Table,
-        right: pa.Table,
-        txn: tuple[str, int],
-        at: datetime,
-        m: BatchMetrics,
-    ) -> None:
-        name = self.spec.name
-        live_left = self._apply_left(left, txn, m)
-        # affected derived keys: every one a batch key's versions held (old and new), so a key moving
-        # away is recomputed as well as the one it moves to
-        history = self.lake.read_keys(f"{name}__left", "key", _unique_keys(left), columns=["by"])
-        held = history["by"].combine_chunks()
-        affected = _union(held.filter(pc.is_valid(held)), live_left["by"].combine_chunks().drop_null())
-        m.affected_keys = len(affected)
-        changes = []
-        for keys in chunks(affected):
-            desired, failed = self._project(self._rows(keys), txn, at, m)
-            changes.append(self._changes(desired, _without(keys, failed)))
-        self._write_changes(changes, txn, at, m)
-
-    def _rows(self, derived: pa.Array) -> pa.Table:
-        """Per derived key, the newest live master record holding it: (key, master_key, left_value)."""
-        name = self.spec.name
-        masters = self._subscribers(derived)
-        state = _live(latest_per_key(self.lake.read_keys(f"{name}__left", "key", masters)))
-        state = state.filter(pc.is_in(state["by"], derived))
-        newest = latest_by(state, ["by"], NEWEST)
-        return pa.table(
-            {
-                "key": newest["by"],
-                "master_key": newest["key"],
-                "left_value": newest["value"],
-                "__lp": newest["partition"],
-                "__lo": newest["offset"],
-            }
-        )
 
 
 # --- list ---------------------------------------------------------------------------------------
-class ListJob(KeyedJob):
+class ListJob(KeyedJob, TableJob):
+    """list: per left key its list's ids subscribe to the right side (``lake.joins.ListJoin``, Java):
+    a right change reaches exactly the rows whose list holds its id; each row keeps, per id, the right
+    value it was joined with, so a batch looks up only added ids and ids whose right record changed."""
+
+    operator = "ListJoin"
+    row_columns = ["key", "left_value", "__lp", "__lo", "items", "ids", "right_values"]
+
     def _result_projection(self) -> Any:
         return ListProjection(self.spark, self.config, self.spec)
 
-    def _compacted(self, table: str, rows: pa.Table) -> pa.Table:
-        if table.endswith("__elements"):
-            current = latest_by(rows, ["key", "id"], ["seq"])
-            return current.filter(current["member"])
-        return latest_per_key(rows)
-
-    def _batch(
-        self,
-        batch: pa.Table,
-        left: pa.Table,
-        right: pa.Table,
-        txn: tuple[str, int],
-        at: datetime,
-        m: BatchMetrics,
-    ) -> None:
-        name = self.spec.name
-        self._apply(f"{name}__left", left, _unique_keys(left), txn)
-        right_keys = _unique_keys(right)
-        self._apply(f"{name}__right", right, right_keys, txn)
-        affected = _union(_unique_keys(left), self._subscribers(right_keys))
-        m.affected_keys = len(affected)
-        changes, cache_rows = [], []
-        for keys in chunks(affected):
-            rows, elements, cache = self._rows(keys, right_keys, m)
-            cache_rows.append(cache)
-            desired, failed = self._project(rows, txn, at, m, elements)
-            changes.append(self._changes(desired, _without(keys, failed)))
-        cache_changes = pa.concat_tables(cache_rows) if cache_rows else None
-        if cache_changes is not None and cache_changes.num_rows:
-            seq = self.lake.version(f"{name}__elements") + 1  # the version this append creates
-            cache_changes = cache_changes.append_column("seq", pa.array(np.full(cache_changes.num_rows, seq)))
-            self.lake.append(f"{name}__elements", cache_changes, txn=txn)
-            self._appended.add(f"{name}__elements")
-        self._write_changes(changes, txn, at, m)
-
-    def _subscribers(self, ids: pa.Array) -> pa.Array:
-        """Left keys whose list currently holds one of ``ids``."""
-        if len(ids) == 0:
-            return pa.array([], pa.binary())
-        rows = self.lake.read_keys(f"{self.spec.name}__elements", "id", ids)
-        current = latest_by(rows, ["key", "id"], ["seq"])
-        current = current.filter(current["member"])
-        return pc.unique(current["key"].combine_chunks()) if current.num_rows else pa.array([], pa.binary())
-
-    def _rows(
-        self, keys: pa.Array, changed_right: pa.Array, m: BatchMetrics
-    ) -> tuple[pa.Table, pa.Table, pa.Table]:
-        """For ``keys``: the live left rows, their elements with right values, and the element cache's
-        changes. Only added elements and elements whose right record changed are looked up."""
-        name = self.spec.name
-        state = _live(latest_per_key(self.lake.read_keys(f"{name}__left", "key", keys)))
-        cached = latest_by(self.lake.read_keys(f"{name}__elements", "key", keys), ["key", "id"], ["seq"])
-        cached = cached.filter(cached["member"])
-        old: dict[tuple[bytes, bytes], Any] = {
-            (k, i): v
-            for k, i, v in zip(
-                cached["key"].to_pylist(),
-                cached["id"].to_pylist(),
-                cached["right_value"].to_pylist(),
-                strict=True,
-            )
-        }
-        changed = set(changed_right.to_pylist())
-        lists = dict(zip(state["key"].to_pylist(), state["ids"].to_pylist(), strict=True))
-        now = {(k, i) for k, ids in lists.items() for i in ids if i is not None}
-        lookup = [pair for pair in now if pair not in old or pair[1] in changed]
-        removed = [pair for pair in old if pair not in now]
-        m.elements_joined += len(lookup)
-        m.elements_retracted += len(removed)
-        m.elements_kept += len(now) - len(lookup)
-        ids = pa.array(sorted({i for _, i in lookup}), pa.binary())
-        found = _values_by_key(_live(latest_per_key(self.lake.read_keys(f"{name}__right", "key", ids))))
-        values = {pair: old.get(pair) for pair in now}
-        cache_keys, cache_ids, cache_values, member = [], [], [], []
-        for pair in lookup:
-            value = found.get(pair[1])
-            values[pair] = value
-            if pair not in old or old[pair] != value:
-                cache_keys.append(pair[0])
-                cache_ids.append(pair[1])
-                cache_values.append(value)
-                member.append(True)
-        for pair in removed:
-            cache_keys.append(pair[0])
-            cache_ids.append(pair[1])
-            cache_values.append(None)
-            member.append(False)
-        cache = pa.table(
-            {
-                "key": pa.array(cache_keys, pa.binary()),
-                "id": pa.array(cache_ids, pa.binary()),
-                "right_value": pa.array(cache_values, pa.binary()),
-                "member": pa.array(member, pa.bool_()),
-            }
-        )
-        elements = _elements(state, values)
-        rows = state.select(["key", "value", "partition", "offset"])
-        return rows.rename_columns(["key", "left_value", "__lp", "__lo"]), elements, cache
+    def _desired(
+        self, live: pa.Table, txn: tuple[str, int], at: datetime, m: BatchMetrics
+    ) -> tuple[pa.Table, pa.Array]:
+        return self._project(live.select(self.row_columns[:4]), txn, at, m, _elements(live))
 
 
-def _elements(state: pa.Table, values: dict[tuple[bytes, bytes], Any]) -> pa.Table:
-    """One row per list position: key, pos, item, id, right_value."""
-    items, ids = state["items"].combine_chunks(), state["ids"].combine_chunks()
+def _elements(rows: pa.Table) -> pa.Table:
+    """One row per list position of ``rows`` (with ``items``, ``ids``, ``right_values``): key, pos,
+    item, id, right_value."""
+    items = rows["items"].combine_chunks()
     parents = pc.list_parent_indices(items)
     offsets = items.offsets.to_numpy()
     starts = offsets[parents.to_numpy()] if len(parents) else np.array([], dtype=np.int64)
     pos = offsets[0] + np.arange(len(parents), dtype=np.int64) - starts  # flat index -> list position
-    keys = state["key"].combine_chunks().take(parents)
-    flat_ids = pc.list_flatten(ids)
-    right = [
-        values.get((k, i)) if i is not None else None
-        for k, i in zip(keys.to_pylist(), flat_ids.to_pylist(), strict=True)
-    ]
     return pa.table(
         {
-            "key": keys,
+            "key": rows["key"].combine_chunks().take(parents),
             "pos": pa.array(pos, pa.int64()),
             "item": pc.list_flatten(items),
-            "id": flat_ids,
-            "right_value": pa.array(right, pa.binary()),
+            "id": pc.list_flatten(rows["ids"].combine_chunks()),
+            "right_value": pc.list_flatten(rows["right_values"].combine_chunks()),
         }
     )
 

@@ -26,7 +26,7 @@ from spark_jobs import ingest
 from spark_jobs.config import JoinSpec, PipelineConfig
 from spark_jobs.errors import UserError
 from spark_jobs.jobs import HEARTBEAT_SECONDS, join_job, registered, registry, running_jobs
-from spark_jobs.joins.engine import BatchMetrics, side_records, state_tables
+from spark_jobs.joins.engine import BatchMetrics, side_records
 from spark_jobs.joins.keyed import JOBS, job_for
 from spark_jobs.kafka import connect, delete_topics
 from spark_jobs.lake import Lake
@@ -219,7 +219,8 @@ def reset_join(lake: Lake, config: PipelineConfig, name: str) -> list[str]:
     # with the state tables of older versions (<join>__*) that the current kind no longer has
     folder = lake.tables_dir
     older = sorted(p.name for p in folder.glob(f"{spec.name}__*")) if folder.is_dir() else []
-    tables = [spec.name, *state_tables(spec), *([spec.publish] if spec.publish else []), *older]
+    owned = JOBS[spec.kind].state_tables(spec)
+    tables = [spec.name, *owned, *([spec.publish] if spec.publish else []), *older]
     for table in dict.fromkeys(tables):
         if lake.exists(table):
             shutil.rmtree(lake.path(table))

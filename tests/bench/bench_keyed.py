@@ -8,8 +8,10 @@ key), the other 900,000 products point at random other merchants.
 List: 100,000 persons x 10 address ids into 200,000 addresses, plus one person with 10,000 addresses.
   - a batch of 1,000 address updates (every person holding one is re-enriched);
   - the 10,000-address person gains one address: the goal is one element joined, not 10,000.
-Each batch goes through the engine's micro-batch entry point (``JoinJob.process``); the figures are
-its wall time, the result rows changed per second, and the work counters of ``join_metrics``.
+Each join runs as ``lake run`` runs it: the bronze tables streamed into the join's plan (its state
+operators in Spark's state store), then ``foreachBatch`` of the engine; a batch is timed from the
+bronze append to the result visible, with the result rows changed per second and the work counters
+of ``join_metrics``.
 The baseline: the whole join recomputed from the topics with Spark (the oracle) and written over a
 table, as a stateless job would every batch. ``--hot-million`` adds the extreme skew case: 1,000,000
 products all pointing at one merchant, and that merchant updated (peak memory of this process is
@@ -23,18 +25,19 @@ import resource
 import sys
 import tempfile
 import time
+from dataclasses import fields
 from pathlib import Path
 
-import benchkit  # noqa: F401  (tests/ on sys.path)
 import numpy as np
 import pyarrow as pa
+from benchkit import EngineJoin  # (and tests/ on sys.path)
 from bronzekit import append_bronze
 
 from spark_jobs.config import load_config
-from spark_jobs.joins.keyed import job_for
+from spark_jobs.joins.engine import BatchMetrics
 from spark_jobs.joins.oracle import expected
 from spark_jobs.lake import Lake
-from spark_jobs.session import arrow_frame, get_spark
+from spark_jobs.session import get_spark
 
 CONFIG = """
 topics:
@@ -52,6 +55,15 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def jvm_peak_mb(spark) -> float:
+    """Peak resident memory of the Spark JVM (driver and, in local mode, executors)."""
+    pid = spark.sparkContext._gateway.proc.pid
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
 def encode(items) -> pa.Array:
     return pa.array([s.encode() for s in items], pa.binary())
 
@@ -60,32 +72,34 @@ def json_values(rows) -> pa.Array:
     return pa.array([json.dumps(r, separators=(",", ":")).encode() for r in rows], pa.binary())
 
 
-def batch_of(lake: Lake, versions: dict[str, tuple[str, int, int]]) -> pa.Table:
-    """The records of topic versions [first, last] per side, as the engine's micro-batch."""
-    parts = []
-    for side, (topic, first, last) in versions.items():
-        rows = lake.changes_arrow(topic, first, last).select(
-            ["key", "value", "timestamp", "partition", "offset"]
-        )
-        parts.append(rows.add_column(0, "side", pa.array([side] * rows.num_rows, pa.string())))
-    return pa.concat_tables(parts)
-
-
 class Bench:
     def __init__(self, spark, root: Path):
         (root / "p.yaml").write_text(CONFIG)
-        self.spark, self.config, self.lake = spark, load_config(root / "p.yaml"), Lake(root / "lake")
-        self.batch_id = 0
+        self.spark, self.root = spark, root
+        self.config, self.lake = load_config(root / "p.yaml"), Lake(root / "lake")
+        self.engines: dict[str, EngineJoin] = {}
 
     def produce(self, topic: str, keys, values) -> int:
         return append_bronze(self.lake, self.config.topic(topic), encode(keys), json_values(values))
 
-    def process(self, job, versions) -> tuple[float, object]:
-        frame = job.plan(arrow_frame(self.spark, batch_of(self.lake, versions)))  # stateless for fk, list
+    def run(self, name: str) -> tuple[float, BatchMetrics]:
+        """Seconds from now (just after the bronze appends) until join ``name``'s result is visible,
+        and the engine's metrics of those batches summed. The first call starts the join's query."""
         started = time.perf_counter()
-        metrics = job.process(frame, self.batch_id)
-        self.batch_id += 1
-        return time.perf_counter() - started, metrics
+        engine = self.engines.get(name)
+        if engine is None:
+            engine = self.engines[name] = EngineJoin(self.spark, self.lake, self.config, self.root, name)
+        before = len(engine.batches)
+        engine.query.processAllAvailable()
+        total = BatchMetrics()
+        for m in engine.batches[before:]:
+            for f in fields(BatchMetrics):
+                setattr(total, f.name, getattr(total, f.name) + getattr(m, f.name))
+        return engine.visible_at - started, total
+
+    def stop(self) -> None:
+        for engine in self.engines.values():
+            engine.query.stop()
 
     def recompute(self, name: str) -> tuple[float, int]:
         spec = self.config.join(name)
@@ -123,22 +137,21 @@ def fk(spark, root: Path, products: int = 1_000_000, merchants: int = 100_000, h
     rng = np.random.default_rng(7)
     fks = np.concatenate([np.zeros(hot, dtype=np.int64), rng.integers(1, merchants, products - hot)])
     rng.shuffle(fks)
-    p0 = b.produce(
+    b.produce(
         "products",
         [f"p{i}" for i in range(products)],
         [{"t": f"title{i}", "m": f"m{f}"} for i, f in enumerate(fks)],
     )
-    m0 = b.produce(
+    b.produce(
         "merchants", [f"m{i}" for i in range(merchants)], [{"n": f"merchant{i}"} for i in range(merchants)]
     )
-    job = job_for(spark, b.lake, b.config, b.config.join("fk"), "bench")
-    seconds, m = b.process(job, {"left": ("products", p0, p0), "right": ("merchants", m0, m0)})
+    seconds, m = b.run("fk")
     report(f"fk {products:,} products / {merchants:,} merchants, first batch (everything)", seconds, m)
     baseline, rows = b.recompute("fk")
     assert rows == products
     # fan-out: one update of the merchant 100,000 products point at
-    mv = b.produce("merchants", ["m0"], [{"n": "merchant0 renamed"}])
-    seconds, m = b.process(job, {"right": ("merchants", mv, mv)})
+    b.produce("merchants", ["m0"], [{"n": "merchant0 renamed"}])
+    seconds, m = b.run("fk")
     assert m.upserted == hot, m
     report(f"fk fan-out: 1 update of a merchant referenced by {hot:,} products", seconds, m, baseline)
     # 1,000 random product updates, a tenth of them moving to another merchant
@@ -148,31 +161,32 @@ def fk(spark, root: Path, products: int = 1_000_000, merchants: int = 100_000, h
         {"t": f"title{i} v2", "m": f"m{rng.integers(1, merchants) if mv_ else fks[i]}"}
         for i, mv_ in zip(ids, moved, strict=True)
     ]
-    pv = b.produce("products", [f"p{i}" for i in ids], values)
-    seconds, m = b.process(job, {"left": ("products", pv, pv)})
+    b.produce("products", [f"p{i}" for i in ids], values)
+    seconds, m = b.run("fk")
     assert m.upserted == 1000, m
     report("fk 1,000 random product updates (100 FK changes)", seconds, m, baseline)
     result = b.lake.read_arrow("fk")
     assert result.num_rows == products
+    b.stop()
 
 
 def fk_hot_million(spark, root: Path) -> None:
     b = Bench(spark, root)
     n = 1_000_000
-    p0 = b.produce("products", [f"p{i}" for i in range(n)], [{"t": f"title{i}", "m": "m0"} for i in range(n)])
-    m0 = b.produce("merchants", ["m0"], [{"n": "merchant0"}])
-    job = job_for(spark, b.lake, b.config, b.config.join("fk"), "bench")
-    seconds, m = b.process(job, {"left": ("products", p0, p0), "right": ("merchants", m0, m0)})
+    b.produce("products", [f"p{i}" for i in range(n)], [{"t": f"title{i}", "m": "m0"} for i in range(n)])
+    b.produce("merchants", ["m0"], [{"n": "merchant0"}])
+    seconds, m = b.run("fk")
     report("fk hot key: 1,000,000 products on one merchant, first batch", seconds, m)
-    mv = b.produce("merchants", ["m0"], [{"n": "merchant0 renamed"}])
-    seconds, m = b.process(job, {"right": ("merchants", mv, mv)})
+    b.produce("merchants", ["m0"], [{"n": "merchant0 renamed"}])
+    seconds, m = b.run("fk")
     assert m.upserted == n, m
     report(
         "fk hot key: that merchant updated (1,000,000 rows, recomputed in chunks of 100,000)",
         seconds,
         m,
-        extra=f"; peak RSS of this process {peak_rss_mb():,.0f} MB",
+        extra=f"; peak RSS: Python driver {peak_rss_mb():,.0f} MB, Spark JVM {jvm_peak_mb(spark):,.0f} MB",
     )
+    b.stop()
 
 
 def lists(spark, root: Path, persons: int = 100_000, per: int = 10, addresses: int = 200_000) -> None:
@@ -183,12 +197,9 @@ def lists(spark, root: Path, persons: int = 100_000, per: int = 10, addresses: i
     keys = [f"u{i}" for i in range(persons)] + ["big"]
     values = [{"n": f"person{i}", "ids": [f"a{a}" for a in row]} for i, row in enumerate(lists_)]
     values.append({"n": "big", "ids": [f"a{a}" for a in big]})
-    l0 = b.produce("persons", keys, values)
-    r0 = b.produce(
-        "addresses", [f"a{i}" for i in range(addresses)], [{"c": f"city{i}"} for i in range(addresses)]
-    )
-    job = job_for(spark, b.lake, b.config, b.config.join("people"), "bench")
-    seconds, m = b.process(job, {"left": ("persons", l0, l0), "right": ("addresses", r0, r0)})
+    b.produce("persons", keys, values)
+    b.produce("addresses", [f"a{i}" for i in range(addresses)], [{"c": f"city{i}"} for i in range(addresses)])
+    seconds, m = b.run("people")
     report(
         f"list {persons:,} persons x {per} + one with 10,000 / {addresses:,} addresses, first batch",
         seconds,
@@ -197,16 +208,17 @@ def lists(spark, root: Path, persons: int = 100_000, per: int = 10, addresses: i
     baseline, rows = b.recompute("people")
     assert rows == persons + 1
     ids = rng.choice(addresses, 1000, replace=False)
-    rv = b.produce("addresses", [f"a{i}" for i in ids], [{"c": f"city{i} v2"} for i in ids])
-    seconds, m = b.process(job, {"right": ("addresses", rv, rv)})
+    b.produce("addresses", [f"a{i}" for i in ids], [{"c": f"city{i} v2"} for i in ids])
+    seconds, m = b.run("people")
     report("list 1,000 address updates", seconds, m, baseline)
     extra = next(a for a in range(addresses) if a not in set(big))
-    lv = b.produce("persons", ["big"], [{"n": "big", "ids": [f"a{a}" for a in [*big, extra]]}])
-    seconds, m = b.process(job, {"left": ("persons", lv, lv)})
+    b.produce("persons", ["big"], [{"n": "big", "ids": [f"a{a}" for a in [*big, extra]]}])
+    seconds, m = b.run("people")
     assert (m.elements_joined, m.elements_kept) == (1, 10_000), m
     report("list the 10,000-address person gains one address", seconds, m, baseline)
     row = b.lake.read_keys("people", "key", pa.array([b"big"])).to_pylist()[0]
     assert len(row["elements"]) == 10_001 and row["elements"][-1]["city"] == f"city{extra}"
+    b.stop()
 
 
 def main() -> None:

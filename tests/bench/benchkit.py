@@ -93,7 +93,7 @@ class EngineJoin(Timed):
         stream = self.job.plan(input_stream(spark, lake, config.join(name)))
         self.query = (
             stream.writeStream.foreachBatch(self.sink)
-            .option("checkpointLocation", str(root / "engine_checkpoint"))
+            .option("checkpointLocation", str(root / f"{name}_checkpoint"))
             .trigger(processingTime="0 seconds")
             .start()
         )
@@ -101,8 +101,17 @@ class EngineJoin(Timed):
     affected = 0  # result keys recomputed since the query started
 
     def sink(self, frame, batch_id: int) -> None:
-        self.affected += self.job.process(frame, batch_id).affected_keys
+        metrics = self.job.process(frame, batch_id)
+        self.batches.append(metrics)
+        self.affected += metrics.affected_keys
         self.visible_at = time.perf_counter()
+
+    @property
+    def batches(self) -> list:
+        """The engine's metrics of every batch since the query started."""
+        if "_batches" not in self.__dict__:
+            self._batches: list = []
+        return self._batches
 
     def rows(self) -> dict[bytes, tuple]:
         table = self.lake.read_arrow(self.name, columns=["key", "lv", "rv"]).to_pylist()

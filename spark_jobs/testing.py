@@ -96,7 +96,7 @@ class JoinQuery:
 
         from pyspark.sql import DataFrame
 
-        from spark_jobs.joins.keyed import job_for
+        from spark_jobs.joins.registry import job_for
 
         self.spark, self.lake, self.name = spark, lake, name
         self.job = job_for(spark, lake, config, config.join(name), query_id)

@@ -9,8 +9,8 @@ import pytest
 from joinkit import SECOND, T0, Feeder, changelog, produce, result_rows, write_config
 
 from spark_jobs.errors import UserError
-from spark_jobs.joins.keyed import job_for
 from spark_jobs.joins.oracle import audit, expected
+from spark_jobs.joins.registry import job_for
 from spark_jobs.joins.runner import reset_join
 from spark_jobs.partitioners import partition_for
 from spark_jobs.system_tables import QUARANTINE

@@ -23,8 +23,9 @@ from joinkit import (
 )
 
 from spark_jobs.errors import UserError
-from spark_jobs.joins import engine, keyed
+from spark_jobs.joins import fk, state_store
 from spark_jobs.joins.oracle import audit
+from spark_jobs.joins.registry import job_for
 from spark_jobs.lake import Lake
 from spark_jobs.system_tables import QUARANTINE
 
@@ -66,7 +67,7 @@ def test_bad_foreign_key_and_element_expressions_are_user_errors_with_their_line
 
     cfg = load_config(tmp_path / "a.yaml")
     with pytest.raises(UserError, match=r"a.yaml:9: joins.j.foreign_key: .*nosuch"):
-        keyed.job_for(spark, Lake(tmp_path / "lake"), cfg, cfg.join("j"), "q")
+        job_for(spark, Lake(tmp_path / "lake"), cfg, cfg.join("j"), "q")
     text = (
         "topics:\n  P: {partitions: 1}\n  M: {partitions: 1}\njoins:\n  j:\n    kind: list\n    left: P\n"
         "    right: M\n    list: ids\n    elements: {a: right.nope.deeper}\n"
@@ -74,7 +75,7 @@ def test_bad_foreign_key_and_element_expressions_are_user_errors_with_their_line
     (tmp_path / "b.yaml").write_text(text)
     cfg = load_config(tmp_path / "b.yaml")
     with pytest.raises(UserError, match=r"b.yaml:10: joins.j.elements.a: "):
-        keyed.job_for(spark, Lake(tmp_path / "lake2"), cfg, cfg.join("j"), "q")
+        job_for(spark, Lake(tmp_path / "lake2"), cfg, cfg.join("j"), "q")
 
 
 # --- foreign-key join ---------------------------------------------------------------------------
@@ -191,7 +192,7 @@ def test_fk_repeated_identical_updates_change_nothing(spark, lake, cfg):
 
 
 def test_fk_hot_key_is_recomputed_in_bounded_chunks(spark, lake, cfg, monkeypatch):
-    monkeypatch.setattr(engine, "CHUNK_KEYS", 4_000)
+    monkeypatch.setattr(state_store, "CHUNK_KEYS", 4_000)
     f = Feeder(spark, lake, cfg, "fk_inner")
     n = 20_000
     produce(
@@ -200,13 +201,13 @@ def test_fk_hot_key_is_recomputed_in_bounded_chunks(spark, lake, cfg, monkeypatc
     produce(lake, cfg, "M", [("hot", jv(v="h1"), T0), ("cold", jv(v="c1"), T0)])
     f.feed()
     sizes = []
-    real = keyed.FkJob._project
+    real = fk.FkJob._project
 
     def spy(self, rows, *args, **kwargs):
         sizes.append(rows.num_rows)
         return real(self, rows, *args, **kwargs)
 
-    monkeypatch.setattr(keyed.FkJob, "_project", spy)
+    monkeypatch.setattr(fk.FkJob, "_project", spy)
     produce(lake, cfg, "M", [("hot", jv(v="h2"), T0 + SECOND)])
     m = f.feed()
     # 18,000 subscribers, in five chunks (by a hash of the key) of at most 4,000

@@ -1,27 +1,26 @@
 """The join engine: incremental maintenance of a join result, one micro-batch at a time.
 
 A join runs as a Spark streaming query: ``JoinJob.plan`` over both topics' records (validation, and
-for the table kind its state operator in Spark's state store: ``lake.joins.TableJoin``, Java, under
-``spark_jobs/joins/java``), then ``foreachBatch(JoinJob.process)``. The kinds not yet moved to the
-state store own Delta tables next to their result (``<join>__left``, ``<join>__subs``, ...),
-inspectable and time-travelable with ``lake show``. Each micro-batch:
+for most kinds their state operator in Spark's state store), then ``foreachBatch(JoinJob.process)``.
+One module per kind (``table``, ``fk``, ``lists``, ``derive``, ``stream_table``, ``stream_stream``)
+holds its engine class, and ``registry`` maps each kind of ``kinds.KINDS`` to it. Each micro-batch:
 
 1. validates the records (null key, a json topic's value that is not a JSON object: quarantined);
-2. applies them to the state (table: each side's accepted version per key, the latest by (timestamp,
-   offset) winning, kept by the processor; fk / list / derive: a log of the accepted versions of each
-   key, compacted to one row per key now and then; stream kinds: event buffers and the right side's
-   history);
-3. finds the affected result keys / the events that can be decided now, recomputes exactly those from
-   state, and merges (table) or appends (stream kinds) them into the result;
+2. applies them to the state (``state_store``: the Java operators of table, fk, list and derive;
+   ``streams``: the stream kinds' event buffers and right-side history, in Delta tables);
+3. finds the affected result keys / the events that can be decided now, recomputes exactly those, and
+   merges (keyed results) or appends (stream kinds) them into the result;
 4. publishes the result's changes as a topic when configured, and appends a metrics row.
+
+This module holds what every kind shares: the projection (``select`` with Spark), the diff against
+the result, the writes, publishing, quarantine and metrics.
 
 Exactly-once: every commit carries the Delta transaction ``(query id, batch id)``, so a replayed batch
 (Spark replays the last one after a crash) skips every commit that already happened; the commits of a
 batch are ordered so that whatever is recomputed on replay equals what the first attempt computed
 (Spark's state store is versioned per batch: a replay starts from the version before it). Decisions
 that depend on the world outside the batch (has the right side caught up?) are recorded by the
-batch's first commit and reused on replay.
-"""
+batch's first commit and reused on replay."""
 
 from __future__ import annotations
 
@@ -41,8 +40,7 @@ from pyspark.sql.utils import AnalysisException
 
 from spark_jobs.config import JoinSpec, PipelineConfig, TopicSpec
 from spark_jobs.errors import UserError, spark_error
-from spark_jobs.ingest import ensure_bronze, next_offsets
-from spark_jobs.joins.kinds import STREAM_STREAM
+from spark_jobs.ingest import ensure_bronze
 from spark_jobs.joins.poison import Guarded, fails, guarded
 from spark_jobs.kafka import Cluster, connect, ensure_topics, produce, producer_id, tail
 from spark_jobs.lake import Lake, conform, table_arrow_schema
@@ -64,30 +62,6 @@ RECORD_FIELDS = [
     ("partition", pa.int32()),
     ("offset", pa.int64()),
 ]
-STATE_SCHEMA = pa.schema(RECORD_FIELDS)
-BUFFER_SCHEMA = pa.schema([*RECORD_FIELDS, ("matched", pa.bool_())])
-PROGRESS_SCHEMA = pa.schema(
-    [("side", pa.string()), ("partition", pa.int32()), ("next_offset", pa.int64()), ("max_timestamp", TS)]
-)
-DECISIONS_SCHEMA = pa.schema(
-    [
-        ("query_id", pa.string()),
-        ("batch_id", pa.int64()),
-        ("left_caught_up", pa.bool_()),
-        ("right_caught_up", pa.bool_()),
-        ("watermark", TS),
-    ]
-)
-# A stream-stream pair (or an unmatched event) before ``select``: meta columns, then both values.
-PAIR_COLUMNS = [*STREAM_STREAM.meta_columns, "left_value", "right_value"]
-# counts a state operator may add to its rows, and the metric each one sums into
-OPERATOR_COUNTS = {
-    "n_null": "null_keys",
-    "elements_joined": "elements_joined",
-    "elements_retracted": "elements_retracted",
-    "elements_kept": "elements_kept",
-}
-CHUNK_KEYS = 100_000  # result keys recomputed at a time: a hot key's fan-out is bounded in memory
 RECORD_COLUMNS = [name for name, _ in RECORD_FIELDS]
 BATCH_HEADER = "lake.batch"  # on every changelog record: "<query id>:<batch id>" that published it
 TAIL_DEPTH = 8  # records read back per changelog partition to recognize a replayed batch
@@ -323,39 +297,12 @@ class JoinJob:
         return metrics
 
     def _step(self, frame: DataFrame, txn: tuple[str, int], at: datetime, metrics: BatchMetrics) -> None:
-        """A micro-batch of records with ``reason``: quarantine the bad ones, hand the rest to the
-        kind's :meth:`_batch`."""
-        batch = conform(
-            frame.toArrow(),
-            pa.schema([("side", pa.string()), *RECORD_FIELDS, ("reason", pa.string())]),
-            f"join {self.spec.name} input",
-        )
-        side = batch["side"]
-        metrics.input_left = int(pc.sum(pc.equal(side, "left")).as_py() or 0)
-        metrics.input_right = batch.num_rows - metrics.input_left
-        bad = batch.filter(pc.is_valid(batch["reason"]))
-        good = batch.filter(pc.is_null(batch["reason"]))
-        metrics.quarantined = bad.num_rows
-        self._quarantine(bad, txn, at)
-        left = good.filter(pc.equal(good["side"], "left")).select(RECORD_COLUMNS)
-        right = good.filter(pc.equal(good["side"], "right")).select(RECORD_COLUMNS)
-        self._batch(batch, left, right, txn, at, metrics)
+        """The kind's work on a micro-batch of :meth:`plan`'s output."""
+        raise NotImplementedError(f"join kind {self.spec.kind}: use spark_jobs.joins.registry.job_for(...)")
 
     def _prepared(self, frame: DataFrame) -> DataFrame:
         """The batch with ``reason`` (and, for the kinds that need them, the left records' keys)."""
         return prepare(frame, self.formats)
-
-    def _batch(
-        self,
-        batch: pa.Table,
-        left: pa.Table,
-        right: pa.Table,
-        txn: tuple[str, int],
-        at: datetime,
-        m: BatchMetrics,
-    ) -> None:
-        """The kind's work on a batch's valid records (``batch``: all of them, with ``reason``)."""
-        raise NotImplementedError(f"join kind {self.spec.kind}: use spark_jobs.joins.keyed.job_for(...)")
 
     def _project(
         self, rows: pa.Table, txn: tuple[str, int], at: datetime, m: BatchMetrics, elements: Any = None
@@ -420,73 +367,7 @@ class JoinJob:
             )
             self.lake.merge(self.spec.name, merged, ["key"], delete_column="__delete", txn=txn)
 
-    # --- stream kinds: progress and decisions ------------------------------------------------
-    def _progress(self, batch: pa.Table, txn: tuple[str, int]) -> list[dict[str, Any]]:
-        """Record the next offset and the largest timestamp seen per side and partition; returns the
-        progress after the batch."""
-        current = self.lake.read_arrow(f"{self.spec.name}__progress")
-        if batch.num_rows == 0:
-            return current.to_pylist()
-        grouped = batch.group_by(["side", "partition"]).aggregate([("offset", "max"), ("timestamp", "max")])
-        best: dict[tuple[str, int], tuple[int, Any]] = {
-            (r["side"], r["partition"]): (r["next_offset"], r["max_timestamp"]) for r in current.to_pylist()
-        }
-        for r in grouped.to_pylist():
-            k = (r["side"], r["partition"])
-            off, ts = best.get(k, (0, None))
-            best[k] = (
-                max(off, r["offset_max"] + 1),
-                ts if ts is not None and ts >= r["timestamp_max"] else r["timestamp_max"],
-            )
-        rows = pa.table(
-            {
-                "side": [k[0] for k in best],
-                "partition": pa.array([k[1] for k in best], pa.int32()),
-                "next_offset": pa.array([v[0] for v in best.values()], pa.int64()),
-                "max_timestamp": pa.array([v[1] for v in best.values()], TS),
-            }
-        )
-        self.lake.merge(f"{self.spec.name}__progress", rows, ["side", "partition"], txn=txn)
-        return rows.to_pylist()
-
-    def _decide(self, txn: tuple[str, int], progress: list[dict[str, Any]]) -> dict[str, Any]:
-        """Has each side read all its topic holds, and the largest timestamp per side — recorded by
-        the first attempt of a batch, so a replay decides the same."""
-        table = f"{self.spec.name}__decisions"
-        if self.lake.committed(table, txn):
-            rows = self.lake.read_keys(table, "batch_id", pa.array([txn[1]], pa.int64()))
-            rows = rows.filter(pc.equal(rows["query_id"], txn[0])).to_pylist()
-            if rows:
-                return rows[0] | {"recorded": True}
-        decision: dict[str, Any] = {"query_id": txn[0], "batch_id": txn[1]}
-        maxima: dict[str, Any] = {}
-        for side, name in self.spec.sides:
-            topic = self.config.topic(name)
-            seen = np.zeros(topic.partitions, dtype=np.int64)
-            stamps = [r["max_timestamp"] for r in progress if r["side"] == side]
-            for r in progress:
-                if r["side"] == side and r["partition"] < topic.partitions:
-                    seen[r["partition"]] = r["next_offset"]
-            decision[f"{side}_caught_up"] = bool((seen >= next_offsets(self.lake, topic)).all())
-            maxima[side] = max(stamps) if stamps else None
-        decision["watermark"] = self._watermark(decision, maxima)
-        self.lake.append(table, pa.Table.from_pylist([decision], DECISIONS_SCHEMA), txn=txn)
-        return decision
-
-    def _watermark(self, decision: dict[str, Any], maxima: dict[str, Any]) -> Any:
-        return _watermark(decision, maxima)
-
     # --- shared writes ----------------------------------------------------------------------------
-    def _append_events(self, out: pa.Table, txn: tuple[str, int], at: datetime) -> None:
-        """Stream kinds: append the decided rows to the result, and publish them when configured."""
-        if out.num_rows == 0:
-            return
-        self.lake.append(self.spec.name, _without_json(out), txn=txn)
-        if self.spec.publish:
-            self._publish(
-                out["key"].combine_chunks(), out["__json"].combine_chunks().cast(pa.binary()), txn, at
-            )
-
     def _publish(self, keys: pa.Array, values: pa.Array, txn: tuple[str, int], at: datetime) -> None:
         """The batch's changes to the changelog topic on Kafka (one transaction, murmur2 like the left
         topic), then a row in ``<join>__published`` under the batch's txn: a replayed batch finds it
@@ -595,290 +476,9 @@ class JoinJob:
         self.lake.append(JOIN_METRICS, pa.Table.from_pylist([row], JOIN_METRICS_SCHEMA), txn=txn)
 
 
-class TableJob(JoinJob):
-    """table: both sides' latest value per key, joined. The sides live in Spark's state store: the
-    Java stateful processor ``lake.joins.TableJoin`` (``spark_jobs/joins/java``) keeps each key's
-    accepted version per side and hands the batch one row per key that had records (both values after
-    the batch, whether the join holds a row, whether the batch deleted a live left value)."""
-
-    state_in_checkpoint = True
-
-    operator = "TableJoin"  # the Java operator (lake.joins.<operator>.apply(records, type))
-    # the operator's columns that ``select`` is evaluated over (besides live, changed, left_deleted)
-    row_columns = ["key", "left_value", "__lp", "__lo", "right_value", "__rp", "__ro"]
-
-    def plan(self, records: DataFrame) -> DataFrame:
-        prepared = self._prepared(records)
-        valid = prepared.filter(F.col("reason").isNull()).drop("reason")
-        operator = getattr(self.spark._jvm.lake.joins, self.operator)  # type: ignore[union-attr]
-        joined = DataFrame(operator.apply(valid._jdf, self.spec.type), self.spark)
-        invalid = prepared.filter(F.col("reason").isNotNull())
-        return joined.unionByName(invalid, allowMissingColumns=True)
-
-    def _step(self, frame: DataFrame, txn: tuple[str, int], at: datetime, m: BatchMetrics) -> None:
-        rows = frame.persist()  # read by several jobs below, and the state operator runs once
-        try:
-            self._keys(rows, txn, at, m)
-        finally:
-            rows.unpersist()
-
-    def _keys(self, rows: DataFrame, txn: tuple[str, int], at: datetime, m: BatchMetrics) -> None:
-        valid = F.col("reason").isNull()
-        counts = [F.sum("n_left"), F.sum("n_right"), F.count_if(valid & F.col("changed"))]
-        counts += [F.count_if(~valid), F.count_if(~valid & (F.col("side") == "left"))]
-        extra = [c for c in OPERATOR_COUNTS if c in rows.columns]
-        counts += [F.sum(c) for c in extra]
-        totals: Any = rows.agg(*counts).first() or []  # an aggregate has one row
-        n_left, n_right, changed, n_bad, bad_left, *more = [int(v or 0) for v in totals]
-        m.input_left, m.input_right = n_left + bad_left, n_right + n_bad - bad_left
-        m.quarantined, m.affected_keys = n_bad, changed
-        for column, value in zip(extra, more, strict=True):
-            setattr(m, OPERATOR_COUNTS[column], value)
-        if n_bad:
-            self._quarantine(rows.filter(~valid).toArrow(), txn, at)
-        if not changed:
-            return
-        parts = -(-m.affected_keys // CHUNK_KEYS)  # a hot key's fan-out is recomputed in bounded chunks
-        keys = rows.filter(valid & F.col("changed")).select(*self.row_columns, "live", "left_deleted")
-        changes, deleted = [], []
-        for part in range(parts):
-            chunk = keys if parts == 1 else keys.filter(F.pmod(F.xxhash64("key"), F.lit(parts)) == part)
-            chunk_rows = chunk.toArrow()
-            desired, failed = self._desired(chunk_rows.filter(chunk_rows["live"]), txn, at, m)
-            deleted.append(chunk_rows.filter(chunk_rows["left_deleted"])["key"].combine_chunks())
-            changes.append(self._changes(desired, _without(chunk_rows["key"].combine_chunks(), failed)))
-        self._left_tombstones = pa.concat_arrays(deleted)
-        self._write_changes(changes, txn, at, m)
-
-    def _desired(
-        self, live: pa.Table, txn: tuple[str, int], at: datetime, m: BatchMetrics
-    ) -> tuple[pa.Table, pa.Array]:
-        """The result rows of the operator's live rows, and the keys ``select`` failed on."""
-        return self._project(live.select(self.row_columns), txn, at, m)
-
-
-class StreamTableJob(JoinJob):
-    """stream-table: each left event with the right side's value as of its timestamp."""
-
-    @classmethod
-    def _kind_tables(cls, spec: JoinSpec) -> dict[str, pa.Schema]:
-        return _stream_tables(spec) | {
-            f"{spec.name}__right_history": STATE_SCHEMA,
-            f"{spec.name}__pending": STATE_SCHEMA,
-        }
-
-    def _watermark(self, decision: dict[str, Any], maxima: dict[str, Any]) -> Any:  # noqa: ARG002
-        return maxima["right"]  # later right records are not older
-
-    def _batch(
-        self,
-        batch: pa.Table,
-        left: pa.Table,
-        right: pa.Table,
-        txn: tuple[str, int],
-        at: datetime,
-        m: BatchMetrics,
-    ) -> None:
-        progress = self._progress(batch, txn)
-        name = self.spec.name
-        m.ignored = left.num_rows - int(pc.sum(pc.is_valid(left["value"])).as_py() or 0)
-        events = left.filter(pc.is_valid(left["value"]))
-        if right.num_rows:
-            self.lake.append(f"{name}__right_history", right, txn=txn)
-        decision = self._decide(txn, progress)
-        pending = self.lake.read_arrow(f"{name}__pending")
-        candidates = _distinct_events(pa.concat_tables([pending, events]))
-        if decision["right_caught_up"]:
-            ready_mask = pa.array(np.ones(candidates.num_rows, dtype=bool))
-        elif decision.get("watermark") is not None:
-            ready_mask = pc.less(candidates["timestamp"], decision["watermark"])
-        else:
-            ready_mask = pa.array(np.zeros(candidates.num_rows, dtype=bool))
-        ready, waiting = candidates.filter(ready_mask), candidates.filter(pc.invert(ready_mask))
-        m.affected_keys, m.pending = ready.num_rows, waiting.num_rows
-        rows = self._as_of(ready)
-        out, _ = self._project(rows, txn, at, m)
-        out = out.sort_by([("timestamp", "ascending"), ("partition", "ascending"), ("offset", "ascending")])
-        m.appended = out.num_rows
-        self._append_events(out, txn, at)
-        if pending.num_rows or waiting.num_rows:
-            self.lake.overwrite(f"{name}__pending", waiting, txn=txn)
-
-    def _as_of(self, events: pa.Table) -> pa.Table:
-        """Each event with the right side's value as of its timestamp (equal timestamps count as
-        earlier); ``right_value`` null when there is none or it was deleted."""
-        base = events.select(RECORD_COLUMNS).rename_columns(
-            ["key", "left_value", "timestamp", "partition", "offset"]
-        )
-        base = base.append_column("__lp", base["partition"]).append_column("__lo", base["offset"])
-        n = base.num_rows
-        right = {"right_value": pa.nulls(n, pa.binary()), "__rp": pa.nulls(n, pa.int32())}
-        right["__ro"] = pa.nulls(n, pa.int64())
-        history = self.lake.read_keys(
-            f"{self.spec.name}__right_history",
-            "key",
-            pc.unique(events["key"].combine_chunks()),
-            columns=["key", "value", "timestamp", "partition", "offset"],
-        ).rename_columns(["key", "right_value", "r_ts", "__rp", "__ro"])
-        ids = base.append_column("__i", pa.array(np.arange(n)))
-        cand = ids.select(["key", "timestamp", "__i"]).join(history, "key", join_type="inner")
-        cand = cand.filter(pc.less_equal(cand["r_ts"], cand["timestamp"]))
-        if cand.num_rows:
-            cand = cand.sort_by([("__i", "ascending"), ("r_ts", "ascending"), ("__ro", "ascending")])
-            i = cand["__i"].combine_chunks()
-            last = pa.concat_arrays([pc.not_equal(i.slice(0, len(i) - 1), i.slice(1)), pa.array([True])])
-            best = cand.filter(last)
-            at = best["__i"].to_numpy()
-            for column, kind in (("right_value", pa.binary()), ("__rp", pa.int32()), ("__ro", pa.int64())):
-                values = np.full(n, None, dtype=object)
-                values[at] = best[column].to_numpy(zero_copy_only=False)
-                right[column] = pa.array(values, kind)
-        rows = base
-        for column, values in right.items():
-            rows = rows.append_column(column, values)
-        if self.spec.type == "inner":
-            rows = rows.filter(pc.is_valid(rows["right_value"]))
-        return rows
-
-
-class StreamStreamJob(JoinJob):
-    """stream-stream: every left/right pair of one key within the window."""
-
-    @classmethod
-    def _kind_tables(cls, spec: JoinSpec) -> dict[str, pa.Schema]:
-        return _stream_tables(spec) | {
-            f"{spec.name}__left_buffer": BUFFER_SCHEMA,
-            f"{spec.name}__right_buffer": BUFFER_SCHEMA,
-        }
-
-    def _batch(
-        self,
-        batch: pa.Table,
-        left: pa.Table,
-        right: pa.Table,
-        txn: tuple[str, int],
-        at: datetime,
-        m: BatchMetrics,
-    ) -> None:
-        progress = self._progress(batch, txn)
-        name, window = self.spec.name, int(self.spec.window_ms or 0) * 1000
-        new = {}
-        for side, records in (("left", left), ("right", right)):
-            live = records.filter(pc.is_valid(records["value"]))
-            m.ignored += records.num_rows - live.num_rows
-            new[side] = live.append_column("matched", pa.array(np.zeros(live.num_rows, dtype=bool)))
-        decision = self._decide(txn, progress)
-        old = {s: self.lake.read_arrow(f"{name}__{s}_buffer") for s in ("left", "right")}
-        pairs = [
-            _window_pairs(new["left"], pa.concat_tables([old["right"], new["right"]]), window),
-            _window_pairs(old["left"], new["right"], window),
-        ]
-        paired = pa.concat_tables(pairs)
-        buffers, unmatched = {}, []
-        watermark = decision.get("watermark")
-        for side in ("left", "right"):
-            rows = pa.concat_tables([old[side], new[side]])
-            hit = _ids_in(rows, paired[f"{side}_partition"], paired[f"{side}_offset"])
-            rows = rows.set_column(
-                rows.schema.get_field_index("matched"), "matched", pc.or_(rows["matched"], hit)
-            )
-            if watermark is not None:
-                expires = pc.less(pc.add(rows["timestamp"], pa.scalar(window, pa.duration("us"))), watermark)
-            else:
-                expires = pa.array(np.zeros(rows.num_rows, dtype=bool))
-            keep_side = self.spec.type == "outer" or (side == "left" and self.spec.type == "left")
-            if keep_side:
-                unmatched.append(_unmatched(rows.filter(pc.and_(expires, pc.invert(rows["matched"]))), side))
-            buffers[side] = rows.filter(pc.invert(expires))
-        out_rows = pa.concat_tables([paired, *unmatched]) if unmatched else paired
-        m.affected_keys = out_rows.num_rows
-        blame = {"__lp": "left_partition", "__lo": "left_offset", "__rp": "right_partition"}
-        for column, source in (blame | {"__ro": "right_offset"}).items():
-            out_rows = out_rows.append_column(column, out_rows[source])
-        out, _ = self._project(out_rows, txn, at, m)
-        order = [(c, "ascending") for c in STREAM_STREAM.meta_columns[1:]]
-        out = out.sort_by(order)
-        m.appended = out.num_rows
-        m.pending = buffers["left"].num_rows + buffers["right"].num_rows
-        self._append_events(out, txn, at)
-        for side in ("left", "right"):
-            if old[side].num_rows or buffers[side].num_rows:
-                self.lake.overwrite(f"{name}__{side}_buffer", buffers[side], txn=txn)
-
-
-def _stream_tables(spec: JoinSpec) -> dict[str, pa.Schema]:
-    """The stream kinds' progress per side and partition, and each batch's recorded decisions."""
-    return {f"{spec.name}__progress": PROGRESS_SCHEMA, f"{spec.name}__decisions": DECISIONS_SCHEMA}
-
-
 def _without_json(table: pa.Table) -> pa.Table:
     """``Projection.apply(..., with_json=True)`` output without its publishing column."""
     return table.drop_columns([c for c in table.column_names if c == "__json"])
-
-
-def _watermark(decision: dict[str, Any], maxima: dict[str, Any]) -> Any:
-    """Event time below which no more records are expected: a side still reading holds it back to
-    its largest timestamp (its later records are not older); a side that has read everything does not
-    hold it back. When both have, it is the largest timestamp seen."""
-    bounds = [maxima[s] for s in ("left", "right") if not decision[f"{s}_caught_up"]]
-    if bounds:
-        return None if any(b is None for b in bounds) else min(bounds)
-    seen = [v for v in maxima.values() if v is not None]
-    return max(seen) if seen else None
-
-
-def _distinct_events(events: pa.Table) -> pa.Table:
-    """Events once each, by (partition, offset), in (timestamp, partition, offset) order."""
-    if events.num_rows == 0:
-        return events
-    ordered = events.sort_by([("partition", "ascending"), ("offset", "ascending")])
-    p, o = ordered["partition"].combine_chunks(), ordered["offset"].combine_chunks()
-    first = pc.or_(
-        pc.not_equal(p.slice(1), p.slice(0, len(p) - 1)), pc.not_equal(o.slice(1), o.slice(0, len(o) - 1))
-    )
-    ordered = ordered.filter(pa.concat_arrays([pa.array([True]), first]))
-    return ordered.sort_by([("timestamp", "ascending"), ("partition", "ascending"), ("offset", "ascending")])
-
-
-def _window_pairs(left: pa.Table, right: pa.Table, window_us: int) -> pa.Table:
-    """Every (left, right) pair with the same key and |timestamps| <= window."""
-    lhs = left.select(RECORD_COLUMNS).rename_columns(
-        ["key", "left_value", "left_timestamp", "left_partition", "left_offset"]
-    )
-    rhs = right.select(RECORD_COLUMNS).rename_columns(
-        ["key", "right_value", "right_timestamp", "right_partition", "right_offset"]
-    )
-    pairs = lhs.join(rhs, "key", join_type="inner")
-    if pairs.num_rows:
-        gap = pc.abs(pc.subtract(pairs["left_timestamp"], pairs["right_timestamp"]))
-        pairs = pairs.filter(pc.less_equal(gap, pa.scalar(window_us, pa.duration("us"))))
-    return pairs.select(PAIR_COLUMNS)
-
-
-def _unmatched(rows: pa.Table, side: str) -> pa.Table:
-    other = "right" if side == "left" else "left"
-    n = rows.num_rows
-    cols = {
-        "key": rows["key"],
-        f"{side}_timestamp": rows["timestamp"],
-        f"{side}_partition": rows["partition"],
-        f"{side}_offset": rows["offset"],
-        f"{other}_timestamp": pa.nulls(n, TS),
-        f"{other}_partition": pa.nulls(n, pa.int32()),
-        f"{other}_offset": pa.nulls(n, pa.int64()),
-        f"{side}_value": rows["value"],
-        f"{other}_value": pa.nulls(n, pa.binary()),
-    }
-    return pa.table({c: cols[c] for c in PAIR_COLUMNS})
-
-
-def _ids_in(rows: pa.Table, partitions: Any, offsets: Any) -> pa.Array:
-    """Per row: is its (partition, offset) among the given ones."""
-    if rows.num_rows == 0 or len(partitions) == 0:
-        return pa.array(np.zeros(rows.num_rows, dtype=bool))
-    wanted = {(p, o) for p, o in zip(partitions.to_pylist(), offsets.to_pylist(), strict=True)}
-    mine = zip(rows["partition"].to_pylist(), rows["offset"].to_pylist(), strict=True)
-    return pa.array([(p, o) in wanted for p, o in mine])
 
 
 def _without(keys: pa.Array, dropped: pa.Array) -> pa.Array:

@@ -2,8 +2,8 @@
 
 The config seam validates a join against its kind's entry, and the engine, the oracle and the test
 driver ask the entry instead of comparing kind strings. The code that runs a kind is chosen by
-``spark_jobs.joins.keyed.job_for`` (one engine class per kind). Plain Python only: the DAG files parse
-pipeline files at Airflow's parse time.
+``spark_jobs.joins.registry.job_for`` (one engine class per kind, one module each). Plain Python
+only: the DAG files parse pipeline files at Airflow's parse time.
 """
 
 from __future__ import annotations

@@ -17,8 +17,10 @@ from pyspark.sql import functions as F
 
 from spark_jobs.config import PipelineConfig
 from spark_jobs.errors import UserError
+from spark_jobs.joins.derive import NEWEST
 from spark_jobs.joins.engine import Projection, prepare, side_records
-from spark_jobs.joins.keyed import NEWEST, LeftKeys, ListProjection
+from spark_jobs.joins.keyed import LeftKeys
+from spark_jobs.joins.lists import ListProjection
 from spark_jobs.joins.runner import consumed_versions
 from spark_jobs.lake import Lake, conform, table_arrow_schema, without_views
 

@@ -27,7 +27,7 @@ from spark_jobs.config import JoinSpec, PipelineConfig
 from spark_jobs.errors import UserError
 from spark_jobs.jobs import HEARTBEAT_SECONDS, join_job, registered, registry, running_jobs
 from spark_jobs.joins.engine import BatchMetrics, side_records
-from spark_jobs.joins.keyed import JOBS, job_for
+from spark_jobs.joins.registry import JOBS, job_for
 from spark_jobs.kafka import connect, delete_topics
 from spark_jobs.lake import Lake
 from spark_jobs.layout import Layout

@@ -85,7 +85,7 @@ class EngineJoin(Timed):
     ``foreachBatch(JoinJob.process)``."""
 
     def __init__(self, spark, lake, config, root: Path, name: str = "bench"):
-        from spark_jobs.joins.keyed import job_for
+        from spark_jobs.joins.registry import job_for
         from spark_jobs.joins.runner import input_stream
 
         self.lake, self.name = lake, name

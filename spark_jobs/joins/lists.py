@@ -1,0 +1,163 @@
+"""list: the left value holds a list of ids into the right table (DOMAIN.md §5)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.utils import AnalysisException
+
+from spark_jobs.config import JoinSpec, PipelineConfig
+from spark_jobs.errors import UserError, spark_error
+from spark_jobs.joins.engine import (
+    BatchMetrics,
+    value_column,
+)
+from spark_jobs.joins.keyed import KeyedJob
+from spark_jobs.joins.state_store import StateStoreJob
+from spark_jobs.lake import conform
+from spark_jobs.session import arrow_frame
+
+
+# --- the list join's projection --------------------------------------------------------------------
+class ListProjection:
+    """A list join's result: ``key``, ``select`` over ``left``, and the enriched list: per element
+    ``id``, ``matched`` and ``elements`` over ``element`` (the element: a JSON object's fields, or the
+    scalar as text) and ``right``; inner joins leave unmatched elements out. Lists keep their order."""
+
+    def __init__(self, spark: SparkSession, config: PipelineConfig, spec: JoinSpec):
+        self.spark, self.spec = spark, spec
+        self.formats = {side: config.topic(topic).value_format for side, topic in spec.sides}
+        rows = pa.schema([("key", pa.binary()), ("left_value", pa.binary())])
+        elements = pa.schema(
+            [
+                ("key", pa.binary()),
+                ("pos", pa.int64()),
+                ("item", pa.string()),
+                ("id", pa.binary()),
+                ("right_value", pa.binary()),
+            ]
+        )
+        self.row_schema, self.element_schema = rows, elements
+        frame = self._checked(
+            spark.createDataFrame(rows.empty_table()), spark.createDataFrame(elements.empty_table())
+        )
+        schema = to_arrow_schema(frame.schema, timezone="UTC")
+        self.output_schema = pa.schema([f.with_nullable(True) for f in schema])  # deletes carry nulls
+
+    def _value(self, side: str, column: str) -> Column:
+        return value_column(F.col(column), self.formats[side])
+
+    def _element_exprs(self) -> list[str]:
+        return [f"({expr}) AS `{col}`" for col, expr in self.spec.elements.items()]
+
+    def _checked(self, rows: DataFrame, elements: DataFrame) -> DataFrame:
+        for col, expr in self.spec.elements.items():
+            try:
+                _ = self._enriched(elements, [f"({expr}) AS `{col}`"]).schema
+            except AnalysisException as exc:
+                raise UserError(f"{self.spec.where['elements.' + col]}: {spark_error(exc)}") from None
+        for col, expr in self.spec.select.items():
+            try:
+                _ = (
+                    rows.select(self._value("left", "left_value").alias("left"))
+                    .selectExpr(f"({expr})")
+                    .schema
+                )
+            except AnalysisException as exc:
+                raise UserError(f"{self.spec.where[col]}: {spark_error(exc)}") from None
+        return self.frame(rows, elements)
+
+    def _enriched(self, elements: DataFrame, exprs: list[str]) -> DataFrame:
+        element = F.from_json(F.col("item"), "map<string,string>") if self.spec.element_id else F.col("item")
+        return elements.select(
+            "key",
+            "pos",
+            F.col("id").cast("string").alias("id"),
+            F.col("right_value").isNotNull().alias("matched"),
+            element.alias("element"),
+            self._value("right", "right_value").alias("right"),
+        ).selectExpr("key", "pos", "id", "matched", *exprs)
+
+    def frame(self, rows: DataFrame, elements: DataFrame) -> DataFrame:
+        """``rows`` (key, left_value) and their ``elements`` (key, pos, item, id, right_value: null
+        when the id has no live right record) -> the result's columns."""
+        enriched = self._enriched(elements, self._element_exprs())
+        if self.spec.type == "inner":
+            enriched = enriched.filter("matched")
+        fields = ["id", "matched", *self.spec.elements]
+        entry = F.struct(F.col("pos"), F.struct(*[F.col(f"`{c}`") for c in fields]).alias("e"))
+        lists = enriched.groupBy("key").agg(F.sort_array(F.collect_list(entry)).alias("__entries"))
+        joined = rows.join(lists, "key", "left")
+        items = F.transform("__entries", lambda x: x["e"])
+        framed = joined.select("key", self._value("left", "left_value").alias("left"), items.alias("__items"))
+        element_type = framed.schema["__items"].dataType
+        out = framed.selectExpr(
+            "key", *[f"({expr}) AS `{col}`" for col, expr in self.spec.select.items()], "__items"
+        )
+        empty = F.expr("array()").cast(element_type)
+        return out.select(
+            *[F.col(f"`{c}`") for c in ("key", *self.spec.select)],
+            F.coalesce(F.col("__items"), empty).alias(self.spec.list_as),
+        )
+
+    def apply(self, rows: pa.Table, elements: pa.Table, with_json: bool = False) -> pa.Table:
+        if rows.num_rows == 0:
+            out = self.output_schema.empty_table()
+            return out.append_column("__json", pa.array([], pa.string())) if with_json else out
+        frame = self.frame(
+            arrow_frame(
+                self.spark, conform(rows.select(self.row_schema.names), self.row_schema, "list rows")
+            ),
+            arrow_frame(self.spark, conform(elements, self.element_schema, "list elements")),
+        )
+        columns = [*self.spec.select, self.spec.list_as]
+        if with_json:
+            cols = [F.col(f"`{c}`") for c in columns]
+            frame = frame.withColumn("__json", F.to_json(F.struct(*cols), {"ignoreNullFields": "false"}))
+        schema = (
+            self.output_schema.append(pa.field("__json", pa.string())) if with_json else self.output_schema
+        )
+        return conform(frame.toArrow(), schema, f"join {self.spec.name}")
+
+
+class ListJob(KeyedJob, StateStoreJob):
+    """list: per left key its list's ids subscribe to the right side (``lake.joins.ListJoin``, Java):
+    a right change reaches exactly the rows whose list holds its id; each row keeps, per id, the right
+    value it was joined with, so a batch looks up only added ids and ids whose right record changed."""
+
+    operator = "ListJoin"
+    row_columns = ["key", "left_value", "__lp", "__lo", "items", "ids", "right_values"]
+
+    def _result_projection(self) -> Any:
+        return ListProjection(self.spark, self.config, self.spec)
+
+    def _desired(
+        self, live: pa.Table, txn: tuple[str, int], at: datetime, m: BatchMetrics
+    ) -> tuple[pa.Table, pa.Array]:
+        return self._project(live.select(self.row_columns[:4]), txn, at, m, _elements(live))
+
+
+def _elements(rows: pa.Table) -> pa.Table:
+    """One row per list position of ``rows`` (with ``items``, ``ids``, ``right_values``): key, pos,
+    item, id, right_value."""
+    items = rows["items"].combine_chunks()
+    parents = pc.list_parent_indices(items)
+    offsets = items.offsets.to_numpy()
+    starts = offsets[parents.to_numpy()] if len(parents) else np.array([], dtype=np.int64)
+    pos = offsets[0] + np.arange(len(parents), dtype=np.int64) - starts  # flat index -> list position
+    return pa.table(
+        {
+            "key": rows["key"].combine_chunks().take(parents),
+            "pos": pa.array(pos, pa.int64()),
+            "item": pc.list_flatten(items),
+            "id": pc.list_flatten(rows["ids"].combine_chunks()),
+            "right_value": pc.list_flatten(rows["right_values"].combine_chunks()),
+        }
+    )

@@ -11,6 +11,7 @@ import pyarrow as pa
 from bronzekit import append_bronze
 
 from spark_jobs.config import load_config
+from spark_jobs.joins.oracle import audit
 from spark_jobs.testing import JoinQuery
 
 PIPELINE = """
@@ -62,6 +63,18 @@ def produce(lake, config, topic: str, records: list[tuple]) -> None:
         keys = pa.array([k.encode() if isinstance(k, str) else k for k, _ in items], pa.binary())
         values = pa.array([val(v) if isinstance(v, str) or v is None else v for _, v in items], pa.binary())
         append_bronze(lake, spec, keys, values, ts)
+
+
+def assert_oracle(spark, lake, config, name: str) -> None:
+    """The join's result equals the oracle's batch join of its topics."""
+    report = audit(spark, lake, config, name)
+    assert report.clean, report.text()
+
+
+def result_changes(lake, name: str) -> list[tuple]:
+    """A table join's change feed: (change type, key, lv, rv) in commit order."""
+    feed = lake.changes_arrow(name).to_pylist()
+    return [(c["_change_type"], c["key"].decode(), c["lv"], c["rv"]) for c in feed]
 
 
 class Feeder:

@@ -1,0 +1,84 @@
+"""What every join kind's engine does alike: `select` checked up front, replays and crashes between
+commits, quarantine, and the oracle on a fresh lake."""
+
+from __future__ import annotations
+
+import pytest
+from joinkit import T0, Feeder, assert_oracle, changelog, produce, result_changes, result_rows, write_config
+
+from spark_jobs.errors import UserError
+from spark_jobs.joins.oracle import expected
+from spark_jobs.joins.registry import job_for
+from spark_jobs.system_tables import QUARANTINE
+
+
+@pytest.fixture
+def cfg(tmp_path):
+    return write_config(tmp_path)
+
+
+def test_bad_select_expression_is_a_user_error_with_its_line(spark, lake, tmp_path):
+    config = write_config(
+        tmp_path,
+        "topics:\n  L: {partitions: 1}\n  R: {partitions: 1}\njoins:\n  j:\n    kind: table\n"
+        "    left: L\n    right: R\n    select:\n      a: left.v\n      b: nosuch(right.v)\n",
+    )
+    with pytest.raises(UserError, match=r"pipeline.yaml:11: joins.j.select.b: .*nosuch"):
+        job_for(spark, lake, config, config.join("j"), "q")
+
+
+def test_a_replayed_batch_changes_nothing(spark, lake, cfg):
+    f = Feeder(spark, lake, cfg, "t_left")
+    produce(lake, cfg, "L", [("a", "a1", T0)])
+    produce(lake, cfg, "R", [("a", "r1", T0)])
+    f.feed()
+    tables = ["t_left", "t_left__published", "join_metrics"]
+    before = {t: lake.version(t) for t in tables}, len(changelog(lake, cfg, "t_left_changelog"))
+    f.replay_last()  # Spark reruns the batch from its state before it, with the same batch id
+    assert ({t: lake.version(t) for t in tables}, len(changelog(lake, cfg, "t_left_changelog"))) == before
+    assert result_changes(lake, "t_left") == [("insert", "a", "a1", "r1")]
+
+
+def test_a_crash_between_commits_then_replay_gives_the_result_once(spark, lake, cfg, monkeypatch):
+    f = Feeder(spark, lake, cfg, "t_left")
+    produce(lake, cfg, "L", [("a", "a1", T0), ("b", "b1", T0)])
+    produce(lake, cfg, "R", [("a", "r1", T0)])
+    real_merge = lake.merge
+
+    def crash_on_result(name, *args, **kwargs):
+        if name == "t_left":
+            raise RuntimeError("killed")
+        return real_merge(name, *args, **kwargs)
+
+    monkeypatch.setattr(lake, "merge", crash_on_result)
+    with pytest.raises(RuntimeError, match="killed"):
+        f.feed()  # state and changelog topic committed, result not
+    monkeypatch.setattr(lake, "merge", real_merge)
+    f.restart()
+    assert result_rows(lake, "t_left") == [("a", "a1", "r1"), ("b", "b1", None)]
+    assert sorted(result_changes(lake, "t_left")) == [
+        ("insert", "a", "a1", "r1"),
+        ("insert", "b", "b1", None),
+    ]
+    assert len(changelog(lake, cfg, "t_left_changelog")) == 2
+    assert_oracle(spark, lake, cfg, "t_left")
+
+
+def test_null_keys_and_unparseable_values_are_quarantined_and_counted(spark, lake, cfg):
+    f = Feeder(spark, lake, cfg, "t_left")
+    produce(lake, cfg, "L", [(None, "x", T0), ("a", b"{not json", T0), ("b", b"[1, 2]", T0), ("c", "c1", T0)])
+    metrics = f.feed()
+    assert (metrics.input_left, metrics.quarantined, metrics.upserted) == (4, 3, 1)
+    assert result_rows(lake, "t_left") == [("c", "c1", None)]
+    rows = sorted((r["job"], r["source"][:2], r["reason"]) for r in lake.read_arrow(QUARANTINE).to_pylist())
+    assert rows == [
+        ("join:t_left", "L[", "null key"),
+        ("join:t_left", "L[", "value is not a JSON object (key 'a')"),
+        ("join:t_left", "L[", "value is not a JSON object (key 'b')"),
+    ]
+    assert_oracle(spark, lake, cfg, "t_left")
+
+
+def test_expected_matches_for_a_fresh_lake(spark, lake, cfg):
+    Feeder(spark, lake, cfg, "t_outer")
+    assert expected(spark, lake, cfg, "t_outer").num_rows == 0

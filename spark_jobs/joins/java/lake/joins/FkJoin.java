@@ -2,9 +2,7 @@ package lake.joins;
 
 import java.util.ArrayList;
 import java.util.Arrays;
-import java.util.Iterator;
 import java.util.List;
-import java.util.NoSuchElementException;
 
 import org.apache.spark.api.java.function.MapFunction;
 import org.apache.spark.sql.Dataset;
@@ -21,7 +19,6 @@ import org.apache.spark.sql.streaming.ValueState;
 import org.apache.spark.sql.types.DataTypes;
 import org.apache.spark.sql.types.StructType;
 
-import scala.Tuple2;
 import scala.jdk.javaapi.CollectionConverters;
 
 /**
@@ -280,24 +277,8 @@ public final class FkJoin {
       }
       // the right record changed: every subscriber (the new ones among them), streamed from the store
       Row value = current;
-      Iterator<Row> first = answers.iterator();
-      Iterator<Tuple2<byte[], Row>> all = CollectionConverters.asJava(subscribers.iterator());
-      Iterator<Row> out =
-          new Iterator<Row>() {
-            @Override
-            public boolean hasNext() {
-              return first.hasNext() || all.hasNext();
-            }
-
-            @Override
-            public Row next() {
-              if (first.hasNext()) return first.next();
-              if (!all.hasNext()) throw new NoSuchElementException();
-              Tuple2<byte[], Row> s = all.next();
-              return answer(s._1(), s._2(), value, false);
-            }
-          };
-      return CollectionConverters.asScala(out);
+      return TableJoin.fanOut(
+          answers, subscribers.iterator(), (key, left) -> answer(key, left, value, false));
     }
 
     /** A left key's joined row after the batch ({@code left} null: the left key is deleted). */

@@ -1,10 +1,8 @@
 package lake.joins;
 
 import java.util.ArrayList;
-import java.util.Iterator;
 import java.util.LinkedHashSet;
 import java.util.List;
-import java.util.NoSuchElementException;
 import java.util.Set;
 
 import org.apache.spark.api.java.function.MapFunction;
@@ -22,7 +20,6 @@ import org.apache.spark.sql.streaming.ValueState;
 import org.apache.spark.sql.types.DataTypes;
 import org.apache.spark.sql.types.StructType;
 
-import scala.Tuple2;
 import scala.jdk.javaapi.CollectionConverters;
 
 /**
@@ -278,23 +275,7 @@ public final class ListJoin {
         return CollectionConverters.asScala(out.iterator());
       }
       // the right record changed: every holder (the new ones among them), streamed from the store
-      Iterator<Row> first = out.iterator();
-      Iterator<Tuple2<byte[], Boolean>> all = CollectionConverters.asJava(holders.iterator());
-      Iterator<Row> answers =
-          new Iterator<Row>() {
-            @Override
-            public boolean hasNext() {
-              return first.hasNext() || all.hasNext();
-            }
-
-            @Override
-            public Row next() {
-              if (first.hasNext()) return first.next();
-              if (!all.hasNext()) throw new NoSuchElementException();
-              return element(all.next()._1(), id, value);
-            }
-          };
-      return CollectionConverters.asScala(answers);
+      return TableJoin.fanOut(out, holders.iterator(), (key, held) -> element(key, id, value));
     }
 
     private static Row element(byte[] key, byte[] id, Object value) {

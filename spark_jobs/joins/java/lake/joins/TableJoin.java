@@ -2,7 +2,10 @@ package lake.joins;
 
 import java.sql.Timestamp;
 import java.util.Collections;
+import java.util.Iterator;
 import java.util.List;
+import java.util.NoSuchElementException;
+import java.util.function.BiFunction;
 
 import org.apache.spark.api.java.function.MapFunction;
 import org.apache.spark.sql.Dataset;
@@ -18,6 +21,7 @@ import org.apache.spark.sql.streaming.ValueState;
 import org.apache.spark.sql.types.DataTypes;
 import org.apache.spark.sql.types.StructType;
 
+import scala.Tuple2;
 import scala.jdk.javaapi.CollectionConverters;
 
 /**
@@ -162,6 +166,33 @@ public final class TableJoin extends StatefulProcessor<byte[], Row, Row> {
     if (c == 0) c = Long.compare(a.getLong(3), b.getLong(3));
     if (c == 0) c = Integer.compare(a.getInt(2), b.getInt(2));
     return c > 0;
+  }
+
+  /**
+   * {@code first}, then every entry of a map state mapped to a row, lazily: a fan-out to a hot key's
+   * million subscribers streams out of the state store instead of being held in memory.
+   */
+  static <K, V> scala.collection.Iterator<Row> fanOut(
+      List<Row> first,
+      scala.collection.Iterator<Tuple2<K, V>> entries,
+      BiFunction<K, V, Row> answer) {
+    Iterator<Row> head = first.iterator();
+    Iterator<Tuple2<K, V>> rest = CollectionConverters.asJava(entries);
+    return CollectionConverters.asScala(
+        new Iterator<Row>() {
+          @Override
+          public boolean hasNext() {
+            return head.hasNext() || rest.hasNext();
+          }
+
+          @Override
+          public Row next() {
+            if (head.hasNext()) return head.next();
+            if (!rest.hasNext()) throw new NoSuchElementException();
+            Tuple2<K, V> e = rest.next();
+            return answer.apply(e._1(), e._2());
+          }
+        });
   }
 
   static long micros(Timestamp t) {

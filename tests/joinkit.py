@@ -3,6 +3,7 @@ feeding exact micro-batches to the engine, and a small independent model of each
 
 from __future__ import annotations
 
+import functools
 import json
 from collections import defaultdict
 from pathlib import Path
@@ -95,7 +96,7 @@ class Feeder:
 
         columns = ["key", "value", "timestamp", "partition", "offset"]
         frames = [self.lake.read(t).select(F.lit(s).alias("side"), *columns) for s, t in self.spec.sides]
-        both = arrow_rows(frames[0].unionByName(frames[1]))  # one Spark job for both topics
+        both = arrow_rows(functools.reduce(lambda a, b: a.unionByName(b), frames))  # one Spark job
         parts = []
         for side, _ in self.spec.sides:
             rows = both.filter(pc.equal(both["side"], side)).select(columns)

@@ -35,7 +35,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.pandas.types import from_arrow_type, to_arrow_schema
 from pyspark.sql.utils import AnalysisException
 
 from spark_jobs.config import JoinSpec, PipelineConfig, TopicSpec
@@ -260,7 +260,7 @@ class JoinJob:
             for column in required:
                 self.spark.sql(f"ALTER TABLE {table} ALTER COLUMN `{column}` DROP NOT NULL")
             existing = self.lake.schema(self.spec.name)
-        if [(f.name, str(f.type)) for f in existing] != [(f.name, str(f.type)) for f in self.result_schema]:
+        if _columns(existing) != _columns(self.result_schema):
             raise UserError(
                 f"join {self.spec.name}: the result table's columns ({', '.join(existing.names)}) differ "
                 f"from the configured select ({', '.join(self.result_schema.names)}); "
@@ -477,6 +477,12 @@ class JoinJob:
             **{f.name: getattr(m, f.name) for f in JOIN_METRICS_SCHEMA if hasattr(m, f.name)},
         }
         self.lake.append(JOIN_METRICS, pa.Table.from_pylist([row], JOIN_METRICS_SCHEMA), txn=txn)
+
+
+def _columns(schema: pa.Schema) -> list[tuple[str, str]]:
+    """Names and Spark types of a table's columns (nested fields' nullability aside: a Delta table
+    keeps its columns nullable, the projection may not)."""
+    return [(f.name, from_arrow_type(f.type).simpleString()) for f in schema]
 
 
 def _without_json(table: pa.Table) -> pa.Table:

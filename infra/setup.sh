@@ -100,7 +100,7 @@ say "syncing .venv with requirements.lock"
 .tools/bin/uv pip sync -q --compile-bytecode --python .venv/bin/python --require-hashes requirements.lock
 .tools/bin/uv pip install -q --python .venv/bin/python --no-deps --config-settings editable_mode=compat -e .
 echo "$stamp_src" > .venv/.setup-stamp
-say "ready: $ROOT/.venv ($(.venv/bin/python -c 'import pyspark, deltalake; print("pyspark", pyspark.__version__, "deltalake", deltalake.__version__)'))"
+say "ready: $ROOT/.venv ($(.venv/bin/python -c 'import pyspark; print("pyspark", pyspark.__version__)'))"
 }
 python_env
 

@@ -1,4 +1,4 @@
-"""Kafka-style keyed joins kept in a lakehouse: Spark computes, Delta Lake (delta-rs) stores.
+"""Kafka-style keyed joins kept in a lakehouse: Spark computes, Delta Lake (delta-spark) stores.
 
 Seams to the outside world, one each:
   - storage:        :mod:`spark_jobs.lake` (Delta tables under the lake root)

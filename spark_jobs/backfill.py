@@ -67,7 +67,7 @@ def _refresh_lookup(spark: SparkSession, lake: Lake, config: PipelineConfig, loo
     ensure_lookup(lake, config, lookup)
     table = lookup_table(lookup)
     app = f"lookup:{lookup.name}"
-    applied = lake.txn_version(spark, table, app)
+    applied = lake.txn_version(table, app)
     current = lake.version(lookup.topic)
     if applied is not None and applied >= current:
         return 0
@@ -75,7 +75,7 @@ def _refresh_lookup(spark: SparkSession, lake: Lake, config: PipelineConfig, loo
     if lake.rewrites(lookup.topic, start, current):
         # the topic was rewritten (e.g. repartitioned): offsets no longer apply, rebuild from scratch
         return _rebuild_lookup(spark, lake, lookup, current)
-    changes = lake.changes(spark, lookup.topic, start, current)
+    changes = lake.changes(lookup.topic, start, current)
     latest = _latest_per_key(changes.filter(F.col("_change_type") == "insert"), current)
     rows = latest.withColumn("_delete", F.col("value").isNull()).persist()
     try:
@@ -101,7 +101,7 @@ def _latest_per_key(records: DataFrame, version: int) -> DataFrame:
 
 def _topic_latest(spark: SparkSession, lake: Lake, topic: str, version: int) -> DataFrame:
     """The latest live value per key of a topic as of ``version`` (tombstoned keys left out)."""
-    snapshot = lake.read(spark, topic, version).withColumn("_commit_version", F.lit(version))
+    snapshot = lake.read(topic, version).withColumn("_commit_version", F.lit(version))
     return _latest_per_key(snapshot, version).filter(F.col("value").isNotNull())
 
 
@@ -255,7 +255,7 @@ def _current_values(
     """The latest value per key: the refreshed lookup table, or (read-only, for dry runs) read from
     the Kafka topic itself with a Spark batch query."""
     if not from_topic:
-        return lake.read(spark, lookup_table(lookup)).select("key", "value")
+        return lake.read(lookup_table(lookup)).select("key", "value")
     cluster = connect(config, lake.root)
     name = cluster.topic(lookup.topic)
     if name not in partition_counts(cluster, [name]):

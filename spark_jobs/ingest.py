@@ -25,7 +25,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute  # noqa: F401  (pa.compute)
 from pyspark.sql import SparkSession
 
 from spark_jobs.config import PipelineConfig, TopicSpec
@@ -65,19 +64,20 @@ def ensure_bronze(lake: Lake, spec: TopicSpec) -> None:
 
 def next_offsets(lake: Lake, spec: TopicSpec) -> np.ndarray:
     """The offset after the last mirrored record of every partition (int64 [partitions]), from the Delta
-    file statistics; 0 for a partition with nothing mirrored."""
+    log's file statistics; 0 for a partition with nothing mirrored."""
+    from pyspark.sql import functions as F
+
     ensure_bronze(lake, spec)
     nxt = np.zeros(spec.partitions, dtype=np.int64)
-    actions = lake.add_actions(spec.name)
-    if actions.num_rows == 0:
-        return nxt
-    parts = actions.column("partition.partition").to_numpy(zero_copy_only=False)
-    if "max.offset" not in actions.column_names:
-        raise RuntimeError(f"bronze table {spec.name}: data files carry no offset statistics")
-    maxes = actions.column("max.offset").to_numpy(zero_copy_only=False)
-    for p, m in zip(parts, maxes, strict=True):
-        if p is not None and int(p) < spec.partitions and m is not None and not np.isnan(m):
-            nxt[int(p)] = max(nxt[int(p)], int(m) + 1)
+    files = lake.files(spec.name)
+    last = F.get_json_object("max_values", "$.offset").cast("long")
+    part = F.col("partition")["partition"].cast("int")
+    rows = files.groupBy(part.alias("p")).agg(F.max(last).alias("m"), F.count_if(last.isNull()).alias("n"))
+    for row in rows.collect():
+        if row["n"]:
+            raise RuntimeError(f"bronze table {spec.name}: data files carry no offset statistics")
+        if row["p"] is not None and row["p"] < spec.partitions and row["m"] is not None:
+            nxt[row["p"]] = row["m"] + 1
     return nxt
 
 
@@ -246,8 +246,10 @@ def mirrored_records(lake: Lake, spec: TopicSpec) -> int:
     """How many records the bronze table holds (from the Delta log's file statistics)."""
     if not lake.exists(spec.name):
         return 0
-    actions = lake.add_actions(spec.name)
-    return int(pa.compute.sum(actions.column("num_records")).as_py() or 0) if actions.num_rows else 0
+    from pyspark.sql import functions as F
+
+    total = lake.files(spec.name).agg(F.sum("num_records")).first()
+    return int(total[0] or 0) if total is not None else 0
 
 
 def rebuild_bronze(spark: SparkSession, lake: Lake, config: PipelineConfig, spec: TopicSpec) -> int:

@@ -1,7 +1,8 @@
 """Long-running jobs (continuous joins and the continuous ingest): their registry and detached runs.
 
 A running job registers itself in ``<root>/_jobs/<name>.json`` (job id, pid, heartbeat, last batch)
-and holds ``<root>/_jobs/<name>.lock`` for its lifetime, so a second copy refuses to start.
+and holds ``<root>/_jobs/<name>.lock`` for its lifetime, so a second copy refuses to start. A join
+keeps its last micro-batch's figures in ``<root>/_jobs/<name>.last.json`` after it stops.
 ``start_detached`` launches a job's ``lake`` command in its own session, output appended to
 ``<root>/_jobs/<name>.log``, and returns once the job has registered; starting a running job does
 nothing. ``stop_job`` sends SIGTERM (the job finishes its current micro-batch) and waits for the exit.
@@ -128,6 +129,28 @@ def registered(lake: Lake, job: Job, mode: str) -> Iterator[Callable[[dict], Non
     finally:
         entry.unlink(missing_ok=True)
         lock.close()
+
+
+def last_batch_path(lake: Lake, job: Job) -> Path:
+    return jobs_dir(lake) / f"{job.name}.last.json"
+
+
+def record_batch(lake: Lake, job: Job, batch: dict[str, Any]) -> None:
+    """Keep the job's last micro-batch (its figures) beside the registry, where ``lake status`` and
+    the health check read it without Spark; it outlives the run, unlike the registry entry."""
+    path = last_batch_path(lake, job)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(batch))
+    tmp.replace(path)
+
+
+def last_batch(lake: Lake, job: Job) -> dict[str, Any] | None:
+    """The job's last recorded micro-batch (None: no batch yet)."""
+    try:
+        return json.loads(last_batch_path(lake, job).read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def silent_for(lake: Lake, job: Job) -> float | None:

@@ -65,9 +65,9 @@ def _run_dbt(lake: Lake, project: Path, args: Sequence[str], log: Callable[[str]
 
     from spark_jobs.session import get_spark
 
-    ensure_system_tables(lake)
     log(f"starting Spark with the lake's catalog ({lake.root / 'catalog'}) ...")
-    spark = get_spark(app_name="dbt", catalog=lake.root)
+    spark = get_spark(app_name="dbt", catalog=lake.root)  # first: the lake's writes use this session
+    ensure_system_tables(lake)
     names = register_lake_views(spark, lake)
     log(f"{len(names)} lake tables visible to dbt as global_temp.<table>")
     if not spark.catalog.databaseExists(MARTS_SCHEMA):  # (Hive logs an ERROR for IF NOT EXISTS hits)

@@ -117,7 +117,7 @@ def completeness_findings(
 ) -> DataFrame:
     """One row per key the stream references: records, first/last reference, and ``problem`` when the
     lookup lacks it."""
-    records = lake.read(spark, stream).filter(F.col("value").isNotNull())
+    records = lake.read(stream).filter(F.col("value").isNotNull())
     if fk:  # a Spark SQL expression over `value`, the record's value as text (JSON for json topics)
         records = records.withColumn("value", F.col("value").cast("string"))
         records = records.withColumn("ref", F.encode(F.expr(fk), "UTF-8"))
@@ -132,7 +132,7 @@ def completeness_findings(
             F.max(F.struct("partition", "offset")).alias("last"),
         )
     )
-    keys = lake.read(spark, lookup_table(config.lookups[lookup])).select(F.col("key").alias("lk"))
+    keys = lake.read(lookup_table(config.lookups[lookup])).select(F.col("key").alias("lk"))
     joined = refs.join(keys, refs.ref == keys.lk, "left")
     where = F.format_string(
         "referenced by %d record(s) of %s, first at partition %d offset %d, last at partition %d offset %d",
@@ -169,7 +169,7 @@ def co_partitioning_findings(spark: SparkSession, lake: Lake, config: PipelineCo
     for t in topics:
         spec = config.topics[t]
         placed = (
-            lake.read(spark, t)
+            lake.read(t)
             .filter(F.col("key").isNotNull())
             .groupBy("key")
             .agg(F.array_sort(F.collect_set("partition")).alias(f"p_{t}"))
@@ -230,7 +230,7 @@ def key_format_findings(
     frames = []
     for t in topics:
         spec = config.topics[t]
-        keys = lake.read(spark, t).filter(F.col("key").isNotNull()).select("key").distinct()
+        keys = lake.read(t).filter(F.col("key").isNotNull()).select("key").distinct()
         rules = [
             (
                 F.expr("length(key) >= 5 AND substring(key, 1, 1) = X'00'"),
@@ -279,7 +279,7 @@ def key_format_findings(
 
 def lookup_findings(spark: SparkSession, lake: Lake, config: PipelineConfig, lookup: str) -> DataFrame:
     spec = config.lookups[lookup]
-    table = lake.read(spark, lookup_table(spec))
+    table = lake.read(lookup_table(spec))
     value_ok = F.lit(True)
     if config.topics[spec.topic].value_format == "json":
         value_ok = F.expr("try_parse_json(cast(value as string)) IS NOT NULL")

@@ -5,8 +5,8 @@ lookup (with where they are referenced), the misplaced keys with the partition t
 one their partitioner gives, the quarantined records of the pipeline's backfills and joins, and a
 small chart of failed expectations per run over time from ``quality_runs``. It links each run's own
 page and Great Expectations Data Docs for the full validation results. ``index.html`` beside it lists
-the pipelines. Written after every quality run and by ``lake report``; it reads the Delta tables with
-delta-rs (no Spark), and holds no script: what it says is in the HTML itself.
+the pipelines. Written after every quality run and by ``lake report``; it reads the Delta tables
+through Spark (delta-spark), and holds no script: what it says is in the HTML itself.
 """
 
 from __future__ import annotations

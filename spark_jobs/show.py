@@ -15,7 +15,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from spark_jobs.lake import Lake, without_views
+from spark_jobs.lake import Lake
 
 CHANGE_COLUMNS = ["_change_type", "_commit_version", "_commit_timestamp"]
 
@@ -41,7 +41,7 @@ def table_rows(lake: Lake, name: str, changes: bool = False) -> tuple[list[str],
         sort += [("_rank", "ascending")]
         columns = CHANGE_COLUMNS + [c for c in table.column_names if c not in CHANGE_COLUMNS + ["_rank"]]
     else:
-        table = without_views(lake.read_arrow(name))
+        table = lake.read_arrow(name)
         # by key, then the other columns (event tables hold several rows per key)
         keys = sorted(table.column_names, key=lambda c: c != "key")
         sort = [(k, "ascending") for k in keys if _sortable(table.schema.field(k).type)]

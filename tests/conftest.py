@@ -100,9 +100,8 @@ def pytest_sessionfinish(session, exitstatus):
 def pytest_unconfigure(config):
     """Leave with pytest's own exit status once it has reported everything.
 
-    Arrow's and delta-rs's native thread pools can abort the process during interpreter teardown,
-    after all work is done ("terminate called without an active exception": apache/arrow#34314,
-    delta-io/delta-rs#2184); the `lake` CLI exits the same way for the same reason. The result of the
+    Arrow's native thread pools can abort the process during interpreter teardown, after all work
+    is done ("terminate called without an active exception": apache/arrow#34314); the `lake` CLI exits the same way for the same reason. The result of the
     run is already decided and printed at this point; nothing is hidden."""
     if _exit_status and os.environ.get("LAKE_TEST_NORMAL_EXIT") != "1":
         sys.stdout.flush()

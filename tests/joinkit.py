@@ -3,15 +3,18 @@ feeding exact micro-batches to the engine, and a small independent model of each
 
 from __future__ import annotations
 
+import functools
 import json
 from collections import defaultdict
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from bronzekit import append_bronze
 
 from spark_jobs.config import load_config
 from spark_jobs.joins.oracle import audit
+from spark_jobs.lake import arrow_rows
 from spark_jobs.testing import JoinQuery
 
 PIPELINE = """
@@ -89,9 +92,14 @@ class Feeder:
         self.seen: set[tuple[str, int, int]] = set()
 
     def pending_records(self) -> pa.Table:
+        from pyspark.sql import functions as F
+
+        columns = ["key", "value", "timestamp", "partition", "offset"]
+        frames = [self.lake.read(t).select(F.lit(s).alias("side"), *columns) for s, t in self.spec.sides]
+        both = arrow_rows(functools.reduce(lambda a, b: a.unionByName(b), frames))  # one Spark job
         parts = []
-        for side, topic in self.spec.sides:
-            rows = self.lake.read_arrow(topic, columns=["key", "value", "timestamp", "partition", "offset"])
+        for side, _ in self.spec.sides:
+            rows = both.filter(pc.equal(both["side"], side)).select(columns)
             rows = rows.sort_by([("partition", "ascending"), ("offset", "ascending")])
             keep = [
                 (side, p, o) not in self.seen
@@ -334,3 +342,27 @@ def changelog(lake, config, topic: str) -> list[dict]:
         for batch in read(cluster, config.topic(topic))
         for m in batch
     ]
+
+
+def crash_on_result_write(monkeypatch, lake, name: str):
+    """Make the join's write of its result (an append of new keys or a MERGE) die as a killed process
+    would, after the batch's earlier commits; ``.undo()`` lets writes through again."""
+    real = {method: getattr(lake, method) for method in ("append", "merge")}
+
+    def crashing(method):
+        def write(table, *args, **kwargs):
+            if table == name:
+                raise RuntimeError("killed")
+            return real[method](table, *args, **kwargs)
+
+        return write
+
+    for method in real:
+        monkeypatch.setattr(lake, method, crashing(method))
+
+    class Undo:
+        def undo(self):
+            for method, write in real.items():
+                monkeypatch.setattr(lake, method, write)
+
+    return Undo()

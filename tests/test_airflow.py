@@ -58,7 +58,7 @@ def test_every_dag_file_imports_cheaply_and_without_side_effects(facts):
     ]
     for name, parsed in facts["files"].items():
         assert parsed["seconds"] < 1.0, f"{name} took {parsed['seconds']:.2f} s to parse"
-    assert facts["heavy_modules"] == []  # no Spark, Great Expectations, delta-rs, Arrow at parse time
+    assert facts["heavy_modules"] == []  # no Spark, Great Expectations, Arrow at parse time
     assert facts["lake_root_created"] is False  # no lake access
 
 

@@ -4,7 +4,17 @@ commits, quarantine, and the oracle on a fresh lake."""
 from __future__ import annotations
 
 import pytest
-from joinkit import T0, Feeder, assert_oracle, changelog, produce, result_changes, result_rows, write_config
+from joinkit import (
+    T0,
+    Feeder,
+    assert_oracle,
+    changelog,
+    crash_on_result_write,
+    produce,
+    result_changes,
+    result_rows,
+    write_config,
+)
 
 from spark_jobs.errors import UserError
 from spark_jobs.joins.oracle import expected
@@ -43,17 +53,10 @@ def test_a_crash_between_commits_then_replay_gives_the_result_once(spark, lake, 
     f = Feeder(spark, lake, cfg, "t_left")
     produce(lake, cfg, "L", [("a", "a1", T0), ("b", "b1", T0)])
     produce(lake, cfg, "R", [("a", "r1", T0)])
-    real_merge = lake.merge
-
-    def crash_on_result(name, *args, **kwargs):
-        if name == "t_left":
-            raise RuntimeError("killed")
-        return real_merge(name, *args, **kwargs)
-
-    monkeypatch.setattr(lake, "merge", crash_on_result)
+    crash = crash_on_result_write(monkeypatch, lake, "t_left")
     with pytest.raises(RuntimeError, match="killed"):
         f.feed()  # state and changelog topic committed, result not
-    monkeypatch.setattr(lake, "merge", real_merge)
+    crash.undo()
     f.restart()
     assert result_rows(lake, "t_left") == [("a", "a1", "r1"), ("b", "b1", None)]
     assert sorted(result_changes(lake, "t_left")) == [

@@ -11,6 +11,7 @@ from joinkit import (
     Feeder,
     assert_oracle,
     changelog,
+    crash_on_result_write,
     fk_rows,
     jv,
     produce,
@@ -209,17 +210,10 @@ def test_fk_crash_between_commits_then_replay_gives_the_result_once(spark, lake,
     f.feed()
     produce(lake, cfg, "M", [("m1", jv(v="acme inc"), T0 + SECOND)])
     produce(lake, cfg, "P", [("p2", jv(v="pen", m="m1"), T0 + SECOND)])
-    real_merge = lake.merge
-
-    def crash_on_result(name, *args, **kwargs):
-        if name == "fk_left":
-            raise RuntimeError("killed")
-        return real_merge(name, *args, **kwargs)
-
-    monkeypatch.setattr(lake, "merge", crash_on_result)
+    crash = crash_on_result_write(monkeypatch, lake, "fk_left")
     with pytest.raises(RuntimeError, match="killed"):
         f.feed()
-    monkeypatch.setattr(lake, "merge", real_merge)
+    crash.undo()
     f.restart()  # Spark reruns the failed batch
     f.replay_last()  # and running it once more changes nothing
     assert fk_rows(lake, "fk_left") == [("p1", "mug", "acme inc"), ("p2", "pen", "acme inc")]

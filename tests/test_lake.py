@@ -177,7 +177,7 @@ def test_a_spark_frame_is_written_by_delta_spark_on_the_executors_once_per_txn(s
     assert lake.append("t", frame, txn=("app", 1)) == 1
     assert lake.append("t", frame, txn=("app", 1)) is None  # a replayed batch
     assert rows(lake, "t") == [{"id": "a", "v": 1}, {"id": "b", "v": 2}]
-    assert lake.txn_version(spark, "t", "app") == 1 and lake.txn_version(spark, "t", "other") is None
+    assert lake.txn_version("t", "app") == 1 and lake.txn_version("t", "other") is None
     assert lake.commit("t", 1).operation == "WRITE"
 
     source = spark.createDataFrame(

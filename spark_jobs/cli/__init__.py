@@ -60,9 +60,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 def entry() -> None:
     """The ``lake`` console script: run, then leave without interpreter teardown.
 
-    Arrow's and delta-rs's native thread pools can abort the process ("terminate called without an
-    active exception") when Python tears down modules while one of their workers is still alive,
-    after all the work is done (apache/arrow#34314, delta-io/delta-rs#2184). So once the command has
+    Arrow's native thread pools can abort the process ("terminate called without an active
+    exception") when Python tears down modules while one of their workers is still alive, after all
+    the work is done (apache/arrow#34314). So once the command has
     finished, stop Spark if it was started, flush the streams and exit directly with the command's
     exit code."""
     code = main()

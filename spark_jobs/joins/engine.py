@@ -35,7 +35,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.pandas.types import from_arrow_type, to_arrow_schema
 from pyspark.sql.utils import AnalysisException
 
 from spark_jobs.config import JoinSpec, PipelineConfig, TopicSpec
@@ -43,7 +43,7 @@ from spark_jobs.errors import UserError, spark_error
 from spark_jobs.ingest import ensure_bronze
 from spark_jobs.joins.poison import Guarded, fails, guarded
 from spark_jobs.kafka import Cluster, connect, ensure_topics, produce, producer_id, tail
-from spark_jobs.lake import Lake, conform, table_arrow_schema
+from spark_jobs.lake import Lake, conform
 from spark_jobs.session import arrow_frame
 from spark_jobs.system_tables import (
     JOIN_METRICS,
@@ -253,14 +253,14 @@ class JoinJob:
         ensure_quarantine(self.lake)
         ensure_join_metrics(self.lake)
         self.lake.create(self.spec.name, self.result_schema, description=f"result of join {self.spec.name}")
-        existing = table_arrow_schema(self.lake.table(self.spec.name))
+        existing = self.lake.schema(self.spec.name)
         required = [f.name for f in existing if not f.nullable]
         if required:  # written before results were nullable: a delete's row of nulls would not fit
             table = f"delta.`{self.lake.uri(self.spec.name)}`"
             for column in required:
                 self.spark.sql(f"ALTER TABLE {table} ALTER COLUMN `{column}` DROP NOT NULL")
-            existing = table_arrow_schema(self.lake.table(self.spec.name))
-        if [(f.name, str(f.type)) for f in existing] != [(f.name, str(f.type)) for f in self.result_schema]:
+            existing = self.lake.schema(self.spec.name)
+        if _columns(existing) != _columns(self.result_schema):
             raise UserError(
                 f"join {self.spec.name}: the result table's columns ({', '.join(existing.names)}) differ "
                 f"from the configured select ({', '.join(self.result_schema.names)}); "
@@ -324,7 +324,7 @@ class JoinJob:
             self._quarantine_poison(result, evaluate, txn, at)
         return result.output, pc.unique(result.failed["key"].combine_chunks())
 
-    def _changes(self, desired: pa.Table, keys: pa.Array) -> tuple[pa.Table, pa.Array]:
+    def _changes(self, desired: pa.Table, keys: pa.Array) -> Changes:
         """The upserts (new or different rows of ``desired``) and deletes (result keys among ``keys``
         that ``desired`` no longer has) that make the result hold ``desired`` for ``keys``."""
         current = self.lake.read_keys(self.spec.name, "key", keys)
@@ -332,15 +332,16 @@ class JoinJob:
 
     def _write_changes(
         self,
-        changes: list[tuple[pa.Table, pa.Array]],
+        changes: list[Changes],
         txn: tuple[str, int],
         at: datetime,
         m: BatchMetrics,
     ) -> None:
-        """Publish and merge the result's changes in one commit each, then compact the state logs the
-        batch appended to."""
-        upserts = pa.concat_tables([u for u, _ in changes]) if changes else None
-        deletes = pa.concat_arrays([d for _, d in changes]) if changes else pa.array([], pa.binary())
+        """Publish the result's changes, then write them in one commit: an append when every change
+        is a key the result did not hold (a first load, new keys), else one MERGE."""
+        upserts = pa.concat_tables([c.upserts for c in changes]) if changes else None
+        deletes = pa.concat_arrays([c.deletes for c in changes]) if changes else pa.array([], pa.binary())
+        updates = sum(c.updates for c in changes)
         m.upserted, m.deleted = (upserts.num_rows if upserts is not None else 0), len(deletes)
         silent = pa.array([], pa.binary())  # tombstones for keys the result did not hold
         if upserts is not None and self.tombstones_follow_left:
@@ -356,7 +357,9 @@ class JoinJob:
                 ]
             )
             self._publish(keys_out, values, txn, at)
-        if upserts is not None and (upserts.num_rows or len(deletes)):
+        if upserts is not None and upserts.num_rows and not len(deletes) and not updates:
+            self.lake.append(self.spec.name, _without_json(upserts), txn=txn)
+        elif upserts is not None and (upserts.num_rows or len(deletes)):
             merged = pa.concat_tables(
                 [
                     _without_json(upserts).append_column(
@@ -476,6 +479,12 @@ class JoinJob:
         self.lake.append(JOIN_METRICS, pa.Table.from_pylist([row], JOIN_METRICS_SCHEMA), txn=txn)
 
 
+def _columns(schema: pa.Schema) -> list[tuple[str, str]]:
+    """Names and Spark types of a table's columns (nested fields' nullability aside: a Delta table
+    keeps its columns nullable, the projection may not)."""
+    return [(f.name, from_arrow_type(f.type).simpleString()) for f in schema]
+
+
 def _without_json(table: pa.Table) -> pa.Table:
     """``Projection.apply(..., with_json=True)`` output without its publishing column."""
     return table.drop_columns([c for c in table.column_names if c == "__json"])
@@ -495,14 +504,25 @@ def _deletes_table(keys: pa.Array, schema: pa.Schema) -> pa.Table:
     return pa.table(cols, schema=schema).append_column("__delete", pa.array(np.ones(n, dtype=bool)))
 
 
-def _diff(desired: pa.Table, current: pa.Table, columns: list[str]) -> tuple[pa.Table, pa.Array]:
+@dataclass
+class Changes:
+    """What makes the result hold the desired rows of some keys: ``upserts`` (new or different rows),
+    ``deletes`` (keys to remove), and how many of the upserts replace a row the result holds."""
+
+    upserts: pa.Table
+    deletes: pa.Array
+    updates: int
+
+
+def _diff(desired: pa.Table, current: pa.Table, columns: list[str]) -> Changes:
     """Rows of ``desired`` that are new or differ from ``current`` (by key), and the keys of
     ``current`` that ``desired`` no longer has."""
     if current.num_rows == 0:
-        return desired, pa.array([], pa.binary())
+        return Changes(desired, pa.array([], pa.binary()), 0)
     have = {r["key"]: r for r in current.select(columns).to_pylist()}
     want = desired.select(columns).to_pylist()
     keep = [have.get(r["key"]) != r for r in want]
+    updates = sum(1 for r, k in zip(want, keep, strict=True) if k and r["key"] in have)
     wanted = {r["key"] for r in want}
     gone = [k for k in have if k not in wanted]
-    return desired.filter(pa.array(keep, pa.bool_())), pa.array(gone, pa.binary())
+    return Changes(desired.filter(pa.array(keep, pa.bool_())), pa.array(gone, pa.binary()), updates)

@@ -22,7 +22,7 @@ from spark_jobs.joins.engine import Projection, prepare, side_records
 from spark_jobs.joins.keyed import LeftKeys
 from spark_jobs.joins.lists import ListProjection
 from spark_jobs.joins.runner import consumed_versions
-from spark_jobs.lake import Lake, conform, table_arrow_schema, without_views
+from spark_jobs.lake import Lake, conform
 
 SAMPLE = 10
 
@@ -38,7 +38,7 @@ def _records(
 ) -> DataFrame:
     """A topic's valid records (as the engine accepts them) as of ``version``; with ``keys``, the
     left records' foreign / derived key (``by``) or list (``items``, ``ids``)."""
-    df = side_records(lake.read(spark, topic, version), side)
+    df = side_records(lake.read(topic, version), side)
     formats = {side: config.topic(topic).value_format}
     df = prepare(df, formats)
     if keys is not None:
@@ -65,7 +65,7 @@ def expected(
     right = _records(spark, lake, config, spec.right, "right", versions["right"]) if spec.right else None
     if spec.join_kind.keyed_by:
         table = _keyed(spark, config, spec, left, right).toArrow()
-        return conform(table, table_arrow_schema(lake.table(spec.name)), f"oracle of {spec.name}")
+        return conform(table, lake.schema(spec.name), f"oracle of {spec.name}")
     assert right is not None
     projection = Projection(spark, config, spec)
     how = {"inner": "inner", "left": "left", "outer": "full"}[spec.type]
@@ -101,12 +101,12 @@ def expected(
         )
         if spec.type == "inner":
             rows = rows.filter(F.col("right_value").isNotNull())
-        pending = lake.read(spark, f"{spec.name}__pending").select("partition", "offset")
+        pending = lake.read(f"{spec.name}__pending").select("partition", "offset")
         rows = rows.join(pending, ["partition", "offset"], "left_anti")
     else:
         rows = _stream_stream(spark, lake, spec, left, right)
     table = projection.frame(rows).toArrow()
-    return conform(table, table_arrow_schema(lake.table(spec.name)), f"oracle of {spec.name}")
+    return conform(table, lake.schema(spec.name), f"oracle of {spec.name}")
 
 
 def _keyed(
@@ -228,7 +228,7 @@ def audit(spark: SparkSession, lake: Lake, config: PipelineConfig, name: str) ->
     if not lake.exists(spec.name):
         raise UserError(f"join {spec.name} has no result yet: run 'lake run {spec.name} --once' first")
     want_table = expected(spark, lake, config, name)
-    have_table = without_views(lake.read_arrow(spec.name)).cast(want_table.schema)
+    have_table = lake.read_arrow(spec.name).cast(want_table.schema)
     want = Counter(_hashable(r) for r in want_table.to_pylist())
     have = Counter(_hashable(r) for r in have_table.to_pylist())
     missing = [dict(r) for r in (want - have).elements()]

@@ -15,24 +15,32 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import pyarrow.compute as pc
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 
 from spark_jobs import ingest
 from spark_jobs.config import JoinSpec, PipelineConfig
 from spark_jobs.errors import UserError
-from spark_jobs.jobs import HEARTBEAT_SECONDS, join_job, registered, registry, running_jobs
+from spark_jobs.jobs import (
+    HEARTBEAT_SECONDS,
+    join_job,
+    last_batch,
+    last_batch_path,
+    record_batch,
+    registered,
+    registry,
+    running_jobs,
+)
 from spark_jobs.joins.engine import BatchMetrics, side_records
 from spark_jobs.joins.registry import JOBS, job_for
 from spark_jobs.kafka import connect, delete_topics
 from spark_jobs.lake import Lake
 from spark_jobs.layout import Layout
 from spark_jobs.stopping import stop_on_signals
-from spark_jobs.system_tables import JOIN_METRICS
 
 STOP_MARKER = "lake: stop requested, this micro-batch is left for the next run"
 REWRITTEN = (
@@ -141,8 +149,22 @@ def run_join(
                     # replays it from the checkpoint's offset log.
                     stopping[0] = True
                     raise RuntimeError(STOP_MARKER)
+                started_at = datetime.now(UTC)
+                began = time.perf_counter()
                 metrics = job.process(frame, batch_id)
                 summary.add(metrics)
+                record_batch(
+                    lake,
+                    join_job(spec),
+                    {
+                        "batch_id": batch_id,
+                        "started_at": started_at.isoformat(),
+                        "duration_ms": round((time.perf_counter() - began) * 1000),
+                        "in": metrics.input_left + metrics.input_right,
+                        "out": metrics.upserted + metrics.deleted + metrics.appended,
+                        "pending": metrics.pending,
+                    },
+                )
                 beat({"last_batch_id": batch_id, "last_batch": metrics.text()})
 
         stream = job.plan(input_stream(spark, lake, spec, max_files))
@@ -229,6 +251,7 @@ def reset_join(lake: Lake, config: PipelineConfig, name: str) -> list[str]:
     if checkpoint.exists():
         shutil.rmtree(checkpoint)
         removed.append(str(checkpoint))
+    last_batch_path(lake, join_job(spec)).unlink(missing_ok=True)
     if spec.publish:  # the rebuilt join publishes its whole result again, into a fresh changelog
         cluster = connect(config, lake.root)
         delete_topics(cluster, [cluster.topic(spec.publish)])
@@ -242,7 +265,6 @@ def reset_join(lake: Lake, config: PipelineConfig, name: str) -> list[str]:
 def status(lake: Lake, config: PipelineConfig) -> list[dict[str, Any]]:
     """Per join: running or not, last batch, how far behind its inputs are."""
     running = running_jobs(lake)
-    metrics = lake.read_arrow(JOIN_METRICS) if lake.exists(JOIN_METRICS) else None
     rows = []
     for spec in config.joins.values():
         row: dict[str, Any] = {"join": spec.name, "kind": spec.kind, "running": spec.job in running}
@@ -257,15 +279,11 @@ def status(lake: Lake, config: PipelineConfig) -> list[dict[str, Any]]:
             else:
                 behind[side] = latest - (consumed[side] if consumed else -1)
         row["versions_behind"] = behind
-        last = None
-        if metrics is not None and metrics.num_rows:
-            mine = metrics.filter(pc.equal(metrics["join"], spec.name))
-            if mine.num_rows:
-                last = mine.sort_by([("started_at", "descending")]).slice(0, 1).to_pylist()[0]
-        row["last_batch_at"] = last["started_at"].isoformat() if last else None
-        row["last_batch_in"] = (last["input_left"] + last["input_right"]) if last else None
-        row["last_batch_out"] = (last["upserted"] + last["deleted"] + last["appended"]) if last else None
-        row["last_batch_ms"] = round(last["duration_ms"]) if last else None
-        row["pending"] = last["pending"] if last else None
+        last = last_batch(lake, join_job(spec)) or {}
+        row["last_batch_at"] = last.get("started_at")
+        row["last_batch_in"] = last.get("in")
+        row["last_batch_out"] = last.get("out")
+        row["last_batch_ms"] = last.get("duration_ms")
+        row["pending"] = last.get("pending")
         rows.append(row)
     return rows

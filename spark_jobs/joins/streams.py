@@ -101,7 +101,8 @@ class StreamJob(JoinJob):
                 "max_timestamp": pa.array([v[1] for v in best.values()], TS),
             }
         )
-        self.lake.merge(f"{self.spec.name}__progress", rows, ["side", "partition"], txn=txn)
+        # every side and partition seen so far: one overwrite (an append's cost), not a MERGE
+        self.lake.overwrite(f"{self.spec.name}__progress", rows, txn=txn)
         return rows.to_pylist()
 
     def _decide(self, txn: tuple[str, int], progress: list[dict[str, Any]]) -> dict[str, Any]:

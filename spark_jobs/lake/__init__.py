@@ -1,16 +1,20 @@
-"""The storage seam: every Delta table of the product is read and written through :class:`Lake`.
+"""The storage seam: every Delta table of the product is read and written through :class:`Lake`,
+and only through Delta's Spark integration (delta-spark).
 
 Tables live under a lake root (``--root`` / ``LAKE_ROOT``, default ``./lakehouse``) as
-``<root>/tables/<name>``. Spark reads and streams them with Delta's own Spark source
-(``format("delta")``, delta-spark), and the Kafka ingest writes the bronze tables with it.
+``<root>/tables/<name>``. Spark reads and streams them with Delta's own source (``format("delta")``),
+and the Kafka ingest writes the bronze tables with Delta's streaming sink.
 
-Writes (append, overwrite, merge) are one atomic Delta commit each. Data given as a Spark DataFrame
-is written by Delta's Spark integration on the executors (lookups, backfill quarantine, quality
-runs); data given as an Arrow table is written by delta-rs from the driver. The join engine's
-driver-side batches are the last Arrow writers; they go when its state moves to Spark's state store.
-A write may carry an application id and a batch id (``txn=(app_id, batch_id)``) recorded as a Delta
-``txn`` action; a write whose batch id is not newer than the recorded one is skipped, so a replayed
+Writes (append, overwrite, merge) are one atomic Delta commit each, made by delta-spark: data given as
+a Spark DataFrame is written on the executors as it is; data given as an Arrow table (the join
+engine's per-batch rows, small system rows) becomes a Spark DataFrame first. A write may carry an
+application id and a batch id (``txn=(app_id, batch_id)``) recorded as a Delta ``txn`` action
+(``txnAppId``/``txnVersion``; for a MERGE the ``spark.databricks.delta.write.txnAppId/txnVersion``
+settings); a write whose batch id is not newer than the recorded one is skipped, so a replayed
 streaming batch changes nothing. Optimistic-concurrency conflicts are retried on a fresh snapshot.
+
+What needs no Spark reads the Delta log's file names only: whether a table exists, its version, and
+one commit's actions (``lake status`` and the Airflow health check run without a Spark session).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import threading
 import time
 import uuid
@@ -28,17 +33,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
-from deltalake import CommitProperties, DeltaTable, QueryBuilder, Transaction, write_deltalake
-from deltalake.exceptions import CommitFailedError, TableNotFoundError
-from deltalake.schema import Field as DeltaField
 
 from spark_jobs.config import resolve_root
 from spark_jobs.errors import UserError
 from spark_jobs.layout import Layout
 
 if TYPE_CHECKING:
-    import pyarrow.dataset as pads
     from pyspark.sql import DataFrame, SparkSession
 
 CDF = {"delta.enableChangeDataFeed": "true"}
@@ -46,25 +46,11 @@ CDF = {"delta.enableChangeDataFeed": "true"}
 _DML_TXN = threading.Lock()
 TXN_APP, TXN_VERSION = "spark.databricks.delta.write.txnAppId", "spark.databricks.delta.write.txnVersion"
 CONFLICT_RETRIES = 8
-KEY_LOOKUP_LIMIT = 20_000  # read_keys: above this many values a scan is cheaper than the IN list
+KEY_LOOKUP_LIMIT = 1_000  # read_keys: up to this many values an IN list, above it a broadcast semi-join
+_COMMIT_FILE = re.compile(r"^(\d{20})\.json$")
+_CHECKPOINT_FILE = re.compile(r"^(\d{20})\.checkpoint(\.\d+\.\d+)?\.parquet$")
 
 Txn = tuple[str, int]  # (application id, batch id)
-
-
-def table_arrow_schema(dt: DeltaTable) -> pa.Schema:
-    return pa.schema(dt.schema().to_arrow())
-
-
-def to_arrow_table(data: Any) -> pa.Table:
-    """An Arrow table/batch/reader, or any object exporting the Arrow C stream interface, as a
-    ``pyarrow.Table``."""
-    if isinstance(data, pa.Table):
-        return data
-    if isinstance(data, pa.RecordBatch):
-        return pa.Table.from_batches([data])
-    if hasattr(data, "__arrow_c_stream__"):
-        return pa.RecordBatchReader.from_stream(data).read_all()
-    raise TypeError(f"cannot write {type(data).__name__} to a Delta table")
 
 
 def conform(table: pa.Table, schema: pa.Schema, where: str) -> pa.Table:
@@ -79,16 +65,21 @@ def conform(table: pa.Table, schema: pa.Schema, where: str) -> pa.Table:
     return table.select(schema.names).cast(schema)
 
 
-def without_views(table: pa.Table) -> pa.Table:
-    """delta-rs returns string/binary *view* columns, which some Arrow kernels (take, sort) lack."""
-    fields = []
-    for f in table.schema:
-        if pa.types.is_string_view(f.type):
-            f = f.with_type(pa.large_string())
-        elif pa.types.is_binary_view(f.type):
-            f = f.with_type(pa.large_binary())
-        fields.append(f)
-    return table.cast(pa.schema(fields))
+def arrow_schema(schema: Any) -> pa.Schema:
+    """A Spark schema as Arrow (timestamps in UTC, as every session of the product runs)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return to_arrow_schema(schema, timezone="UTC")
+
+
+def spark_ddl(schema: pa.Schema) -> str:
+    """An Arrow schema as the column list of a ``CREATE TABLE`` (nullability kept)."""
+    from pyspark.sql.pandas.types import from_arrow_type
+
+    return ", ".join(
+        f"`{f.name}` {from_arrow_type(f.type).simpleString()}{'' if f.nullable else ' NOT NULL'}"
+        for f in schema
+    )
 
 
 @dataclass(frozen=True)
@@ -101,6 +92,7 @@ class CommitInfo:
     added_files: int
     removed_data_files: int  # remove actions with dataChange=true (updates/deletes)
     cdc_files: int
+    txn: Txn | None = None  # the application transaction the commit recorded
 
 
 def read_commit(table_path: str | os.PathLike[str], version: int) -> CommitInfo:
@@ -109,6 +101,7 @@ def read_commit(table_path: str | os.PathLike[str], version: int) -> CommitInfo:
     added = removed = cdc = 0
     ts = 0
     op = ""
+    txn = None
     with open(log, encoding="utf-8") as fh:
         for line in fh:
             if not line.strip():
@@ -120,17 +113,45 @@ def read_commit(table_path: str | os.PathLike[str], version: int) -> CommitInfo:
                 removed += 1
             elif "cdc" in action:
                 cdc += 1
+            elif "txn" in action:
+                txn = (action["txn"]["appId"], int(action["txn"]["version"]))
             elif "commitInfo" in action:
                 ts = int(action["commitInfo"].get("timestamp", 0))
                 op = action["commitInfo"].get("operation", "")
-    return CommitInfo(version, ts, op, added, removed, cdc)
+    return CommitInfo(version, ts, op, added, removed, cdc, txn)
+
+
+def log_versions(table_path: str | os.PathLike[str]) -> tuple[int, int] | None:
+    """The oldest readable and the newest version of the Delta table at ``table_path``, from its
+    log's file names (None: not a Delta table)."""
+    try:
+        names = os.listdir(Path(table_path) / "_delta_log")
+    except OSError:
+        return None
+    commits = [int(m.group(1)) for n in names if (m := _COMMIT_FILE.match(n))]
+    checkpoints = [int(m.group(1)) for n in names if (m := _CHECKPOINT_FILE.match(n))]
+    if not commits and not checkpoints:
+        return None
+    newest = max(commits + checkpoints)
+    oldest = min(checkpoints) if checkpoints and min(checkpoints) > min(commits, default=0) else min(commits)
+    return oldest, newest
 
 
 class Lake:
-    """All Delta tables of one lake root."""
+    """All Delta tables of one lake root. ``spark``: the session to read and write with (by default
+    the process's, from :func:`spark_jobs.session.get_spark`, built on first use)."""
 
-    def __init__(self, root: str | os.PathLike[str] | None = None):
+    def __init__(self, root: str | os.PathLike[str] | None = None, spark: SparkSession | None = None):
         self.root = resolve_root(root)
+        self._spark = spark
+
+    @property
+    def spark(self) -> SparkSession:
+        if self._spark is None:
+            from spark_jobs.session import get_spark
+
+            self._spark = get_spark()
+        return self._spark
 
     # --- locations ------------------------------------------------------------------------------
     @property
@@ -144,7 +165,7 @@ class Lake:
         return str(self.path(name))
 
     def exists(self, name: str) -> bool:
-        return DeltaTable.is_deltatable(self.uri(name))
+        return log_versions(self.path(name)) is not None
 
     @contextmanager
     def lock(
@@ -181,18 +202,18 @@ class Lake:
     def tables(self) -> list[str]:
         if not self.tables_dir.is_dir():
             return []
-        return sorted(p.name for p in self.tables_dir.iterdir() if DeltaTable.is_deltatable(str(p)))
+        return sorted(p.name for p in self.tables_dir.iterdir() if log_versions(p) is not None)
 
-    def table(self, name: str, version: int | None = None) -> DeltaTable:
-        try:
-            return DeltaTable(self.uri(name), version=version)
-        except TableNotFoundError:
+    def _known(self, name: str, version: int | None = None) -> None:
+        """A clear error for an unknown table, or a version the table does not have."""
+        versions = log_versions(self.path(name))
+        if versions is None:
             known = ", ".join(self.tables()) or "none yet"
-            raise UserError(f"unknown table '{name}' in lake {self.root} (tables: {known})") from None
-        except Exception as exc:  # delta-rs raises a generic error for a missing version
-            if version is not None and "version" in str(exc).lower():
-                raise UserError(f"table '{name}' has no version {version}: {exc}") from None
-            raise
+            raise UserError(f"unknown table '{name}' in lake {self.root} (tables: {known})")
+        if version is not None and not versions[0] <= version <= versions[1]:
+            raise UserError(
+                f"table '{name}' has no version {version} (it has {versions[0]} to {versions[1]})"
+            )
 
     # --- creation -------------------------------------------------------------------------------
     def create(
@@ -203,80 +224,116 @@ class Lake:
         partition_by: Sequence[str] | None = None,
         change_feed: bool = True,
         description: str | None = None,
-    ) -> DeltaTable:
-        """Create an empty table (version 0) unless it exists; returns it either way."""
+    ) -> None:
+        """Create an empty table (version 0) unless it exists."""
         if self.exists(name):
-            return self.table(name)
+            return
         self.tables_dir.mkdir(parents=True, exist_ok=True)
+        statement = f"CREATE TABLE IF NOT EXISTS delta.`{self.uri(name)}` ({spark_ddl(schema)}) USING delta"
+        if partition_by:
+            statement += " PARTITIONED BY (" + ", ".join(f"`{c}`" for c in partition_by) + ")"
+        if description:
+            statement += " COMMENT '" + description.replace("\\", "\\\\").replace("'", "\\'") + "'"
+        if change_feed:
+            statement += " TBLPROPERTIES (" + ", ".join(f"'{k}' = '{v}'" for k, v in CDF.items()) + ")"
         try:
-            return DeltaTable.create(
-                self.uri(name),
-                schema,
-                mode="error",
-                partition_by=list(partition_by) if partition_by else None,
-                name=name,
-                description=description,
-                configuration=CDF if change_feed else None,
-            )
+            self.spark.sql(statement)
         except Exception:
-            if self.exists(name):  # created concurrently by another process
-                return self.table(name)
-            raise
+            if not self.exists(name):  # else: created concurrently by another process
+                raise
+
+    def schema(self, name: str) -> pa.Schema:
+        """The table's columns as an Arrow schema."""
+        return arrow_schema(self.read(name).schema)
 
     def add_missing_columns(self, name: str, schema: pa.Schema) -> list[str]:
         """Add the (nullable) columns of ``schema`` that the table lacks; returns their names."""
-        have = set(table_arrow_schema(self.table(name)).names)
+        have = set(self.schema(name).names)
         missing = [f.with_nullable(True) for f in schema if f.name not in have]
         if missing:
-            self.table(name).alter.add_columns([DeltaField.from_arrow(f) for f in missing])
+            columns = spark_ddl(pa.schema(missing))
+            self.spark.sql(f"ALTER TABLE delta.`{self.uri(name)}` ADD COLUMNS ({columns})")
         return [f.name for f in missing]
 
     def version(self, name: str) -> int:
-        return self.table(name).version()
+        self._known(name)
+        versions = log_versions(self.path(name))
+        assert versions is not None
+        return versions[1]
 
-    def read_arrow(
-        self,
-        name: str,
-        version: int | None = None,
-        columns: list[str] | None = None,
-        filter: pads.Expression | None = None,
-    ) -> pa.Table:
-        dataset = self.table(name, version).to_pyarrow_dataset()
-        return dataset.to_table(columns=columns, filter=filter)
+    # --- reads ----------------------------------------------------------------------------------
+    def read(self, name: str, version: int | None = None) -> DataFrame:
+        """The table (current, or as of ``version``) as a Spark DataFrame."""
+        self._known(name, version)
+        reader = self.spark.read.format("delta")
+        if version is not None:
+            reader = reader.option("versionAsOf", version)
+        return reader.load(self.uri(name))
+
+    def read_arrow(self, name: str, version: int | None = None, columns: list[str] | None = None) -> pa.Table:
+        """The table's rows collected to this process (for small tables, reports and tests)."""
+        frame = self.read(name, version)
+        if columns is not None:
+            frame = frame.select(*[f"`{c}`" for c in columns])
+        return arrow_rows(frame)
 
     def read_keys(
         self, name: str, column: str, values: pa.Array, columns: list[str] | None = None
     ) -> pa.Table:
-        """Rows whose ``column`` is one of ``values``, reading only the files and row groups whose
-        statistics can hold them (DataFusion through delta-rs: Arrow's own dataset filter fails on
-        the binary-view statistics of files that delta-rs merges write). Large value sets scan."""
-        dt = self.table(name)
-        schema = table_arrow_schema(dt)
-        if columns is not None:
-            schema = pa.schema([schema.field(c) for c in columns])
+        """Rows whose ``column`` is one of ``values``: an IN list for a few (Delta skips the files
+        whose statistics cannot hold them), a broadcast semi-join for many."""
+        from pyspark.sql import functions as F
+
+        frame = self.read(name)
+        wanted = columns if columns is not None else frame.columns
         if len(values) == 0:
-            return schema.empty_table()
-        if len(values) > KEY_LOOKUP_LIMIT:
-            table = self.read_arrow(name, columns=list(dict.fromkeys([*schema.names, column])))
-            table = table.filter(pc.is_in(table[column], values.cast(table.schema.field(column).type)))
-            return table.select(schema.names)
-        literals = ",".join(_sql_literal(v) for v in values.to_pylist())
-        projection = ", ".join(f'"{c}"' for c in schema.names)
-        query = QueryBuilder().register("t", dt)
-        result = query.execute(f'SELECT {projection} FROM t WHERE "{column}" IN ({literals})')
-        return without_views(pa.table(result.read_all())).cast(schema)
+            return arrow_schema(frame.select(*[f"`{c}`" for c in wanted]).schema).empty_table()
+        if len(values) <= KEY_LOOKUP_LIMIT:
+            frame = frame.filter(F.col(f"`{column}`").isin(values.to_pylist()))
+        else:
+            target = frame.schema[column].dataType
+            keys = self.spark.createDataFrame(pa.table({column: values}).combine_chunks())
+            keys = keys.select(F.col(f"`{column}`").cast(target).alias(column)).distinct()
+            frame = frame.join(F.broadcast(keys), column, "left_semi")
+        return arrow_rows(frame.select(*[f"`{c}`" for c in wanted]))
+
+    def changes(self, name: str, starting_version: int = 0, ending_version: int | None = None) -> DataFrame:
+        """The change data feed as a Spark DataFrame (``_change_type``, ``_commit_version``,
+        ``_commit_timestamp`` as in Delta's own Spark source)."""
+        self._known(name)
+        reader = (
+            self.spark.read.format("delta")
+            .option("readChangeFeed", "true")
+            .option("startingVersion", starting_version)
+        )
+        if ending_version is not None:
+            reader = reader.option("endingVersion", ending_version)
+        return reader.load(self.uri(name))
 
     def changes_arrow(
         self, name: str, starting_version: int = 0, ending_version: int | None = None
     ) -> pa.Table:
         """The change data feed of versions [starting, ending] in commit order."""
-        dt = self.table(name)
-        reader = dt.load_cdf(starting_version=starting_version, ending_version=ending_version)
-        table = without_views(pa.RecordBatchReader.from_stream(reader).read_all())
+        table = arrow_rows(self.changes(name, starting_version, ending_version))
         return table.sort_by([("_commit_version", "ascending")])
 
-    def add_actions(self, name: str, version: int | None = None) -> pa.Table:
-        return pa.table(self.table(name, version).get_add_actions(flatten=True))
+    def files(self, name: str) -> DataFrame:
+        """The table's current data files from the Delta log: ``partition`` values (a map), and per
+        file ``num_records`` and the ``max_values`` of its statistics (a JSON object)."""
+        from pyspark.sql import DataFrame as SparkFrame
+        from pyspark.sql import functions as F
+
+        self._known(name)
+        jvm: Any = self.spark._jvm
+        log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(self.spark._jsparkSession, self.uri(name))
+        none = jvm.scala.Option.empty()
+        files = SparkFrame(log.update(False, none, none).allFiles().toDF(), self.spark)
+        stats = F.from_json("stats", "numRecords long, maxValues string")
+        return files.select(
+            F.col("partitionValues").alias("partition"),
+            stats["numRecords"].alias("num_records"),
+            stats["maxValues"].alias("max_values"),
+        )
 
     def commit(self, name: str, version: int) -> CommitInfo:
         return read_commit(self.path(name), version)
@@ -286,41 +343,22 @@ class Lake:
         the Delta log: an append-only log has none."""
         return [v for v in range(max(first, 0), last + 1) if self.commit(name, v).removed_data_files]
 
-    def read(self, spark: SparkSession, name: str, version: int | None = None) -> DataFrame:
-        """The table (current, or as of ``version``) as a Spark DataFrame."""
-        self.table(name, version)  # clear error for unknown tables / versions
-        reader = spark.read.format("delta")
-        if version is not None:
-            reader = reader.option("versionAsOf", version)
-        return reader.load(self.uri(name))
-
-    def changes(
-        self,
-        spark: SparkSession,
-        name: str,
-        starting_version: int = 0,
-        ending_version: int | None = None,
-    ) -> DataFrame:
-        """The change data feed as a Spark DataFrame (``_change_type``, ``_commit_version``,
-        ``_commit_timestamp`` as in Delta's own Spark source)."""
-        self.table(name)
-        reader = (
-            spark.read.format("delta")
-            .option("readChangeFeed", "true")
-            .option("startingVersion", starting_version)
-        )
-        if ending_version is not None:
-            reader = reader.option("endingVersion", ending_version)
-        return reader.load(self.uri(name))
-
     # --- writes ---------------------------------------------------------------------------------
+    def txn_version(self, name: str, app_id: str) -> int | None:
+        """The last batch id of application ``app_id`` committed to the table (None: none yet)."""
+        self._known(name)
+        jvm: Any = self.spark._jvm
+        log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(self.spark._jsparkSession, self.uri(name))
+        none = jvm.scala.Option.empty()
+        found = log.update(False, none, none).transactions().get(app_id)
+        return int(found.get()) if found.isDefined() else None
+
     def committed(self, name: str, txn: Txn | None) -> bool:
         """True when ``txn``'s batch (or a later one) of that application is already in the table."""
         if txn is None:
             return False
-        app_id, batch_id = txn
-        last = self.table(name).transaction_version(app_id)
-        return last is not None and last >= batch_id
+        last = self.txn_version(name, txn[0])
+        return last is not None and last >= txn[1]
 
     def append(self, name: str, data: Any, *, txn: Txn | None = None) -> int | None:
         """Append rows; returns the new version, or None when ``txn`` was already committed."""
@@ -330,19 +368,41 @@ class Lake:
         """Replace all rows in one commit; returns the new version (None when skipped)."""
         return self._write(name, data, "overwrite", txn)
 
-    def _write(self, name: str, data: Any, mode: str, txn: Txn | None) -> int | None:
+    def frame(self, data: Any) -> DataFrame:
+        """``data`` as a Spark DataFrame: a DataFrame as it is, an Arrow table (or anything exporting
+        the Arrow C stream) created from the driver."""
         if _is_frame(data):
-            return self._spark_write(name, data, mode, txn)
-        dt = self.table(name)
-        table = conform(to_arrow_table(data), table_arrow_schema(dt), f"{mode} into {name}")
+            return data
+        from spark_jobs.session import arrow_frame
+
+        return arrow_frame(self.spark, _to_arrow_table(data))
+
+    def _conformed(
+        self, name: str, frame: DataFrame, what: str, extra_column: str | None = None
+    ) -> list[Any]:
+        """``frame``'s columns in the table's order and types (a missing or extra column, besides
+        ``extra_column``, is an error)."""
+        from pyspark.sql import functions as F
+
+        target = self.read(name).schema
+        missing = [f.name for f in target if f.name not in frame.columns]
+        extra = [c for c in frame.columns if c not in target.names and c != extra_column]
+        if missing or extra:
+            raise ValueError(
+                f"{what} into {name}: columns do not match the table (missing: {missing or 'none'}, "
+                f"unexpected: {extra or 'none'})"
+            )
+        return [F.col(f"`{f.name}`").cast(f.dataType).alias(f.name) for f in target]
+
+    def _write(self, name: str, data: Any, mode: str, txn: Txn | None) -> int | None:
+        frame = self.frame(data)
+        rows = frame.select(*self._conformed(name, frame, mode))  # an unknown table: a clear error
 
         def attempt() -> None:
-            write_deltalake(
-                self.uri(name),
-                table,
-                mode=mode,  # type: ignore[arg-type, call-overload]
-                commit_properties=_commit_properties(txn),
-            )
+            writer = rows.write.format("delta").mode(mode)
+            if txn is not None:
+                writer = writer.option("txnAppId", txn[0]).option("txnVersion", txn[1])
+            writer.save(self.uri(name))
 
         return self._commit_with_retries(name, txn, attempt)
 
@@ -356,93 +416,17 @@ class Lake:
         txn: Txn | None = None,
     ) -> int | None:
         """Upsert rows by primary key ``keys``; with ``delete_column`` (boolean), rows flagged true
-        delete the matching target row instead. One atomic commit; returns the new version, or None
-        when there was nothing to do or ``txn`` was already committed."""
-        if _is_frame(data):
-            return self._spark_merge(name, data, keys, delete_column, txn)
-        dt = self.table(name)
-        schema = table_arrow_schema(dt)
-        source = to_arrow_table(data)
-        if delete_column is not None:
-            flags = source.column(delete_column).cast(pa.bool_()).fill_null(False)
-            source = conform(source.drop_columns([delete_column]), schema, f"merge into {name}")
-            source = source.append_column("__delete", flags)
-        else:
-            source = conform(source, schema, f"merge into {name}")
-        if source.num_rows == 0:
-            return None
-        _check_unique(source, keys, name)
-        predicate = " AND ".join(f"t.`{k}` = s.`{k}`" for k in keys)
-        columns = {f"`{c}`": f"s.`{c}`" for c in schema.names}
-
-        def attempt() -> None:
-            merger = self.table(name).merge(
-                source,
-                predicate,
-                source_alias="s",
-                target_alias="t",
-                commit_properties=_commit_properties(txn),
-            )
-            if delete_column is not None:
-                merger = merger.when_matched_delete(predicate="s.`__delete` = true")
-                merger = merger.when_matched_update(columns, predicate="s.`__delete` = false")
-                merger = merger.when_not_matched_insert(columns, predicate="s.`__delete` = false")
-            else:
-                merger = merger.when_matched_update(columns).when_not_matched_insert(columns)
-            merger.execute()
-
-        return self._commit_with_retries(name, txn, attempt)
-
-    # --- writes through Delta's Spark integration (the data stays on the executors) --------------
-    def _conformed(
-        self, name: str, frame: DataFrame, what: str, extra_column: str | None = None
-    ) -> list[Any]:
-        """``frame``'s columns in the table's order and types (a missing or extra column, besides
-        ``extra_column``, is an error)."""
+        delete the matching target row instead. One atomic commit (a Spark SQL ``MERGE INTO``);
+        returns the new version, or None when there was nothing to do or ``txn`` was already
+        committed."""
         from pyspark.sql import functions as F
 
-        target = self.read(frame.sparkSession, name).schema
-        missing = [f.name for f in target if f.name not in frame.columns]
-        extra = [c for c in frame.columns if c not in target.names and c != extra_column]
-        if missing or extra:
-            raise ValueError(
-                f"{what} into {name}: columns do not match the table (missing: {missing or 'none'}, "
-                f"unexpected: {extra or 'none'})"
-            )
-        return [F.col(f"`{f.name}`").cast(f.dataType).alias(f.name) for f in target]
-
-    def txn_version(self, spark: SparkSession, name: str, app_id: str) -> int | None:
-        """The last batch id of application ``app_id`` committed to the table (None: none yet)."""
-        jvm: Any = spark._jvm
-        log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, self.uri(name))
-        none = jvm.scala.Option.empty()
-        found = log.update(False, none, none).transactions().get(app_id)
-        return int(found.get()) if found.isDefined() else None
-
-    def _spark_committed(self, spark: SparkSession, name: str, txn: Txn | None) -> bool:
-        if txn is None:
-            return False
-        last = self.txn_version(spark, name, txn[0])
-        return last is not None and last >= txn[1]
-
-    def _spark_write(self, name: str, frame: DataFrame, mode: str, txn: Txn | None) -> int | None:
-        rows = frame.select(*self._conformed(name, frame, mode))  # an unknown table: a clear error
-
-        def attempt() -> None:
-            writer = rows.write.format("delta").mode(mode)
-            if txn is not None:
-                writer = writer.option("txnAppId", txn[0]).option("txnVersion", txn[1])
-            writer.save(self.uri(name))
-
-        spark = frame.sparkSession
-        return self._commit_with_retries(name, txn, attempt, lambda: self._spark_committed(spark, name, txn))
-
-    def _spark_merge(
-        self, name: str, frame: DataFrame, keys: Sequence[str], delete_column: str | None, txn: Txn | None
-    ) -> int | None:
-        from pyspark.sql import functions as F
-
-        spark = frame.sparkSession
+        if not _is_frame(data):
+            table = _to_arrow_table(data)
+            if table.num_rows == 0:
+                return None
+            _check_unique(table, keys, name)
+        frame = self.frame(data)
         flag = F.lit(False)
         if delete_column:
             flag = F.coalesce(F.col(f"`{delete_column}`").cast("boolean"), F.lit(False))
@@ -460,6 +444,7 @@ class Lake:
             f"WHEN MATCHED THEN UPDATE SET {assign} "
             f"WHEN NOT MATCHED AND NOT s.__delete THEN INSERT ({names}) VALUES ({values})"
         )
+        spark = source.sparkSession  # foreachBatch's frames belong to the query's own session
 
         def attempt() -> None:
             with _DML_TXN:
@@ -473,62 +458,59 @@ class Lake:
                     spark.conf.unset(TXN_VERSION)
 
         try:
-            return self._commit_with_retries(
-                name, txn, attempt, lambda: self._spark_committed(spark, name, txn)
-            )
+            return self._commit_with_retries(name, txn, attempt)
         finally:
             spark.catalog.dropTempView(view)
 
-    def _commit_with_retries(
-        self,
-        name: str,
-        txn: Txn | None,
-        attempt: Callable[[], None],
-        committed: Callable[[], bool] | None = None,
-    ) -> int | None:
-        """Run ``attempt`` unless ``txn`` is committed already (``committed``: how to tell, by
-        default from delta-rs), again on an optimistic-concurrency conflict (delta-rs's
-        ``CommitFailedError``, Delta's Spark ``Concurrent...Exception`` family through py4j)."""
-        done = committed or (lambda: self.committed(name, txn))
+    def _commit_with_retries(self, name: str, txn: Txn | None, attempt: Callable[[], None]) -> int | None:
+        """Run ``attempt``, again on an optimistic-concurrency conflict (Delta's
+        ``Concurrent...Exception`` family, through py4j). Delta itself skips a write whose ``txn`` is
+        committed already; which version (if any) the write made is read from the log's new commits."""
         for n in range(CONFLICT_RETRIES + 1):
-            if done():
-                return None
+            before = self.version(name)
             try:
                 attempt()
-                return self.version(name)
             except Exception as exc:
-                conflict = (
-                    isinstance(exc, CommitFailedError) or "Concurrent" in type(exc).__name__ + str(exc)[:300]
-                )
+                conflict = "Concurrent" in type(exc).__name__ + str(exc)[:300]
                 if not conflict or n == CONFLICT_RETRIES:
                     raise
                 time.sleep(min(0.05 * 2**n, 2.0))
+                continue
+            return self._made_by(name, before, txn)
+        return None
+
+    def _made_by(self, name: str, before: int, txn: Txn | None) -> int | None:
+        """The version after ``before`` that this write committed: for a ``txn`` the commit carrying it
+        (None: Delta skipped the write as already committed), else the newest."""
+        after = self.version(name)
+        if txn is None:
+            return after if after > before else None
+        for version in range(before + 1, after + 1):
+            if read_commit(self.path(name), version).txn == txn:
+                return version
         return None
 
 
+def arrow_rows(frame: DataFrame) -> pa.Table:
+    """A DataFrame's rows as an Arrow table (with its schema, also when empty)."""
+    table = frame.toArrow()
+    schema = arrow_schema(frame.schema)
+    return table.cast(schema) if table.num_columns else schema.empty_table()
+
+
 def _is_frame(data: Any) -> bool:
-    """A Spark DataFrame (written by Delta's Spark integration, not collected)."""
+    """A Spark DataFrame (written by Delta's Spark integration as it is, not collected)."""
     return hasattr(data, "sparkSession") and hasattr(data, "write")
 
 
-def _sql_literal(value: Any) -> str:
-    if isinstance(value, bytes):
-        return f"X'{value.hex()}'"
-    if isinstance(value, str):
-        return "'" + value.replace("'", "''") + "'"
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"no SQL literal for {type(value).__name__}")
-    return str(value)
-
-
-def _commit_properties(txn: Txn | None) -> CommitProperties:
-    if txn is None:
-        return CommitProperties(max_commit_retries=CONFLICT_RETRIES)
-    app_id, batch_id = txn
-    return CommitProperties(
-        max_commit_retries=CONFLICT_RETRIES,
-        app_transactions=[Transaction(app_id, batch_id, int(time.time() * 1000))],
-    )
+def _to_arrow_table(data: Any) -> pa.Table:
+    if isinstance(data, pa.Table):
+        return data
+    if isinstance(data, pa.RecordBatch):
+        return pa.Table.from_batches([data])
+    if hasattr(data, "__arrow_c_stream__"):
+        return pa.RecordBatchReader.from_stream(data).read_all()
+    raise TypeError(f"cannot write {type(data).__name__} to a Delta table")
 
 
 def _check_unique(source: pa.Table, keys: Sequence[str], name: str) -> None:

@@ -49,7 +49,5 @@ for path in files:
                 for t in dag.tasks
             },
         }
-facts["heavy_modules"] = sorted(
-    m for m in ("pyspark", "great_expectations", "deltalake", "pyarrow") if m in sys.modules
-)
+facts["heavy_modules"] = sorted(m for m in ("pyspark", "great_expectations", "pyarrow") if m in sys.modules)
 Path(sys.argv[2]).write_text(json.dumps(facts, default=str))

@@ -338,78 +338,126 @@ def produce(
     ``transactional_id`` (see ``producer_id``) should be stable for one writer: a process that died
     mid-transaction leaves it open on the broker, holding back ``read_committed`` readers of its
     partitions until ``transaction.timeout.ms``; the next producer with the same id aborts it at once.
-    Without one, a fresh random id is used."""
-    started = time.perf_counter()
-    chosen = partitioners.check_partitioner(partitioner or spec.partitioner)
-    ensure_topics(cluster, [spec])
-    name = cluster.topic(spec.name)
-    if timestamp_ms is not None and not 0 <= timestamp_ms < 2**63:
-        raise UserError(f"timestamp {timestamp_ms} is out of range (epoch milliseconds, 0 .. 2^63-1)")
-    result = Delivered(name, per_partition=[0] * spec.partitions)
-    failures: list[KafkaError] = []
-
-    last = [-1] * spec.partitions  # per partition, the offset of the last record delivered
-
-    def delivered(err: KafkaError | None, msg: Message) -> None:
-        if err is not None:
-            failures.append(err)
-        else:
-            p = cast(int, msg.partition())
-            result.per_partition[p] += 1
-            last[p] = max(last[p], cast(int, msg.offset()))
-
+    Without one, a fresh random id is used. A writer that produces again and again keeps a
+    :class:`TransactionalProducer` instead."""
+    writer = TransactionalProducer(cluster, spec, partitioner, transactional_id)
     try:
-        producer = Producer(
-            cluster.conf(
-                **{
-                    "partitioner": partitioners.LIBRDKAFKA[chosen],
-                    "enable.idempotence": True,
-                    "acks": "all",
-                    "transactional.id": transactional_id or f"lake-produce-{name}-{uuid.uuid4().hex[:12]}",
-                    "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS,
-                    "linger.ms": 10,
-                    "queue.buffering.max.messages": 500_000,
-                }
-            )
-        )
-    except KafkaException as exc:
-        raise cluster.error("bad client settings", exc) from None
-    try:
-        producer.init_transactions(TIMEOUT_S)
-        producer.begin_transaction()
-    except KafkaException as exc:
-        raise cluster.error(f"cannot start a transaction to produce to {name}", exc) from None
-    try:
-        for batch in batches:
-            keys, values = batch[0], batch[1]
-            stamps = batch[2] if len(batch) > 2 else None  # type: ignore[misc]
-            heads = batch[3] if len(batch) > 3 else None  # type: ignore[misc]
-            _send(producer, name, keys, values, timestamp_ms, headers, delivered, stamps, heads)
-            result.records += len(keys)
-            result.tombstones += values.null_count
-            if progress:
-                progress(len(keys))
-            if failures:
-                break
-        waited = TIMEOUT_S * 4
-        remaining = producer.flush(waited)
-        if failures:
-            raise cluster.error(f"producing to {name} failed, nothing was committed", failures[0])
-        if remaining:
-            unsent = f"{remaining} record(s) not acknowledged within {waited:g} s (is the broker down?)"
-            raise cluster.error(f"producing to {name} failed, nothing was committed", unsent)
-        producer.commit_transaction(waited)
-        _await_visible(cluster, spec, last)
-    except BaseException as exc:
+        return writer.produce(batches, timestamp_ms, progress, headers)
+    finally:
+        writer.close()
+
+
+class TransactionalProducer:
+    """One writer's transactional producer for one topic, kept open between transactions (starting
+    one costs a broker round trip per step: ``init_transactions``, the topic check)."""
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        spec: TopicSpec,
+        partitioner: str | None = None,
+        transactional_id: str | None = None,
+    ):
+        self.cluster, self.spec = cluster, spec
+        self.chosen = partitioners.check_partitioner(partitioner or spec.partitioner)
+        self.name = cluster.topic(spec.name)
+        self.transactional_id = transactional_id or f"lake-produce-{self.name}-{uuid.uuid4().hex[:12]}"
+        self._producer: Producer | None = None
+
+    def _open(self) -> Producer:
+        if self._producer is not None:
+            return self._producer
+        ensure_topics(self.cluster, [self.spec])
         try:
-            producer.abort_transaction(TIMEOUT_S)
-        except KafkaException:
-            pass  # the broker is gone: the transaction times out there, unseen by read_committed readers
-        if isinstance(exc, KafkaException):
-            raise cluster.error(f"producing to {name} failed, nothing was committed", exc) from None
-        raise
-    result.seconds = time.perf_counter() - started
-    return result
+            producer = Producer(
+                self.cluster.conf(
+                    **{
+                        "partitioner": partitioners.LIBRDKAFKA[self.chosen],
+                        "enable.idempotence": True,
+                        "acks": "all",
+                        "transactional.id": self.transactional_id,
+                        "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS,
+                        "linger.ms": 10,
+                        "queue.buffering.max.messages": 500_000,
+                    }
+                )
+            )
+        except KafkaException as exc:
+            raise self.cluster.error("bad client settings", exc) from None
+        try:
+            producer.init_transactions(TIMEOUT_S)
+        except KafkaException as exc:
+            raise self.cluster.error(f"cannot start a transaction to produce to {self.name}", exc) from None
+        self._producer = producer
+        return producer
+
+    def close(self) -> None:
+        """Forget the producer (the next transaction opens a new one)."""
+        self._producer = None
+
+    def produce(
+        self,
+        batches: Iterable[tuple],
+        timestamp_ms: int | None = None,
+        progress: Callable[[int], None] | None = None,
+        headers: list[tuple[str, bytes]] | None = None,
+    ) -> Delivered:
+        """The batches as one transaction (see :func:`produce`); visible to ``read_committed``
+        readers when this returns."""
+        started = time.perf_counter()
+        cluster, spec, name = self.cluster, self.spec, self.name
+        if timestamp_ms is not None and not 0 <= timestamp_ms < 2**63:
+            raise UserError(f"timestamp {timestamp_ms} is out of range (epoch milliseconds, 0 .. 2^63-1)")
+        producer = self._open()
+        result = Delivered(name, per_partition=[0] * spec.partitions)
+        failures: list[KafkaError] = []
+        last = [-1] * spec.partitions  # per partition, the offset of the last record delivered
+
+        def delivered(err: KafkaError | None, msg: Message) -> None:
+            if err is not None:
+                failures.append(err)
+            else:
+                p = cast(int, msg.partition())
+                result.per_partition[p] += 1
+                last[p] = max(last[p], cast(int, msg.offset()))
+
+        try:
+            producer.begin_transaction()
+        except KafkaException as exc:
+            self.close()
+            raise cluster.error(f"cannot start a transaction to produce to {name}", exc) from None
+        try:
+            for batch in batches:
+                keys, values = batch[0], batch[1]
+                stamps = batch[2] if len(batch) > 2 else None  # type: ignore[misc]
+                heads = batch[3] if len(batch) > 3 else None  # type: ignore[misc]
+                _send(producer, name, keys, values, timestamp_ms, headers, delivered, stamps, heads)
+                result.records += len(keys)
+                result.tombstones += values.null_count
+                if progress:
+                    progress(len(keys))
+                if failures:
+                    break
+            waited = TIMEOUT_S * 4
+            remaining = producer.flush(waited)
+            if failures:
+                raise cluster.error(f"producing to {name} failed, nothing was committed", failures[0])
+            if remaining:
+                unsent = f"{remaining} record(s) not acknowledged within {waited:g} s (is the broker down?)"
+                raise cluster.error(f"producing to {name} failed, nothing was committed", unsent)
+            producer.commit_transaction(waited)
+            _await_visible(cluster, spec, last)
+        except BaseException as exc:
+            try:
+                producer.abort_transaction(TIMEOUT_S)
+            except KafkaException:
+                pass  # the broker is gone: the transaction times out there, unseen by read_committed readers
+            self.close()  # a producer in an unknown state is not reused
+            if isinstance(exc, KafkaException):
+                raise cluster.error(f"producing to {name} failed, nothing was committed", exc) from None
+            raise
+        result.seconds = time.perf_counter() - started
+        return result
 
 
 def producer_id(root: Path, *names: str) -> str:

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -37,11 +37,9 @@ from spark_jobs import partitioners
 from spark_jobs.config import PipelineConfig, TopicSpec, load_config
 from spark_jobs.errors import UserError
 from spark_jobs.ingest import TOPIC_SCHEMA, ensure_bronze, next_offsets
-from spark_jobs.lake import Lake
+from spark_jobs.joins.engine import BatchMetrics, Changelog
+from spark_jobs.lake import Lake, read_commit
 from spark_jobs.layout import QUARANTINE, Layout
-
-if TYPE_CHECKING:
-    from spark_jobs.joins.engine import BatchMetrics
 
 Record = tuple[str, dict | None]
 
@@ -58,8 +56,9 @@ def append_bronze(
     one Delta commit, as ``lake ingest`` mirrors them: Kafka's columns, placed by ``partitioner``
     (default: the topic's), offsets continuing each partition. Returns the table version."""
     ensure_bronze(lake, spec)
+    before = _journal.rows(lake, spec.name)
+    nxt = next_offsets(lake, spec) if before is None else _next_offsets(before, spec.partitions)
     part = partitioners.partitions(keys, spec.partitions, partitioner or spec.partitioner)
-    nxt = next_offsets(lake, spec)
     offsets = np.empty(len(part), dtype=np.int64)
     for p in range(spec.partitions):
         mask = part == p
@@ -79,7 +78,70 @@ def append_bronze(
         },
         schema=TOPIC_SCHEMA,
     )
-    return lake.append(spec.name, table)
+    version = lake.append(spec.name, table)
+    _journal.appended(lake, spec.name, before, table, version)
+    return version
+
+
+def bronze_rows(lake: Lake, spec: TopicSpec) -> pa.Table:
+    """Every record of a topic's bronze table: what :func:`append_bronze` wrote in this process when
+    that is all the table holds (no Spark job), else read from Delta."""
+    ensure_bronze(lake, spec)
+    rows = _journal.rows(lake, spec.name)
+    return rows if rows is not None else lake.read_arrow(spec.name)
+
+
+def _next_offsets(rows: pa.Table, partitions: int) -> np.ndarray:
+    nxt = np.zeros(partitions, dtype=np.int64)
+    if rows.num_rows:
+        ends = rows.group_by("partition").aggregate([("offset", "max")])
+        for p, o in zip(ends["partition"].to_pylist(), ends["offset_max"].to_pylist(), strict=True):
+            if p < partitions:
+                nxt[p] = o + 1
+    return nxt
+
+
+class _Journal:
+    """The rows :func:`append_bronze` wrote per bronze table, kept while they are all the table
+    holds: its log has only their commits since it was created (the table's identity is its path
+    and the time of its first commit, so a table removed and made again starts over)."""
+
+    def __init__(self) -> None:
+        # uri -> ((first commit's time, version), the rows)
+        self._tables: dict[str, tuple[tuple[int, int], list[pa.Table]]] = {}
+
+    @staticmethod
+    def _state(lake: Lake, name: str) -> tuple[int, int] | None:
+        """(the time of the table's first commit, its version); -1 for the version of a table that
+        was only created (its first commit added no rows). None: no first commit to go by."""
+        try:
+            first = read_commit(lake.path(name), 0)
+        except OSError:
+            return None
+        version = lake.version(name)
+        return first.timestamp_ms, (-1 if version == 0 and first.added_files == 0 else version)
+
+    def rows(self, lake: Lake, name: str) -> pa.Table | None:
+        state = self._state(lake, name)
+        if state is not None and state[1] == -1:
+            return TOPIC_SCHEMA.empty_table()
+        entry = self._tables.get(lake.uri(name))
+        if entry is None or state != entry[0]:
+            return None
+        return pa.concat_tables(entry[1]) if entry[1] else TOPIC_SCHEMA.empty_table()
+
+    def appended(
+        self, lake: Lake, name: str, before: pa.Table | None, rows: pa.Table, version: int | None
+    ) -> None:
+        state = self._state(lake, name)
+        uri = lake.uri(name)
+        if before is None or version is None or state is None or state[1] != version:
+            self._tables.pop(uri, None)
+            return
+        self._tables[uri] = (state, [before, rows] if before.num_rows else [rows])
+
+
+_journal = _Journal()
 
 
 # the records a join's plan reads: both topics' records with the side they come from
@@ -171,6 +233,7 @@ class JoinQuery:
     def stop(self) -> None:
         if self._query is not None:
             self._query.stop()
+        self.job.flush_metrics()
 
 
 def _encode(value: Any, what: str) -> bytes | None:
@@ -194,6 +257,23 @@ def _decode(value: bytes | None) -> dict | None:
     return None if value is None else json.loads(value)
 
 
+class _MemoryChangelog(Changelog):
+    """A join's changelog kept by the driver (``PipelineTestDriver.changelog``) instead of Kafka."""
+
+    def __init__(self, out: dict[str, list[Record]], join: str):
+        self.out = out.setdefault(join, [])
+        self.tags: set[bytes] = set()
+
+    def has(self, tag: bytes) -> bool:
+        return tag in self.tags
+
+    def send(self, keys: Any, values: Any, tag: bytes, at: Any) -> None:  # noqa: ARG002
+        self.tags.add(tag)
+        self.out.extend(
+            (k.decode(), _decode(v)) for k, v in zip(keys.to_pylist(), values.to_pylist(), strict=True)
+        )
+
+
 class PipelineTestDriver:
     """A pipeline's joins driven record by record, in one Spark session, without Kafka."""
 
@@ -212,7 +292,7 @@ class PipelineTestDriver:
         self.queries: dict[str, JoinQuery] = {}
         for name in self.config.joins:
             query = JoinQuery(self.spark, self.lake, self.config, name, f"test-driver-{name}")
-            query.job.publisher = self._publisher(name)
+            query.job.changelog = _MemoryChangelog(self._changelog, name)
             self.queries[name] = query
 
     def __enter__(self) -> PipelineTestDriver:
@@ -247,7 +327,9 @@ class PipelineTestDriver:
             values = pa.array([v for _, v, _ in records], pa.binary())
             stamps = np.array([t for _, _, t in records], dtype=np.int64)
             append_bronze(self.lake, self.config.topic(topic), keys, values, stamps)
-        self._changes, self._changelog, self._ran = {}, {}, {}
+        self._changes, self._ran = {}, {}
+        for published in self._changelog.values():
+            published.clear()
         for name, query in self.queries.items():
             spec = self.config.join(name)
             before = self.lake.version(name) if self.lake.exists(name) else None
@@ -267,8 +349,7 @@ class PipelineTestDriver:
     def _unread(self, join: str, topic: str) -> pa.Table:
         """The records of ``topic`` that ``join`` has not read yet, in partition and offset order."""
         spec = self.config.topic(topic)
-        ensure_bronze(self.lake, spec)
-        rows = self.lake.read_arrow(topic, columns=["key", "value", "timestamp", "partition", "offset"])
+        rows = bronze_rows(self.lake, spec).select(["key", "value", "timestamp", "partition", "offset"])
         seen = self._seen.setdefault((join, topic), np.zeros(spec.partitions, dtype=np.int64))
         if rows.num_rows:
             start = pa.array(seen[rows["partition"].to_numpy(zero_copy_only=False)])
@@ -277,15 +358,6 @@ class PipelineTestDriver:
         for p, o in zip(rows["partition"].to_pylist(), rows["offset"].to_pylist(), strict=True):
             seen[p] = max(seen[p], o + 1)
         return rows
-
-    def _publisher(self, join: str):
-        def publish(keys: pa.Array, values: pa.Array) -> None:
-            out = self._changelog.setdefault(join, [])
-            out.extend(
-                (k.decode(), _decode(v)) for k, v in zip(keys.to_pylist(), values.to_pylist(), strict=True)
-            )
-
-        return publish
 
     def _emitted(self, name: str, before: int | None) -> list[Record]:
         if not self.lake.exists(name) or self.lake.version(name) == before:

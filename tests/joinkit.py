@@ -3,19 +3,16 @@ feeding exact micro-batches to the engine, and a small independent model of each
 
 from __future__ import annotations
 
-import functools
 import json
 from collections import defaultdict
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from bronzekit import append_bronze
 
 from spark_jobs.config import load_config
 from spark_jobs.joins.oracle import audit
-from spark_jobs.lake import arrow_rows
-from spark_jobs.testing import JoinQuery
+from spark_jobs.testing import JoinQuery, bronze_rows
 
 PIPELINE = """
 pipeline: joins-test
@@ -92,14 +89,10 @@ class Feeder:
         self.seen: set[tuple[str, int, int]] = set()
 
     def pending_records(self) -> pa.Table:
-        from pyspark.sql import functions as F
-
         columns = ["key", "value", "timestamp", "partition", "offset"]
-        frames = [self.lake.read(t).select(F.lit(s).alias("side"), *columns) for s, t in self.spec.sides]
-        both = arrow_rows(functools.reduce(lambda a, b: a.unionByName(b), frames))  # one Spark job
         parts = []
-        for side, _ in self.spec.sides:
-            rows = both.filter(pc.equal(both["side"], side)).select(columns)
+        for side, topic in self.spec.sides:
+            rows = bronze_rows(self.lake, self.config.topic(topic)).select(columns)
             rows = rows.sort_by([("partition", "ascending"), ("offset", "ascending")])
             keep = [
                 (side, p, o) not in self.seen

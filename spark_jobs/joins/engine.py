@@ -10,7 +10,8 @@ holds its engine class, and ``registry`` maps each kind of ``kinds.KINDS`` to it
    ``streams``: the stream kinds' event buffers and right-side history, in Delta tables);
 3. finds the affected result keys / the events that can be decided now, recomputes exactly those, and
    merges (keyed results) or appends (stream kinds) them into the result;
-4. publishes the result's changes as a topic when configured, and appends a metrics row.
+4. publishes the result's changes as a topic when configured, and records a metrics row (buffered:
+   ``join_metrics`` gets the rows every ``METRICS_FLUSH_SECONDS`` and when the job stops).
 
 This module holds what every kind shares: the projection (``select`` with Spark), the diff against
 the result, the writes, publishing, quarantine and metrics.
@@ -42,7 +43,7 @@ from spark_jobs.config import JoinSpec, PipelineConfig, TopicSpec
 from spark_jobs.errors import UserError, spark_error
 from spark_jobs.ingest import ensure_bronze
 from spark_jobs.joins.poison import Guarded, fails, guarded
-from spark_jobs.kafka import Cluster, connect, ensure_topics, produce, producer_id, tail
+from spark_jobs.kafka import Cluster, TransactionalProducer, connect, ensure_topics, producer_id, tail
 from spark_jobs.lake import Lake, conform
 from spark_jobs.session import arrow_frame
 from spark_jobs.system_tables import (
@@ -65,8 +66,9 @@ RECORD_FIELDS = [
 RECORD_COLUMNS = [name for name, _ in RECORD_FIELDS]
 BATCH_HEADER = "lake.batch"  # on every changelog record: "<query id>:<batch id>" that published it
 TAIL_DEPTH = 8  # records read back per changelog partition to recognize a replayed batch
-# one row per micro-batch whose changelog reached Kafka (its Delta txn makes a replay skip the publish)
-PUBLISHED_SCHEMA = pa.schema([("batch_id", pa.int64()), ("records", pa.int64()), ("published_at", TS)])
+# join_metrics is appended at most this often (and when the job stops): a Delta commit per micro-batch
+# for a row of counters would cost as much as the batch's result write
+METRICS_FLUSH_SECONDS = 30.0
 
 
 @dataclass
@@ -214,8 +216,7 @@ class JoinJob:
     @classmethod
     def state_tables(cls, spec: JoinSpec) -> dict[str, pa.Schema]:
         """The job-owned tables of a join besides its result, with their schemas."""
-        published = {f"{spec.name}__published": PUBLISHED_SCHEMA} if spec.publish else {}
-        return cls._kind_tables(spec) | published
+        return cls._kind_tables(spec)
 
     @classmethod
     def _kind_tables(cls, spec: JoinSpec) -> dict[str, pa.Schema]:  # noqa: ARG003 (kinds override)
@@ -238,10 +239,12 @@ class JoinJob:
         self.tables = self.state_tables(spec)
         self._quarantined: list[pa.Table] = []  # the batch's quarantine rows (written once, at its end)
         self._left_tombstones = pa.array([], pa.binary())  # keys the batch deleted on the left side
-        self._cluster: Cluster | None = None  # Kafka, for the changelog (connected on first publish)
-        self._replay_possible = True  # the first batch after a (re)start may be a replay
-        # where the changelog goes instead of Kafka (spark_jobs.testing's driver keeps it in memory)
-        self.publisher: Callable[[pa.Array, pa.Array], None] | None = None
+        self._last_batch: int | None = None  # the last batch this process started (None: none yet)
+        self._replay = True  # the batch in progress may be a replay (the first after a (re)start)
+        self._metric_rows: list[dict[str, Any]] = []  # not yet in join_metrics
+        self._metrics_flushed = time.monotonic()
+        # where the changelog goes (spark_jobs.testing's driver keeps it in memory instead of Kafka)
+        self.changelog: Changelog = KafkaChangelog(self)
         self._create_tables()
 
     # --- setup ------------------------------------------------------------------------------
@@ -286,6 +289,9 @@ class JoinJob:
         started = time.perf_counter()
         started_at = datetime.now(UTC)
         txn = (self.query_id, int(batch_id))
+        # Spark reruns a batch only after a restart, with the id it had: ids only grow otherwise
+        self._replay = self._last_batch is None or batch_id <= self._last_batch
+        self._last_batch = int(batch_id)
         metrics = BatchMetrics()
         self._step(frame, txn, started_at, metrics)
         if self._quarantined:  # one commit for the batch's bad records and poison pills
@@ -372,46 +378,12 @@ class JoinJob:
 
     # --- shared writes ----------------------------------------------------------------------------
     def _publish(self, keys: pa.Array, values: pa.Array, txn: tuple[str, int], at: datetime) -> None:
-        """The batch's changes to the changelog topic on Kafka (one transaction, murmur2 like the left
-        topic), then a row in ``<join>__published`` under the batch's txn: a replayed batch finds it
-        and publishes nothing again. A crash between the two republishes that batch once."""
-        marker = f"{self.spec.name}__published"
-        if self.lake.committed(marker, txn):
-            return
-        spec = self.config.topic(self.spec.publish or "")
+        """The batch's changes to the changelog, tagged with the batch: a replayed batch (only the
+        first after a restart can be one) whose changelog got out before the crash publishes nothing."""
         tag = f"{txn[0]}:{txn[1]}".encode()
-        first, self._replay_possible = self._replay_possible, False
-        if self.publisher is not None:
-            self.publisher(keys, values)
-        elif not (first and self._on_kafka_already(spec, tag)):
-            produce(
-                self.cluster,
-                spec,
-                [(keys, values)],
-                "murmur2",
-                timestamp_ms=int(at.timestamp() * 1000),
-                headers=[(BATCH_HEADER, tag)],
-                # one running job per join: after a crash its successor aborts the open transaction
-                transactional_id=producer_id(self.lake.root, "join", self.spec.name),
-            )
-        row = pa.table({"batch_id": [txn[1]], "records": [len(keys)], "published_at": [at]}, PUBLISHED_SCHEMA)
-        self.lake.append(marker, row, txn=txn)
-
-    def _on_kafka_already(self, spec: TopicSpec, tag: bytes) -> bool:
-        """True when the batch's changelog reached Kafka before the process died (its marker did not
-        reach Delta). Each batch is one Kafka transaction whose records carry the batch in a header,
-        and only the first batch after a restart can be such a replay, so the tail of each partition
-        tells."""
-        ensure_topics(self.cluster, [spec])
-        return any(
-            dict(m.headers() or []).get(BATCH_HEADER) == tag for m in tail(self.cluster, spec, TAIL_DEPTH)
-        )
-
-    @property
-    def cluster(self) -> Cluster:
-        if self._cluster is None:
-            self._cluster = connect(self.config, self.lake.root)
-        return self._cluster
+        if self._replay and self.changelog.has(tag):
+            return
+        self.changelog.send(keys, values, tag, at)
 
     def _quarantine(self, bad: pa.Table, txn: tuple[str, int], at: datetime) -> None:
         if bad.num_rows == 0:
@@ -468,15 +440,82 @@ class JoinJob:
         self._quarantined.append(pa.Table.from_pylist(rows, QUARANTINE_SCHEMA))
 
     def _metrics(self, m: BatchMetrics, txn: tuple[str, int], at: datetime, duration_ms: float) -> None:
-        row = {
-            "join": self.spec.name,
-            "query_id": txn[0],
-            "batch_id": txn[1],
-            "started_at": at,
-            "duration_ms": duration_ms,
-            **{f.name: getattr(m, f.name) for f in JOIN_METRICS_SCHEMA if hasattr(m, f.name)},
-        }
-        self.lake.append(JOIN_METRICS, pa.Table.from_pylist([row], JOIN_METRICS_SCHEMA), txn=txn)
+        if (
+            self._replay
+            and self._metric_rows == []
+            and self.lake.committed(JOIN_METRICS, self._metrics_txn(txn))
+        ):
+            return  # a replayed batch whose row went out with the last flush before the crash
+        self._metric_rows.append(
+            {
+                "join": self.spec.name,
+                "query_id": txn[0],
+                "batch_id": txn[1],
+                "started_at": at,
+                "duration_ms": duration_ms,
+                **{f.name: getattr(m, f.name) for f in JOIN_METRICS_SCHEMA if hasattr(m, f.name)},
+            }
+        )
+        if time.monotonic() - self._metrics_flushed >= METRICS_FLUSH_SECONDS:
+            self.flush_metrics()
+
+    def flush_metrics(self) -> None:
+        """Append the buffered metrics rows to ``join_metrics`` in one commit, under the txn of the
+        last of them (a replay of a batch already flushed is not recorded twice)."""
+        rows, self._metric_rows = self._metric_rows, []
+        self._metrics_flushed = time.monotonic()
+        if rows:
+            txn = self._metrics_txn((rows[-1]["query_id"], rows[-1]["batch_id"]))
+            self.lake.append(JOIN_METRICS, pa.Table.from_pylist(rows, JOIN_METRICS_SCHEMA), txn=txn)
+
+    def _metrics_txn(self, txn: tuple[str, int]) -> tuple[str, int]:
+        """Every join appends to the one join_metrics table: its txn names the join too."""
+        return f"{self.spec.name}:{txn[0]}", txn[1]
+
+
+class Changelog:
+    """Where a join's changelog goes: ``send`` a batch's changes tagged with the batch, ``has`` a
+    tag already gone out."""
+
+    def has(self, tag: bytes) -> bool:
+        raise NotImplementedError
+
+    def send(self, keys: pa.Array, values: pa.Array, tag: bytes, at: datetime) -> None:
+        raise NotImplementedError
+
+
+class KafkaChangelog(Changelog):
+    """The changelog topic on Kafka: one transaction per batch, murmur2 like the left topic, every
+    record with the batch in a header."""
+
+    def __init__(self, job: JoinJob):
+        self.job = job
+        self._cluster: Cluster | None = None  # connected on first use
+        self._producer: TransactionalProducer | None = None  # kept open from batch to batch
+
+    @property
+    def cluster(self) -> Cluster:
+        if self._cluster is None:
+            self._cluster = connect(self.job.config, self.job.lake.root)
+        return self._cluster
+
+    @property
+    def topic(self) -> TopicSpec:
+        return self.job.config.topic(self.job.spec.publish or "")
+
+    def has(self, tag: bytes) -> bool:
+        """Each batch is one transaction and nothing else writes the topic, so a batch that got out
+        has records among the last few of at least one partition."""
+        ensure_topics(self.cluster, [self.topic])
+        last = tail(self.cluster, self.topic, TAIL_DEPTH)
+        return any(dict(m.headers() or []).get(BATCH_HEADER) == tag for m in last)
+
+    def send(self, keys: pa.Array, values: pa.Array, tag: bytes, at: datetime) -> None:
+        if self._producer is None:
+            # one running job per join: after a crash its successor aborts the open transaction
+            name = producer_id(self.job.lake.root, "join", self.job.spec.name)
+            self._producer = TransactionalProducer(self.cluster, self.topic, "murmur2", name)
+        self._producer.produce([(keys, values)], int(at.timestamp() * 1000), headers=[(BATCH_HEADER, tag)])
 
 
 def _columns(schema: pa.Schema) -> list[tuple[str, str]]:

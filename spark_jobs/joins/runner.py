@@ -191,6 +191,8 @@ def run_join(
                         last_beat[0] = time.monotonic()
             except StreamingQueryException:
                 pass  # reported below, from query.exception()
+            finally:
+                job.flush_metrics()
         summary.stopped_by_signal = stopping[0]
         error = query.exception()
         if error is not None and not (stopping[0] and STOP_MARKER in str(error)):

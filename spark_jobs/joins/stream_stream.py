@@ -46,7 +46,7 @@ class StreamStreamJob(StreamJob):
             m.ignored += records.num_rows - live.num_rows
             new[side] = live.append_column("matched", pa.array(np.zeros(live.num_rows, dtype=bool)))
         decision = self._decide(txn, progress)
-        old = {s: self.lake.read_arrow(f"{name}__{s}_buffer") for s in ("left", "right")}
+        old = {s: self._owned(f"{name}__{s}_buffer") for s in ("left", "right")}
         pairs = [
             _window_pairs(new["left"], pa.concat_tables([old["right"], new["right"]]), window),
             _window_pairs(old["left"], new["right"], window),
@@ -81,7 +81,7 @@ class StreamStreamJob(StreamJob):
         self._append_events(out, txn, at)
         for side in ("left", "right"):
             if old[side].num_rows or buffers[side].num_rows:
-                self.lake.overwrite(f"{name}__{side}_buffer", buffers[side], txn=txn)
+                self._overwrite_owned(f"{name}__{side}_buffer", buffers[side], txn)
 
 
 def _window_pairs(left: pa.Table, right: pa.Table, window_us: int) -> pa.Table:

@@ -46,7 +46,7 @@ class StreamTableJob(StreamJob):
         if right.num_rows:
             self.lake.append(f"{name}__right_history", right, txn=txn)
         decision = self._decide(txn, progress)
-        pending = self.lake.read_arrow(f"{name}__pending")
+        pending = self._owned(f"{name}__pending")
         candidates = _distinct_events(pa.concat_tables([pending, events]))
         if decision["right_caught_up"]:
             ready_mask = pa.array(np.ones(candidates.num_rows, dtype=bool))
@@ -62,7 +62,7 @@ class StreamTableJob(StreamJob):
         m.appended = out.num_rows
         self._append_events(out, txn, at)
         if pending.num_rows or waiting.num_rows:
-            self.lake.overwrite(f"{name}__pending", waiting, txn=txn)
+            self._overwrite_owned(f"{name}__pending", waiting, txn)
 
     def _as_of(self, events: pa.Table) -> pa.Table:
         """Each event with the right side's value as of its timestamp (equal timestamps count as

@@ -45,6 +45,25 @@ PAIR_COLUMNS = [*STREAM_STREAM.meta_columns, "left_value", "right_value"]
 class StreamJob(JoinJob):
     """A kind whose result is an append-only log of events (stream-table, stream-stream)."""
 
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self._owned_rows: dict[str, pa.Table] = {}  # state tables as this job last read or wrote them
+
+    def _owned(self, table: str) -> pa.Table:
+        """A state table only this job writes, as it is now: read from Delta once per process, then
+        kept as this job writes it (a read per batch would cost as much as the write)."""
+        rows = self._owned_rows.get(table)
+        if rows is None:
+            rows = self._owned_rows[table] = self.lake.read_arrow(table)
+        return rows
+
+    def _overwrite_owned(self, table: str, rows: pa.Table, txn: tuple[str, int]) -> None:
+        before = self._owned_rows.get(table)
+        if self.lake.overwrite(table, rows, txn=txn) is None:  # a replay: Delta holds the first attempt's
+            self._owned_rows.pop(table, None)
+        else:
+            self._owned_rows[table] = rows.cast(before.schema) if before is not None else rows
+
     def _step(self, frame: DataFrame, txn: tuple[str, int], at: datetime, metrics: BatchMetrics) -> None:
         """A micro-batch of records with ``reason``: quarantine the bad ones, hand the rest to the
         kind's :meth:`_batch`."""
@@ -79,7 +98,7 @@ class StreamJob(JoinJob):
     def _progress(self, batch: pa.Table, txn: tuple[str, int]) -> list[dict[str, Any]]:
         """Record the next offset and the largest timestamp seen per side and partition; returns the
         progress after the batch."""
-        current = self.lake.read_arrow(f"{self.spec.name}__progress")
+        current = self._owned(f"{self.spec.name}__progress")
         if batch.num_rows == 0:
             return current.to_pylist()
         grouped = batch.group_by(["side", "partition"]).aggregate([("offset", "max"), ("timestamp", "max")])
@@ -102,14 +121,14 @@ class StreamJob(JoinJob):
             }
         )
         # every side and partition seen so far: one overwrite (an append's cost), not a MERGE
-        self.lake.overwrite(f"{self.spec.name}__progress", rows, txn=txn)
+        self._overwrite_owned(f"{self.spec.name}__progress", rows, txn)
         return rows.to_pylist()
 
     def _decide(self, txn: tuple[str, int], progress: list[dict[str, Any]]) -> dict[str, Any]:
         """Has each side read all its topic holds, and the largest timestamp per side — recorded by
         the first attempt of a batch, so a replay decides the same."""
         table = f"{self.spec.name}__decisions"
-        if self.lake.committed(table, txn):
+        if self._replay and self.lake.committed(table, txn):  # only the first batch of a run can be
             rows = self.lake.read_keys(table, "batch_id", pa.array([txn[1]], pa.int64()))
             rows = rows.filter(pc.equal(rows["query_id"], txn[0])).to_pylist()
             if rows:

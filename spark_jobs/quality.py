@@ -32,7 +32,6 @@ from spark_jobs.lake import Lake
 from spark_jobs.layout import Layout
 from spark_jobs.partitioners import spark_partition
 from spark_jobs.report import report_path, run_page, write_report
-from spark_jobs.session import arrow_frame
 from spark_jobs.system_tables import QUALITY_RUNS, QUALITY_RUNS_SCHEMA, ensure_quality_runs
 
 CHECK_TYPES = ("completeness", "co_partitioning", "key_format", "lookup_basics")
@@ -554,7 +553,8 @@ def _record(spark: SparkSession, lake: Lake, report: QualityReport, suites: list
         }
         for r in report.results
     ]
-    lake.append(QUALITY_RUNS, arrow_frame(spark, pa.Table.from_pylist(rows, schema=QUALITY_RUNS_SCHEMA)))
+    # from the driver, one run's rows are one data file: they read back in the suite's order
+    lake.append(QUALITY_RUNS, pa.Table.from_pylist(rows, schema=QUALITY_RUNS_SCHEMA))
 
 
 def _docs_href(docs: str | None, page: Path) -> str | None:

@@ -47,6 +47,9 @@ _DML_TXN = threading.Lock()
 TXN_APP, TXN_VERSION = "spark.databricks.delta.write.txnAppId", "spark.databricks.delta.write.txnVersion"
 CONFLICT_RETRIES = 8
 KEY_LOOKUP_LIMIT = 1_000  # read_keys: up to this many values an IN list, above it a broadcast semi-join
+# rows from the driver up to this many are written as one Spark partition: one data file per table
+# partition and commit (as a topic's mirror writes a commit), not one per core
+ONE_FILE_ROWS = 1_000_000
 _COMMIT_FILE = re.compile(r"^(\d{20})\.json$")
 _CHECKPOINT_FILE = re.compile(r"^(\d{20})\.checkpoint(\.\d+\.\d+)?\.parquet$")
 
@@ -375,7 +378,9 @@ class Lake:
             return data
         from spark_jobs.session import arrow_frame
 
-        return arrow_frame(self.spark, _to_arrow_table(data))
+        table = _to_arrow_table(data)
+        frame = arrow_frame(self.spark, table)
+        return frame.coalesce(1) if table.num_rows <= ONE_FILE_ROWS else frame
 
     def _conformed(
         self, name: str, frame: DataFrame, what: str, extra_column: str | None = None

@@ -11,6 +11,12 @@ import sys
 import pytest
 
 os.environ.setdefault("LAKE_SHUFFLE_PARTITIONS", "2")
+# A pytest-xdist worker runs under execnet, whose __main__ has neither a file nor a spec: PySpark's
+# Connect package (imported by Great Expectations) takes that for a doctest run and exits the worker
+# when an optional Connect dependency is missing. Name the worker's entry point for what it is.
+_main = sys.modules["__main__"]
+if getattr(_main, "__spec__", None) is None and not hasattr(_main, "__file__"):
+    _main.__file__ = "pytest-xdist-worker"
 SASL_USER, SASL_PASSWORD = "lake-test", "s3cret-lake"
 _test_numbers = itertools.count(1)
 

@@ -141,6 +141,7 @@ def run_join(
         job = job_for(spark, lake, config, spec, lambda: query_id(checkpoint), log)
         guard = threading.Lock()
         stopping = [False]
+        done = [-1]  # the last micro-batch this run processed
 
         def batch(frame: DataFrame, batch_id: int) -> None:
             with guard:
@@ -152,6 +153,7 @@ def run_join(
                 started_at = datetime.now(UTC)
                 began = time.perf_counter()
                 metrics = job.process(frame, batch_id)
+                done[0] = batch_id
                 summary.add(metrics)
                 record_batch(
                     lake,
@@ -183,6 +185,7 @@ def run_join(
                     if stop.is_set():
                         with guard:  # wait for the batch in progress, then keep new ones out
                             stopping[0] = True
+                        _await_commit(query, done[0])  # a stop before it would replay the batch
                         query.stop()
                         break
                     query.awaitTermination(1)
@@ -201,6 +204,18 @@ def run_join(
                 raise UserError(cause)
             raise RuntimeError(f"join {spec.name} failed: {str(error).strip().splitlines()[0]}") from error
     return summary
+
+
+def _await_commit(query: Any, batch_id: int, timeout: float = 60.0) -> None:
+    """Wait until Spark has committed micro-batch ``batch_id`` to the checkpoint (it reports a
+    batch's progress after the batch's commit-log entry): stopping the query between
+    ``foreachBatch`` and that entry would leave the batch to be replayed by the next run."""
+    deadline = time.monotonic() + timeout
+    while batch_id >= 0 and query.isActive and time.monotonic() < deadline:
+        progress = query.lastProgress
+        if progress is not None and progress["batchId"] >= batch_id:
+            return
+        time.sleep(0.05)
 
 
 def _check_checkpoint(checkpoint: Path, spec: JoinSpec) -> None:

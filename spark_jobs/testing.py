@@ -104,7 +104,10 @@ def _next_offsets(rows: pa.Table, partitions: int) -> np.ndarray:
 class _Journal:
     """The rows :func:`append_bronze` wrote per bronze table, kept while they are all the table
     holds: its log has only their commits since it was created (the table's identity is its path
-    and the time of its first commit, so a table removed and made again starts over)."""
+    and the time of its first commit, so a table removed and made again starts over). A table past
+    ``MAX_ROWS`` is not kept: a benchmark's million rows would stay in the driver's memory."""
+
+    MAX_ROWS = 100_000
 
     def __init__(self) -> None:
         # uri -> ((first commit's time, version), the rows)
@@ -135,7 +138,13 @@ class _Journal:
     ) -> None:
         state = self._state(lake, name)
         uri = lake.uri(name)
-        if before is None or version is None or state is None or state[1] != version:
+        if (
+            before is None
+            or version is None
+            or state is None
+            or state[1] != version
+            or before.num_rows + rows.num_rows > self.MAX_ROWS
+        ):
             self._tables.pop(uri, None)
             return
         self._tables[uri] = (state, [before, rows] if before.num_rows else [rows])

@@ -154,7 +154,9 @@ def test_fk_repeated_identical_updates_change_nothing(spark, lake, cfg):
     assert (lake.version("fk_left"), len(changelog(lake, cfg, "fk_left_changelog"))) == versions
 
 
-def test_fk_hot_key_is_recomputed_in_bounded_chunks(spark, lake, cfg, monkeypatch):
+def test_fk_hot_key_fans_out_on_the_executors_and_the_driver_pass_goes_in_bounded_chunks(
+    spark, lake, cfg, monkeypatch
+):
     monkeypatch.setattr(state_store, "CHUNK_KEYS", 4_000)
     f = Feeder(spark, lake, cfg, "fk_inner")
     n = 20_000
@@ -170,15 +172,30 @@ def test_fk_hot_key_is_recomputed_in_bounded_chunks(spark, lake, cfg, monkeypatc
         sizes.append(rows.num_rows)
         return real(self, rows, *args, **kwargs)
 
+    def right_values(expected_hot):
+        table = lake.read_arrow("fk_inner")
+        rv = dict(zip(table["lv"].to_pylist(), table["rv"].to_pylist(), strict=True))
+        assert len(rv) == n and all(rv[str(i)] == (expected_hot if i % 10 else "c1") for i in range(n))
+
     monkeypatch.setattr(fk.FkJob, "_project", spy)
     produce(lake, cfg, "M", [("hot", jv(v="h2"), T0 + SECOND)])
+    m = f.feed()
+    assert sizes == []  # the 18,000 subscribers' rows are evaluated and merged by Spark, not the driver
+    assert (m.affected_keys, m.upserted, m.deleted) == (18_000, 18_000, 0)
+    right_values("h2")
+
+    # the driver's pass (a batch whose select failed for some record) recomputes in bounded chunks
+    def failed(*args, **kwargs):
+        raise RuntimeError("select failed for some record")
+
+    monkeypatch.setattr(state_store.StateStoreJob, "_write_on_executors", failed)
+    monkeypatch.setattr(state_store, "is_data_error", lambda exc: isinstance(exc, RuntimeError))
+    produce(lake, cfg, "M", [("hot", jv(v="h3"), T0 + 2 * SECOND)])
     m = f.feed()
     # 18,000 subscribers, in five chunks (by a hash of the key) of at most 4,000
     assert len(sizes) == 5 and sum(sizes) == 18_000 and max(sizes) <= 4_000, sizes
     assert (m.affected_keys, m.upserted, m.deleted) == (18_000, 18_000, 0)
-    table = lake.read_arrow("fk_inner")
-    rv = dict(zip(table["lv"].to_pylist(), table["rv"].to_pylist(), strict=True))
-    assert len(rv) == n and all(rv[str(i)] == ("h2" if i % 10 else "c1") for i in range(n))
+    right_values("h3")
     assert_oracle(spark, lake, cfg, "fk_inner")
 
 

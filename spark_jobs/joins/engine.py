@@ -212,6 +212,9 @@ class JoinJob:
     tombstones_follow_left = True
     # The kind's state is in Spark's state store, under the query's checkpoint (not in Delta tables).
     state_in_checkpoint = False
+    # The changelog is the projection's rows (``__json``, the stream kinds' events), not a commit's
+    # change feed.
+    publishes_projection = True
 
     @classmethod
     def state_tables(cls, spec: JoinSpec) -> dict[str, pa.Schema]:
@@ -238,7 +241,6 @@ class JoinJob:
         self.result_schema = self.projection.output_schema
         self.tables = self.state_tables(spec)
         self._quarantined: list[pa.Table] = []  # the batch's quarantine rows (written once, at its end)
-        self._left_tombstones = pa.array([], pa.binary())  # keys the batch deleted on the left side
         self._last_batch: int | None = None  # the last batch this process started (None: none yet)
         self._replay = True  # the batch in progress may be a replay (the first after a (re)start)
         self._metric_rows: list[dict[str, Any]] = []  # not yet in join_metrics
@@ -316,13 +318,13 @@ class JoinJob:
         """``rows``' result rows (``select`` evaluated), and the keys of the rows it failed on: those
         rows' records are quarantined with the error and their keys' results stay as they were
         (:mod:`spark_jobs.joins.poison`). A list join's ``elements`` go with their rows."""
-        with_json = bool(self.spec.publish)
+        with_json = bool(self.spec.publish) and self.publishes_projection
 
         def evaluate(part: pa.Table) -> pa.Table:
             if elements is None:
                 return self.projection.apply(part, with_json=with_json)
             mine = elements.filter(pc.is_in(elements["key"], part["key"]))
-            return self.projection.apply(part, mine, with_json=with_json)
+            return self.projection.apply(part, mine)  # a list join: it publishes its commits
 
         result = guarded(evaluate, rows)
         if result.failed.num_rows:
@@ -335,46 +337,6 @@ class JoinJob:
         that ``desired`` no longer has) that make the result hold ``desired`` for ``keys``."""
         current = self.lake.read_keys(self.spec.name, "key", keys)
         return _diff(desired, current, self.result_schema.names)
-
-    def _write_changes(
-        self,
-        changes: list[Changes],
-        txn: tuple[str, int],
-        at: datetime,
-        m: BatchMetrics,
-    ) -> None:
-        """Publish the result's changes, then write them in one commit: an append when every change
-        is a key the result did not hold (a first load, new keys), else one MERGE."""
-        upserts = pa.concat_tables([c.upserts for c in changes]) if changes else None
-        deletes = pa.concat_arrays([c.deletes for c in changes]) if changes else pa.array([], pa.binary())
-        updates = sum(c.updates for c in changes)
-        m.upserted, m.deleted = (upserts.num_rows if upserts is not None else 0), len(deletes)
-        silent = pa.array([], pa.binary())  # tombstones for keys the result did not hold
-        if upserts is not None and self.tombstones_follow_left:
-            changed = pa.concat_arrays([upserts["key"].combine_chunks(), deletes])
-            silent = _without(self._left_tombstones, changed)
-        self._left_tombstones = pa.array([], pa.binary())
-        if upserts is not None and self.spec.publish and (upserts.num_rows or len(deletes) or len(silent)):
-            keys_out = pa.concat_arrays([upserts["key"].combine_chunks(), deletes, silent])
-            values = pa.concat_arrays(
-                [
-                    upserts["__json"].combine_chunks().cast(pa.binary()),
-                    pa.nulls(len(deletes) + len(silent), pa.binary()),
-                ]
-            )
-            self._publish(keys_out, values, txn, at)
-        if upserts is not None and upserts.num_rows and not len(deletes) and not updates:
-            self.lake.append(self.spec.name, _without_json(upserts), txn=txn)
-        elif upserts is not None and (upserts.num_rows or len(deletes)):
-            merged = pa.concat_tables(
-                [
-                    _without_json(upserts).append_column(
-                        "__delete", pa.array(np.zeros(upserts.num_rows, dtype=bool))
-                    ),
-                    _deletes_table(deletes, self.result_schema),
-                ]
-            )
-            self.lake.merge(self.spec.name, merged, ["key"], delete_column="__delete", txn=txn)
 
     # --- shared writes ----------------------------------------------------------------------------
     def _publish(self, keys: pa.Array, values: pa.Array, txn: tuple[str, int], at: datetime) -> None:

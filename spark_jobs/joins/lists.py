@@ -107,24 +107,16 @@ class ListProjection:
             F.coalesce(F.col("__items"), empty).alias(self.spec.list_as),
         )
 
-    def apply(self, rows: pa.Table, elements: pa.Table, with_json: bool = False) -> pa.Table:
+    def apply(self, rows: pa.Table, elements: pa.Table) -> pa.Table:
         if rows.num_rows == 0:
-            out = self.output_schema.empty_table()
-            return out.append_column("__json", pa.array([], pa.string())) if with_json else out
+            return self.output_schema.empty_table()
         frame = self.frame(
             arrow_frame(
                 self.spark, conform(rows.select(self.row_schema.names), self.row_schema, "list rows")
             ),
             arrow_frame(self.spark, conform(elements, self.element_schema, "list elements")),
         )
-        columns = [*self.spec.select, self.spec.list_as]
-        if with_json:
-            cols = [F.col(f"`{c}`") for c in columns]
-            frame = frame.withColumn("__json", F.to_json(F.struct(*cols), {"ignoreNullFields": "false"}))
-        schema = (
-            self.output_schema.append(pa.field("__json", pa.string())) if with_json else self.output_schema
-        )
-        return conform(frame.toArrow(), schema, f"join {self.spec.name}")
+        return conform(frame.toArrow(), self.output_schema, f"join {self.spec.name}")
 
 
 class ListJob(KeyedJob, StateStoreJob):
@@ -137,6 +129,17 @@ class ListJob(KeyedJob, StateStoreJob):
 
     def _result_projection(self) -> Any:
         return ListProjection(self.spark, self.config, self.spec)
+
+    def result_frame(self, keys: DataFrame) -> DataFrame:
+        entries = F.posexplode(F.arrays_zip("items", "ids", "right_values"))
+        elements = keys.select("key", entries).select(
+            "key",
+            F.col("pos").cast("long").alias("pos"),
+            F.col("col.items").alias("item"),
+            F.col("col.ids").alias("id"),
+            F.col("col.right_values").alias("right_value"),
+        )
+        return self.projection.frame(keys.select("key", "left_value"), elements)
 
     def _desired(
         self, live: pa.Table, txn: tuple[str, int], at: datetime, m: BatchMetrics

@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 import pyarrow as pa
+from py4j.protocol import Py4JError, Py4JJavaError
 from pyspark.errors.exceptions.captured import AnalysisException, CapturedException
 from pyspark.logger import PySparkLogger
 
@@ -30,14 +31,33 @@ from spark_jobs.errors import spark_error
 
 # PySpark logs every error that carries a query context, with its JVM stack, before raising it
 QUERY_CONTEXT_LOGGERS = ("SQLQueryContextLogger", "DataFrameQueryContextLogger")
+MAX_CAUSES = 8  # how deep a wrapped JVM error's causes are searched for a data error
 
 
 def is_data_error(exc: BaseException) -> bool:
-    """True for an error a value causes (bad cast, overflow, division by zero, raise_error)."""
-    if not isinstance(exc, CapturedException) or isinstance(exc, AnalysisException):
+    """True for an error a value causes (bad cast, overflow, division by zero, raise_error), also
+    when a write wraps it (``TASK_WRITE_FAILED`` around the task's own error)."""
+    if isinstance(exc, AnalysisException):
         return False
-    state = exc.getSqlState() or ""
-    return state.startswith("22") or state == "P0001"
+    if isinstance(exc, CapturedException) and _is_data_state(exc.getSqlState()):
+        return True
+    if not isinstance(exc, (CapturedException, Py4JJavaError)):
+        return False
+    cause = getattr(exc, "_origin", None) or getattr(exc, "java_exception", None)
+    for _ in range(MAX_CAUSES):  # the JVM exception and its causes
+        if cause is None:
+            return False
+        try:
+            if _is_data_state(cause.getSqlState()):
+                return True
+        except Py4JError:  # not a SparkThrowable
+            pass
+        cause = cause.getCause()
+    return False
+
+
+def _is_data_state(state: str | None) -> bool:
+    return bool(state) and (str(state).startswith("22") or state == "P0001")
 
 
 @dataclass

@@ -96,6 +96,7 @@ class CommitInfo:
     removed_data_files: int  # remove actions with dataChange=true (updates/deletes)
     cdc_files: int
     txn: Txn | None = None  # the application transaction the commit recorded
+    metrics: dict[str, str] | None = None  # the commit's operationMetrics (rows inserted, updated...)
 
 
 def read_commit(table_path: str | os.PathLike[str], version: int) -> CommitInfo:
@@ -105,6 +106,7 @@ def read_commit(table_path: str | os.PathLike[str], version: int) -> CommitInfo:
     ts = 0
     op = ""
     txn = None
+    metrics: dict[str, str] = {}
     with open(log, encoding="utf-8") as fh:
         for line in fh:
             if not line.strip():
@@ -121,7 +123,8 @@ def read_commit(table_path: str | os.PathLike[str], version: int) -> CommitInfo:
             elif "commitInfo" in action:
                 ts = int(action["commitInfo"].get("timestamp", 0))
                 op = action["commitInfo"].get("operation", "")
-    return CommitInfo(version, ts, op, added, removed, cdc, txn)
+                metrics = action["commitInfo"].get("operationMetrics", {})
+    return CommitInfo(version, ts, op, added, removed, cdc, txn, metrics)
 
 
 def log_versions(table_path: str | os.PathLike[str]) -> tuple[int, int] | None:
@@ -363,6 +366,24 @@ class Lake:
         last = self.txn_version(name, txn[0])
         return last is not None and last >= txn[1]
 
+    def committed_version(self, name: str, txn: Txn, depth: int = 100) -> int | None:
+        """The version that committed ``txn`` among the table's last ``depth`` commits (None: not
+        among them): the version a replayed write skipped as already committed."""
+        last = self.version(name)
+        for version in range(last, max(last - depth, -1), -1):
+            try:
+                if self.commit(name, version).txn == txn:
+                    return version
+            except FileNotFoundError:  # older commits are in a checkpoint only
+                break
+        return None
+
+    def never_written(self, name: str) -> bool:
+        """True when the table is as created: its log holds the creating commit only, which added no
+        file (from the log, no Spark)."""
+        self._known(name)
+        return self.version(name) == 0 and self.commit(name, 0).added_files == 0
+
     def append(self, name: str, data: Any, *, txn: Txn | None = None) -> int | None:
         """Append rows; returns the new version, or None when ``txn`` was already committed."""
         return self._write(name, data, "append", txn)
@@ -419,11 +440,13 @@ class Lake:
         *,
         delete_column: str | None = None,
         txn: Txn | None = None,
+        skip_unchanged: bool = False,
     ) -> int | None:
         """Upsert rows by primary key ``keys``; with ``delete_column`` (boolean), rows flagged true
-        delete the matching target row instead. One atomic commit (a Spark SQL ``MERGE INTO``);
-        returns the new version, or None when there was nothing to do or ``txn`` was already
-        committed."""
+        delete the matching target row instead; with ``skip_unchanged``, a row equal to the target's
+        (null-safe, column by column) leaves it as it is (no update in the change feed). One atomic
+        commit (a Spark SQL ``MERGE INTO``); returns the new version, or None when there was nothing
+        to do or ``txn`` was already committed."""
         from pyspark.sql import functions as F
 
         if not _is_frame(data):
@@ -437,6 +460,11 @@ class Lake:
             flag = F.coalesce(F.col(f"`{delete_column}`").cast("boolean"), F.lit(False))
         source = frame.select(*self._conformed(name, frame, "merge", delete_column), flag.alias("__delete"))
         columns = source.columns[:-1]
+        update = "WHEN MATCHED THEN UPDATE"
+        if skip_unchanged:
+            types = {f.name: f.dataType.simpleString() for f in source.schema}
+            same = " AND ".join(_same(c, types[c]) for c in columns if c not in keys)
+            update = f"WHEN MATCHED AND NOT ({same or 'true'}) THEN UPDATE"
         view = f"lake_merge_{uuid.uuid4().hex}"
         source.createOrReplaceTempView(view)
         on = " AND ".join(f"t.`{k}` = s.`{k}`" for k in keys)
@@ -446,7 +474,7 @@ class Lake:
         statement = (
             f"MERGE INTO delta.`{self.uri(name)}` t USING {view} s ON {on} "
             f"WHEN MATCHED AND s.__delete THEN DELETE "
-            f"WHEN MATCHED THEN UPDATE SET {assign} "
+            f"{update} SET {assign} "
             f"WHEN NOT MATCHED AND NOT s.__delete THEN INSERT ({names}) VALUES ({values})"
         )
         spark = source.sparkSession  # foreachBatch's frames belong to the query's own session
@@ -494,6 +522,14 @@ class Lake:
             if read_commit(self.path(name), version).txn == txn:
                 return version
         return None
+
+
+def _same(column: str, spark_type: str) -> str:
+    """SQL: target and source hold the same value in ``column`` (nulls equal); maps are compared as
+    JSON, since Spark does not compare map values."""
+    if "map<" in spark_type:
+        return f"to_json(named_struct('v', t.`{column}`)) <=> to_json(named_struct('v', s.`{column}`))"
+    return f"t.`{column}` <=> s.`{column}`"
 
 
 def arrow_rows(frame: DataFrame) -> pa.Table:

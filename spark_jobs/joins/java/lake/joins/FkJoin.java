@@ -158,6 +158,10 @@ public final class FkJoin {
       List<Row> out = new ArrayList<>(2);
       if (TableJoin.newer(best, old)) {
         left.update(best);
+      }
+      // a newer record with the same value (so the same foreign key) changes no joined row; for
+      // derive it may (the newest holder of a derived key wins)
+      if (TableJoin.newer(best, old) && (derive || !TableJoin.sameValue(best, old))) {
         boolean wasLive = TableJoin.live(old);
         byte[] oldFk = wasLive ? (byte[]) old.get(4) : null;
         byte[] fk = TableJoin.live(best) ? (byte[]) best.get(4) : null;
@@ -263,9 +267,9 @@ public final class FkJoin {
       if (fk != null) {
         current = right.exists() ? right.get() : null;
         if (bestRight != null && TableJoin.newer(bestRight, current)) {
+          rightChanged = !TableJoin.sameValue(bestRight, current); // the same value: no answer
           current = bestRight;
           right.update(current);
-          rightChanged = true;
         }
       }
       if (nLeft > 0 || nRight > 0 || nullFk > 0) {

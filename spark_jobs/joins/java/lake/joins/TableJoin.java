@@ -121,7 +121,8 @@ public final class TableJoin extends StatefulProcessor<byte[], Row, Row> {
       newRight = bestRight;
       right.update(newRight);
     }
-    boolean changed = newLeft != oldLeft || newRight != oldRight;
+    // a newer record with the same value (a producer's retry, a replayed backfill) changes no row
+    boolean changed = !sameValue(newLeft, oldLeft) || !sameValue(newRight, oldRight);
     boolean leftDeleted = newLeft != oldLeft && !live(newLeft) && live(oldLeft);
     Row out =
         RowFactory.create(
@@ -157,6 +158,11 @@ public final class TableJoin extends StatefulProcessor<byte[], Row, Row> {
 
   static Object value(Row version) {
     return version == null ? null : version.get(0);
+  }
+
+  /** True when both versions hold the same value (a tombstone and nothing yet are the same). */
+  static boolean sameValue(Row a, Row b) {
+    return java.util.Arrays.equals((byte[]) value(a), (byte[]) value(b));
   }
 
   /** True when {@code a} comes after {@code b} (null: nothing yet) by (timestamp, offset, partition). */

@@ -9,12 +9,14 @@ holds its engine class, and ``registry`` maps each kind of ``kinds.KINDS`` to it
 2. applies them to the state (``state_store``: the Java operators of table, fk, list and derive;
    ``streams``: the stream kinds' event buffers and right-side history, in Delta tables);
 3. finds the affected result keys / the events that can be decided now, recomputes exactly those, and
-   merges (keyed results) or appends (stream kinds) them into the result;
-4. publishes the result's changes as a topic when configured, and records a metrics row (buffered:
+   merges (keyed results, on the executors: ``state_store``) or appends (stream kinds) them into the
+   result;
+4. publishes the result's changes as a topic when configured (the keyed kinds: the result commit's
+   change feed), and records a metrics row (buffered:
    ``join_metrics`` gets the rows every ``METRICS_FLUSH_SECONDS`` and when the job stops).
 
 This module holds what every kind shares: the projection (``select`` with Spark), the diff against
-the result, the writes, publishing, quarantine and metrics.
+the result (the driver's pass of a batch with a poison pill), publishing, quarantine and metrics.
 
 Exactly-once: every commit carries the Delta transaction ``(query id, batch id)``, so a replayed batch
 (Spark replays the last one after a crash) skips every commit that already happened; the commits of a

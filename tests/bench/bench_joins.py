@@ -46,6 +46,7 @@ def run_size(spark, root: Path, left_keys: int, right_keys: int, deletion_vector
     first = join.wait()
     latencies = []
     for b in range(1, BATCHES + 1):
+        before = join.affected  # before the appends: the query may finish a batch before wait()
         append_bronze(
             lake,
             config.topic("left"),
@@ -58,7 +59,6 @@ def run_size(spark, root: Path, left_keys: int, right_keys: int, deletion_vector
             keys(rng.choice(right_keys, 100, replace=False)),
             values(f"r{b}-", 100),
         )
-        before = join.affected
         latencies.append(join.wait())  # a wave may be one micro-batch or two (left, then right)
         assert join.affected - before >= 1000
     join.query.stop()

@@ -1,15 +1,14 @@
-"""The dbt seam: dbt-spark in session mode over the lake, and SQL over the marts it builds.
+"""The dbt seam: dbt-spark in session mode over the lake, and SQL over the lake and the marts.
 
-``lake dbt ARGS`` builds this process's Spark session with the lake's persistent catalog (see
-``session.catalog_conf``), registers every Delta table of the lake as a global temporary view read by
-the ``delta`` data source (``global_temp.<table>``: the dbt sources), then runs dbt in the same
-process; dbt-spark's session connection finds that session with ``getOrCreate()``. The marts are
-tables of that catalog (``marts.<name>``, data under ``<root>/warehouse``), so ``lake sql`` (or any
-session built with ``get_spark(catalog=root)``) reads them in a new process.
-
-Why views and not catalog tables for the sources: Spark does not hand a Python data source the
-options of a catalog table (``CREATE TABLE ... USING delta LOCATION ...`` reads with no path), so the
-lake's tables can only be seen by SQL as session views.
+``lake dbt ARGS`` and ``lake sql`` build this process's Spark session with the lake's persistent
+catalog (see ``session.catalog_conf``) and register every Delta table under the lake root as an
+external catalog table of schema ``lake`` (``lake.<table>``, ``CREATE TABLE ... USING delta LOCATION``:
+Delta's own Spark source reads it, so ``spark.read.table("lake.<table>")`` works in any session with
+that catalog). dbt then runs in the same process (dbt-spark's session connection finds the session with
+``getOrCreate()``): its sources are those tables, its staging models plain catalog views
+(``staging.<model>``), its marts Delta tables (``marts.<name>``, data under ``<root>/warehouse``).
+The catalog is embedded Derby, which serves one process at a time: the commands take turns on the
+lake's ``catalog`` lock.
 """
 
 from __future__ import annotations
@@ -26,6 +25,7 @@ from spark_jobs.system_tables import ensure_quality_runs, ensure_quarantine
 
 PROJECT_DIR = Path(__file__).resolve().parents[1] / "dbt"
 MARTS_SCHEMA = "marts"
+LAKE_SCHEMA = "lake"  # the lake's own tables, registered in the catalog
 CATALOG_LOCK = "catalog"  # the catalog's embedded Derby serves one process at a time
 
 
@@ -37,11 +37,20 @@ def project_dir() -> Path:
     return path
 
 
-def register_lake_views(spark, lake: Lake) -> list[str]:
-    """Every Delta table under the lake root as a global temporary view of the same name."""
+def register_lake_tables(spark, lake: Lake) -> list[str]:
+    """Every Delta table under the lake root as the external table ``lake.<table>`` of the session's
+    catalog (created once; a table gone from the lake, e.g. after ``--reset``, is dropped from the
+    catalog, never its data)."""
+    if not spark.catalog.databaseExists(LAKE_SCHEMA):  # (Hive logs an ERROR for IF NOT EXISTS hits)
+        spark.sql(f"CREATE SCHEMA {LAKE_SCHEMA} COMMENT 'the Delta tables under the lake root'")
     names = lake.tables()
+    known = {t.name for t in spark.catalog.listTables(LAKE_SCHEMA)}
+    for name in sorted(known - set(names)):
+        spark.sql(f"DROP TABLE {LAKE_SCHEMA}.`{name}`")  # external: the data stays where it was
     for name in names:
-        spark.read.format("delta").load(lake.uri(name)).createOrReplaceGlobalTempView(name)
+        if name not in known:
+            location = lake.uri(name).replace("'", "\\'")
+            spark.sql(f"CREATE TABLE {LAKE_SCHEMA}.`{name}` USING delta LOCATION '{location}'")
     return names
 
 
@@ -68,8 +77,8 @@ def _run_dbt(lake: Lake, project: Path, args: Sequence[str], log: Callable[[str]
     log(f"starting Spark with the lake's catalog ({lake.root / 'catalog'}) ...")
     spark = get_spark(app_name="dbt", catalog=lake.root)  # first: the lake's writes use this session
     ensure_system_tables(lake)
-    names = register_lake_views(spark, lake)
-    log(f"{len(names)} lake tables visible to dbt as global_temp.<table>")
+    names = register_lake_tables(spark, lake)
+    log(f"{len(names)} lake tables in the catalog as {LAKE_SCHEMA}.<table>")
     if not spark.catalog.databaseExists(MARTS_SCHEMA):  # (Hive logs an ERROR for IF NOT EXISTS hits)
         spark.sql(f"CREATE SCHEMA {MARTS_SCHEMA}")
     work = Layout(lake.root).dbt
@@ -98,7 +107,7 @@ def _run_dbt(lake: Lake, project: Path, args: Sequence[str], log: Callable[[str]
 
 def query(lake: Lake, sql: str, log: Callable[[str], None] = print) -> tuple[list[str], list[dict]]:
     """(columns, rows) of ``sql`` over the marts (``marts.<name>``) and the lake's tables
-    (``global_temp.<name>``)."""
+    (``lake.<name>``)."""
     import logging
 
     from pyspark.logger import PySparkLogger
@@ -110,8 +119,7 @@ def query(lake: Lake, sql: str, log: Callable[[str], None] = print) -> tuple[lis
     with lake.lock(CATALOG_LOCK, log):
         log("starting Spark with the lake's catalog ...")
         spark = get_spark(app_name="sql", catalog=lake.root)
-        if "global_temp" in sql.lower():  # registering every lake table takes seconds: only when asked
-            register_lake_views(spark, lake)
+        register_lake_tables(spark, lake)  # new tables only: the catalog keeps the others
         try:
             frame = spark.sql(sql)
             return frame.columns, [r.asDict(recursive=True) for r in frame.collect()]

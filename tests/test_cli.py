@@ -310,6 +310,11 @@ def test_dbt_build_on_the_demo_lake_and_the_marts_in_a_new_process(demo_lake):
     assert sql_rows(root, "SELECT * FROM marts.optout_feed ORDER BY customer_id, retargeter") == sorted(
         [f"user_{n}", f"retargeter{r}", f"user{n}@example.com"] for n, r in opt_out
     )
+    # the jobs' tables are catalog tables of the lake's metastore: a plain table read in a new process
+    assert sql_rows(root, "SELECT cast(key AS string) FROM lake.display_products ORDER BY 1") == [
+        ["p1"], ["p2"], ["p3"], ["p4"],
+    ]  # fmt: skip
+    assert sql_rows(root, "SELECT count(*) FROM staging.stg_display_products") == [["4"]]  # views persist
     # two at once take turns on the catalog (embedded Derby serves one process): both answer
     both = [
         subprocess.Popen(

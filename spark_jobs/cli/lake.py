@@ -23,7 +23,8 @@ def register(sub, common) -> None:
         parents=[common],
         help="run dbt on the lake (dbt-spark, session mode): e.g. 'lake dbt build'",
         description="Runs dbt with the project in dbt/ in a Spark session that sees the lake's tables as "
-        "global_temp.<table>; the marts are tables marts.<name> under <root>/warehouse.",
+        "lake.<table> (catalog tables over the lake root); the marts are tables marts.<name> "
+        "under <root>/warehouse.",
     )
     db.add_argument("dbt_args", nargs=argparse.REMAINDER, help="dbt's command and options")
     db.set_defaults(run=cmd_dbt)
@@ -31,7 +32,7 @@ def register(sub, common) -> None:
     sq = sub.add_parser(
         "sql",
         parents=[common],
-        help="run a Spark SQL query over the marts (marts.<name>) and the lake (global_temp.<table>)",
+        help="run a Spark SQL query over the marts (marts.<name>) and the lake (lake.<table>)",
     )
     sq.add_argument("query")
     sq.add_argument("--json", action="store_true", help="one JSON object per line")

@@ -186,7 +186,7 @@ def fk_hot_million(spark, root: Path) -> None:
     seconds, m = b.run("fk")
     assert m.upserted == n, m
     report(
-        "fk hot key: that merchant updated (1,000,000 rows, recomputed in chunks of 100,000)",
+        "fk hot key: that merchant updated (1,000,000 rows, merged on the executors)",
         seconds,
         m,
         extra=(

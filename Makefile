@@ -5,7 +5,7 @@ BIN   := $(VENV)/bin
 export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 
 .DEFAULT_GOAL := help
-.PHONY: help setup demo pipeline airflow kafka-start kafka-stop cluster-start cluster-stop test lint bench lock lock-jvm clean
+.PHONY: help setup demo pipeline airflow kafka-start kafka-stop cluster-start cluster-stop test lint bench bench-cluster lock lock-jvm clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -57,6 +57,12 @@ bench: setup ## benchmarks (minutes); figures go to bench-results/ and belong in
 	@$(BIN)/python tests/bench/bench_keyed.py --hot-million | tee bench-results/keyed.txt
 	@$(BIN)/python tests/bench/bench_state.py | tee bench-results/state.txt
 	@LAKE_FAULT_KILLS=20 $(BIN)/python -m pytest -q tests/test_join_runner.py -k sigkill | tee bench-results/join-faults.txt
+
+bench-cluster: setup ## the table-join benchmark on the standalone cluster (2 workers on this machine)
+	@mkdir -p bench-results
+	@bash infra/spark-cluster.sh start
+	@LAKE_SPARK_MASTER=spark://127.0.0.1:$${SPARK_MASTER_PORT:-7077} $(BIN)/python tests/bench/bench_joins.py | tee bench-results/joins-cluster.txt; \
+	  status=$$?; bash infra/spark-cluster.sh stop; exit $$status
 
 lock-jvm: ## re-fetch the JVM jars of infra/jvm/*.pom.xml and rewrite their checksums (needs Maven Central)
 	@rm -rf .jvm.tmp && for set in spark kafka; do \

@@ -351,6 +351,22 @@ def test_dbt_build_on_the_demo_lake_and_the_marts_in_a_new_process(demo_lake):
     for mart in ("optout_feed", "display_products", "people_with_addresses", "dq_daily"):
         assert (root / "warehouse" / "marts.db" / mart / "_delta_log").is_dir()  # Delta, under the root
 
+    # dq_daily is incremental: a second build merges the last day's rows again, nothing doubles
+    code, out, err = lake_cli(root, "dbt", "run", "--select", "dq_daily")
+    assert code == 0, out + err
+    log = root / "warehouse" / "marts.db" / "dq_daily" / "_delta_log"
+    last = max(log.glob("*.json"))
+    operations = [json.loads(line)["commitInfo"]["operation"] for line in last.open() if "commitInfo" in line]
+    assert operations == ["MERGE"]
+    assert (
+        sql_rows(
+            root,
+            "SELECT check_name, sum(passes), sum(failures), max_by(offending_keys, last_run_time) "
+            "FROM marts.dq_daily WHERE pipeline = 'consents' GROUP BY check_name ORDER BY 1, 2",
+        )
+        == daily
+    )
+
 
 ACCOUNTS = pa.schema(
     [("key", pa.binary()), ("value", pa.binary()), ("partition", pa.int32()), ("offset", pa.int64()),

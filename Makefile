@@ -61,7 +61,7 @@ bench: setup ## benchmarks (minutes); figures go to bench-results/ and belong in
 bench-cluster: setup ## the table-join benchmark on the standalone cluster (2 workers on this machine)
 	@mkdir -p bench-results
 	@bash infra/spark-cluster.sh start
-	@LAKE_SPARK_MASTER=spark://127.0.0.1:$${SPARK_MASTER_PORT:-7077} $(BIN)/python tests/bench/bench_joins.py | tee bench-results/joins-cluster.txt; \
+	@LAKE_SPARK_MASTER=spark://127.0.0.1:$${SPARK_MASTER_PORT:-7077} $(BIN)/python tests/bench/bench_joins.py --no-deletion-vectors | tee bench-results/joins-cluster.txt; \
 	  status=$$?; bash infra/spark-cluster.sh stop; exit $$status
 
 lock-jvm: ## re-fetch the JVM jars of infra/jvm/*.pom.xml and rewrite their checksums (needs Maven Central)

@@ -6,7 +6,8 @@ first micro-batch (everything), then BATCHES micro-batches of 1,000 left + 100 r
 engine's plan and ``foreachBatch``), and report the median time from the bronze append to the result
 visible. A 10,000-key round first warms the JVM and the Python workers and is not reported. The baseline, measured in the same run at each size: recompute the whole join from the topics
 with Spark (latest value per key of both topics, join, select) and overwrite a result table, as a job
-without incremental state would every batch. `make bench` runs it; usage: bench_joins.py [BATCHES].
+without incremental state would every batch. `make bench` runs it (and `make bench-cluster` on the standalone cluster, without the deletion-vector
+run); usage: bench_joins.py [BATCHES] [--no-deletion-vectors].
 """
 
 from __future__ import annotations
@@ -26,7 +27,9 @@ from spark_jobs.joins.oracle import expected
 from spark_jobs.lake import Lake
 from spark_jobs.session import get_spark
 
-BATCHES = int(sys.argv[1]) if len(sys.argv) > 1 else 10
+ARGS = [a for a in sys.argv[1:] if not a.startswith("--")]
+BATCHES = int(ARGS[0]) if ARGS else 10
+WITH_DV = "--no-deletion-vectors" not in sys.argv[1:]  # bench-cluster leaves the DV run out
 
 
 DV_DEFAULT = "spark.databricks.delta.properties.defaults.enableDeletionVectors"
@@ -96,7 +99,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:  # warm-up (JIT, Python workers), not reported
         run_size(spark, Path(tmp), 10_000, 1_000)
     results = []
-    for left_keys, dv in ((100_000, False), (1_000_000, False), (1_000_000, True)):
+    sizes = [(100_000, False), (1_000_000, False)] + ([(1_000_000, True)] if WITH_DV else [])
+    print(f"Spark master: {spark.sparkContext.master}", flush=True)
+    for left_keys, dv in sizes:
         with tempfile.TemporaryDirectory() as tmp:
             r = run_size(spark, Path(tmp), left_keys, left_keys // 10, deletion_vectors=dv)
         results.append(r)
@@ -107,11 +112,13 @@ def main() -> None:
             f"whole-join recompute {r['recompute']:.1f} s ({r['recompute'] / r['median']:.1f}x the batch)",
             flush=True,
         )
-    small, big, big_dv = results
-    print(
-        f"deletion vectors at 1M keys: median batch {big_dv['median']:.2f} s against {big['median']:.2f} s "
-        f"copy-on-write ({big['median'] / big_dv['median']:.2f}x)"
-    )
+    small, big = results[:2]
+    if WITH_DV:
+        big_dv = results[2]
+        print(
+            f"deletion vectors at 1M keys: median batch {big_dv['median']:.2f} s against {big['median']:.2f} s "
+            f"copy-on-write ({big['median'] / big_dv['median']:.2f}x)"
+        )
     print(
         f"growth: 10x more data -> {big['median'] / small['median']:.2f}x the median batch latency (goal <= 1.5x); "
         f"at 1M keys the incremental batch is {big['recompute'] / big['median']:.1f}x faster than recomputing "

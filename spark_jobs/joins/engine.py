@@ -509,23 +509,21 @@ def _deletes_table(keys: pa.Array, schema: pa.Schema) -> pa.Table:
 
 @dataclass
 class Changes:
-    """What makes the result hold the desired rows of some keys: ``upserts`` (new or different rows),
-    ``deletes`` (keys to remove), and how many of the upserts replace a row the result holds."""
+    """What makes the result hold the desired rows of some keys: ``upserts`` (new or different rows)
+    and ``deletes`` (keys to remove)."""
 
     upserts: pa.Table
     deletes: pa.Array
-    updates: int
 
 
 def _diff(desired: pa.Table, current: pa.Table, columns: list[str]) -> Changes:
     """Rows of ``desired`` that are new or differ from ``current`` (by key), and the keys of
     ``current`` that ``desired`` no longer has."""
     if current.num_rows == 0:
-        return Changes(desired, pa.array([], pa.binary()), 0)
+        return Changes(desired, pa.array([], pa.binary()))
     have = {r["key"]: r for r in current.select(columns).to_pylist()}
     want = desired.select(columns).to_pylist()
     keep = [have.get(r["key"]) != r for r in want]
-    updates = sum(1 for r, k in zip(want, keep, strict=True) if k and r["key"] in have)
     wanted = {r["key"] for r in want}
     gone = [k for k in have if k not in wanted]
-    return Changes(desired.filter(pa.array(keep, pa.bool_())), pa.array(gone, pa.binary()), updates)
+    return Changes(desired.filter(pa.array(keep, pa.bool_())), pa.array(gone, pa.binary()))

@@ -75,11 +75,14 @@ class StateStoreJob(JoinJob):
         valid = F.col("reason").isNull()
         counts = [F.sum("n_left"), F.sum("n_right"), F.count_if(valid & F.col("changed"))]
         counts += [F.count_if(~valid), F.count_if(~valid & (F.col("side") == "left"))]
-        counts += [F.count_if(valid & F.col("left_deleted"))]
+        counts += [
+            F.count_if(valid & F.col("left_deleted")),
+            F.count_if(valid & F.col("changed") & F.col("live")),
+        ]
         extra = [c for c in OPERATOR_COUNTS if c in rows.columns]
         counts += [F.sum(c) for c in extra]
         totals: Any = rows.agg(*counts).first() or []  # an aggregate has one row
-        n_left, n_right, changed, n_bad, bad_left, n_deleted, *more = [int(v or 0) for v in totals]
+        n_left, n_right, changed, n_bad, bad_left, n_deleted, n_live, *more = [int(v or 0) for v in totals]
         m.input_left, m.input_right = n_left + bad_left, n_right + n_bad - bad_left
         m.quarantined, m.affected_keys = n_bad, changed
         for column, value in zip(extra, more, strict=True):
@@ -89,15 +92,17 @@ class StateStoreJob(JoinJob):
         if not changed:
             return
         keys = rows.filter(valid & F.col("changed")).select(*self.row_columns, "live", "left_deleted")
-        try:
-            with _quiet():
-                version = self._write_on_executors(keys, txn)
-        except Exception as exc:
-            if not is_data_error(exc):
-                raise
-            self.log(f"join {self.spec.name} batch {txn[1]}: select failed on some record; finding it")
-            version = self._write_on_driver(keys, m.affected_keys, txn, at, m)
-        if version is None:  # a replayed batch: its commit is in already
+        version = None
+        if n_live or not self._result_empty:  # into an empty result, no joined row writes nothing
+            try:
+                with _quiet():
+                    version = self._write_on_executors(keys, txn)
+            except Exception as exc:
+                if not is_data_error(exc):
+                    raise
+                self.log(f"join {self.spec.name} batch {txn[1]}: select failed on some record; finding it")
+                version = self._write_on_driver(keys, m.affected_keys, txn, at, m)
+        if version is None and self._replay:  # a replayed batch whose commit is in already
             version = self.lake.committed_version(self.spec.name, txn)
         left_deleted = pa.array([], pa.binary())
         if n_deleted and self.spec.publish and self.tombstones_follow_left:

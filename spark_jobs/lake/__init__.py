@@ -26,7 +26,7 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -370,11 +370,16 @@ class Lake:
         """The version that committed ``txn`` among the table's last ``depth`` commits (None: not
         among them): the version a replayed write skipped as already committed."""
         last = self.version(name)
-        for version in range(last, max(last - depth, -1), -1):
+        return self._commit_of(name, txn, range(last, max(last - depth, -1), -1))
+
+    def _commit_of(self, name: str, txn: Txn, versions: Iterable[int]) -> int | None:
+        """The first of ``versions`` whose commit carries ``txn`` (None: none of them; the search
+        stops at a commit whose log entry is gone, kept in a checkpoint only)."""
+        for version in versions:
             try:
                 if self.commit(name, version).txn == txn:
                     return version
-            except FileNotFoundError:  # older commits are in a checkpoint only
+            except FileNotFoundError:
                 break
         return None
 
@@ -518,10 +523,7 @@ class Lake:
         after = self.version(name)
         if txn is None:
             return after if after > before else None
-        for version in range(before + 1, after + 1):
-            if read_commit(self.path(name), version).txn == txn:
-                return version
-        return None
+        return self._commit_of(name, txn, range(before + 1, after + 1))
 
 
 def _same(column: str, spark_type: str) -> str:

@@ -164,9 +164,9 @@ def _stream_stream(
         F.col("right_value"),
     ]
     result = pairs.select(*out)
-    decisions = lake.read_arrow(f"{spec.name}__decisions")
-    if spec.type != "inner" and decisions.num_rows:
-        last = decisions.sort_by([("batch_id", "descending")]).slice(0, 1).to_pylist()[0]["watermark"]
+    progress = lake.read_arrow(f"{spec.name}__progress", columns=["watermark"])  # the last batch's
+    if spec.type != "inner" and progress.num_rows:
+        last = progress["watermark"][0].as_py()
         if last is not None:
             sides = [("left", lhs, rhs)] + ([("right", rhs, lhs)] if spec.type == "outer" else [])
             for side, mine, other in sides:

@@ -5,22 +5,25 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
 
 from spark_jobs.config import JoinSpec
-from spark_jobs.joins.engine import (
-    RECORD_COLUMNS,
-    TS,
-    BatchMetrics,
-)
+from spark_jobs.joins.engine import RECORD_COLUMNS, BatchMetrics
 from spark_jobs.joins.kinds import STREAM_STREAM
-from spark_jobs.joins.streams import BUFFER_SCHEMA, PAIR_COLUMNS, StreamJob, _stream_tables
+from spark_jobs.joins.streams import BUFFER_SCHEMA, PAIR_COLUMNS, Counts, StreamJob, _stream_tables
+
+SIDES = ("left", "right")
+BLAME = {"__lp": "left_partition", "__lo": "left_offset", "__rp": "right_partition", "__ro": "right_offset"}
 
 
 class StreamStreamJob(StreamJob):
-    """stream-stream: every left/right pair of one key within the window."""
+    """stream-stream: every left/right pair of one key within the window.
+
+    State (Delta tables the job owns): ``__left_buffer`` and ``__right_buffer``, each side's events
+    whose window is still open, with whether they have been paired yet (overwritten when they
+    change)."""
 
     @classmethod
     def _kind_tables(cls, spec: JoinSpec) -> dict[str, pa.Schema]:
@@ -31,95 +34,139 @@ class StreamStreamJob(StreamJob):
 
     def _batch(
         self,
-        batch: pa.Table,
-        left: pa.Table,
-        right: pa.Table,
+        sides: dict[str, DataFrame],
+        totals: dict[str, Counts],
+        decision: dict[str, Any],
         txn: tuple[str, int],
         at: datetime,
         m: BatchMetrics,
     ) -> None:
-        progress = self._progress(batch, txn)
-        name, window = self.spec.name, int(self.spec.window_ms or 0) * 1000
-        new = {}
-        for side, records in (("left", left), ("right", right)):
-            live = records.filter(pc.is_valid(records["value"]))
-            m.ignored += records.num_rows - live.num_rows
-            new[side] = live.append_column("matched", pa.array(np.zeros(live.num_rows, dtype=bool)))
-        decision = self._decide(txn, progress)
-        old = {s: self._owned(f"{name}__{s}_buffer") for s in ("left", "right")}
-        pairs = [
-            _window_pairs(new["left"], pa.concat_tables([old["right"], new["right"]]), window),
-            _window_pairs(old["left"], new["right"], window),
-        ]
-        paired = pa.concat_tables(pairs)
-        buffers, unmatched = {}, []
-        watermark = decision.get("watermark")
-        for side in ("left", "right"):
-            rows = pa.concat_tables([old[side], new[side]])
-            hit = _ids_in(rows, paired[f"{side}_partition"], paired[f"{side}_offset"])
-            rows = rows.set_column(
-                rows.schema.get_field_index("matched"), "matched", pc.or_(rows["matched"], hit)
+        name, window = self.spec.name, int(self.spec.window_ms or 0) * 1000  # microseconds
+        m.ignored = totals["left"].tombstones + totals["right"].tombstones
+        new = {
+            side: sides[side]
+            .filter(F.col("value").isNotNull())
+            .withColumns({"matched": F.lit(False), "__old": F.lit(False)})
+            for side in SIDES
+        }
+        old = {
+            side: self._state(f"{name}__{side}_buffer", [*RECORD_COLUMNS, "matched"]).withColumn(
+                "__old", F.lit(True)
             )
-            if watermark is not None:
-                expires = pc.less(pc.add(rows["timestamp"], pa.scalar(window, pa.duration("us"))), watermark)
-            else:
-                expires = pa.array(np.zeros(rows.num_rows, dtype=bool))
-            keep_side = self.spec.type == "outer" or (side == "left" and self.spec.type == "left")
-            if keep_side:
-                unmatched.append(_unmatched(rows.filter(pc.and_(expires, pc.invert(rows["matched"]))), side))
-            buffers[side] = rows.filter(pc.invert(expires))
-        out_rows = pa.concat_tables([paired, *unmatched]) if unmatched else paired
-        m.affected_keys = out_rows.num_rows
-        blame = {"__lp": "left_partition", "__lo": "left_offset", "__rp": "right_partition"}
-        for column, source in (blame | {"__ro": "right_offset"}).items():
-            out_rows = out_rows.append_column(column, out_rows[source])
-        out, _ = self._project(out_rows, txn, at, m)
-        order = [(c, "ascending") for c in STREAM_STREAM.meta_columns[1:]]
-        out = out.sort_by(order)
-        m.appended = out.num_rows
-        m.pending = buffers["left"].num_rows + buffers["right"].num_rows
-        self._append_events(out, txn, at)
-        for side in ("left", "right"):
-            if old[side].num_rows or buffers[side].num_rows:
-                self._overwrite_owned(f"{name}__{side}_buffer", buffers[side], txn)
+            for side in SIDES
+        }
+        paired = (
+            _window_pairs(new["left"], old["right"].unionByName(new["right"]), window)
+            .unionByName(_window_pairs(old["left"], new["right"], window))
+            .persist()
+        )
+        watermark = decision.get("watermark")
+        rows, unmatched, cached = {}, [], [paired]
+        try:
+            for side in SIDES:
+                hits = (
+                    paired.select(
+                        F.col(f"{side}_partition").alias("__p"), F.col(f"{side}_offset").alias("__o")
+                    )
+                    .distinct()
+                    .withColumn("__hit", F.lit(True))
+                )
+                hit = (F.col("partition") == F.col("__p")) & (F.col("offset") == F.col("__o"))
+                expires = F.lit(False)
+                if watermark is not None:  # the window has closed: no later record can pair with it
+                    limit = F.unix_micros(F.lit(watermark))
+                    expires = F.unix_micros("timestamp") + F.lit(window) < limit
+                rows[side] = (
+                    old[side]
+                    .unionByName(new[side])
+                    .join(hits, hit, "left")
+                    .select(
+                        F.lit(side).alias("__side"),
+                        *RECORD_COLUMNS,
+                        (F.col("matched") | F.coalesce(F.col("__hit"), F.lit(False))).alias("matched"),
+                        F.coalesce(F.col("__hit"), F.lit(False)).alias("__hit"),
+                        F.col("matched").alias("__was_matched"),
+                        "__old",
+                    )
+                    .withColumn("__expires", expires)
+                    .persist()
+                )
+                cached.append(rows[side])
+                if self._keeps(side):
+                    closed = rows[side].filter(F.col("__expires") & ~F.col("matched"))
+                    unmatched.append(_unmatched(closed, side))
+            # one job counts both sides: kept in the buffer, closed unmatched, paired now, and how
+            # many buffered events the batch changes (closed, or paired for the first time) or adds
+            was, expires = F.col("__old"), F.col("__expires")
+            newly = F.col("__hit") & ~F.col("__was_matched")
+            counted = (
+                rows["left"]
+                .unionByName(rows["right"])
+                .groupBy("__side")
+                .agg(
+                    F.count_if(~expires).alias("kept"),
+                    F.count_if(expires & ~F.col("matched")).alias("closed"),
+                    F.count_if(F.col("__hit")).alias("hit"),
+                    F.count_if((was & (expires | newly)) | (~was & ~expires)).alias("changed"),
+                )
+            )
+            counts = {side: {"kept": 0, "closed": 0, "hit": 0, "changed": 0} for side in SIDES}
+            for r in counted.collect():
+                counts[r["__side"]] = r.asDict()
+            m.pending = counts["left"]["kept"] + counts["right"]["kept"]
+            if counts["left"]["hit"] or any(counts[s]["closed"] for s in SIDES if self._keeps(s)):
+                out_rows = paired
+                for part in unmatched:
+                    out_rows = out_rows.unionByName(part)
+                out_rows = out_rows.withColumns({blame: F.col(source) for blame, source in BLAME.items()})
+                self._append_events(out_rows, list(STREAM_STREAM.meta_columns[1:]), txn, at, m)
+                m.affected_keys = m.appended
+            for side in SIDES:
+                if counts[side]["changed"]:  # else the buffer holds what it held
+                    buffer = rows[side].filter(~F.col("__expires")).select(*RECORD_COLUMNS, "matched")
+                    self.lake.overwrite(f"{name}__{side}_buffer", buffer, txn=txn)
+        finally:
+            for frame in cached:
+                frame.unpersist()
+
+    def _keeps(self, side: str) -> bool:
+        """Does the join type emit this side's events that found no pair?"""
+        return self.spec.type == "outer" or (side == "left" and self.spec.type == "left")
 
 
-def _window_pairs(left: pa.Table, right: pa.Table, window_us: int) -> pa.Table:
+def _window_pairs(left: DataFrame, right: DataFrame, window_us: int) -> DataFrame:
     """Every (left, right) pair with the same key and |timestamps| <= window."""
-    lhs = left.select(RECORD_COLUMNS).rename_columns(
-        ["key", "left_value", "left_timestamp", "left_partition", "left_offset"]
+    lhs = left.select(
+        F.col("key").alias("__lk"),
+        F.col("value").alias("left_value"),
+        F.col("timestamp").alias("left_timestamp"),
+        F.col("partition").alias("left_partition"),
+        F.col("offset").alias("left_offset"),
     )
-    rhs = right.select(RECORD_COLUMNS).rename_columns(
-        ["key", "right_value", "right_timestamp", "right_partition", "right_offset"]
+    rhs = right.select(
+        F.col("key").alias("__rk"),
+        F.col("value").alias("right_value"),
+        F.col("timestamp").alias("right_timestamp"),
+        F.col("partition").alias("right_partition"),
+        F.col("offset").alias("right_offset"),
     )
-    pairs = lhs.join(rhs, "key", join_type="inner")
-    if pairs.num_rows:
-        gap = pc.abs(pc.subtract(pairs["left_timestamp"], pairs["right_timestamp"]))
-        pairs = pairs.filter(pc.less_equal(gap, pa.scalar(window_us, pa.duration("us"))))
-    return pairs.select(PAIR_COLUMNS)
+    gap = F.abs(F.unix_micros("left_timestamp") - F.unix_micros("right_timestamp"))
+    pairs = lhs.join(rhs, (F.col("__lk") == F.col("__rk")) & (gap <= F.lit(window_us)), "inner")
+    return pairs.withColumnRenamed("__lk", "key").select(PAIR_COLUMNS)
 
 
-def _unmatched(rows: pa.Table, side: str) -> pa.Table:
+def _unmatched(rows: DataFrame, side: str) -> DataFrame:
+    """A side's events without a pair, as pairs with the other side's columns null."""
     other = "right" if side == "left" else "left"
-    n = rows.num_rows
-    cols = {
-        "key": rows["key"],
-        f"{side}_timestamp": rows["timestamp"],
-        f"{side}_partition": rows["partition"],
-        f"{side}_offset": rows["offset"],
-        f"{other}_timestamp": pa.nulls(n, TS),
-        f"{other}_partition": pa.nulls(n, pa.int32()),
-        f"{other}_offset": pa.nulls(n, pa.int64()),
-        f"{side}_value": rows["value"],
-        f"{other}_value": pa.nulls(n, pa.binary()),
+    columns: dict[str, Column] = {
+        "key": F.col("key"),
+        f"{side}_timestamp": F.col("timestamp"),
+        f"{side}_partition": F.col("partition"),
+        f"{side}_offset": F.col("offset"),
+        f"{other}_timestamp": F.lit(None).cast("timestamp"),
+        f"{other}_partition": F.lit(None).cast("int"),
+        f"{other}_offset": F.lit(None).cast("bigint"),
+        f"{side}_value": F.col("value"),
+        f"{other}_value": F.lit(None).cast("binary"),
     }
-    return pa.table({c: cols[c] for c in PAIR_COLUMNS})
-
-
-def _ids_in(rows: pa.Table, partitions: Any, offsets: Any) -> pa.Array:
-    """Per row: is its (partition, offset) among the given ones."""
-    if rows.num_rows == 0 or len(partitions) == 0:
-        return pa.array(np.zeros(rows.num_rows, dtype=bool))
-    wanted = {(p, o) for p, o in zip(partitions.to_pylist(), offsets.to_pylist(), strict=True)}
-    mine = zip(rows["partition"].to_pylist(), rows["offset"].to_pylist(), strict=True)
-    return pa.array([(p, o) in wanted for p, o in mine])
+    return rows.select(*[columns[c].alias(c) for c in PAIR_COLUMNS])

@@ -5,20 +5,22 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
 
 from spark_jobs.config import JoinSpec
-from spark_jobs.joins.engine import (
-    RECORD_COLUMNS,
-    BatchMetrics,
-)
-from spark_jobs.joins.streams import STATE_SCHEMA, StreamJob, _stream_tables
+from spark_jobs.joins.engine import RECORD_COLUMNS, BatchMetrics
+from spark_jobs.joins.streams import STATE_SCHEMA, Counts, StreamJob, _stream_tables
+
+EVENT_ORDER = ["timestamp", "partition", "offset"]
 
 
 class StreamTableJob(StreamJob):
-    """stream-table: each left event with the right side's value as of its timestamp."""
+    """stream-table: each left event with the right side's value as of its timestamp.
+
+    State (Delta tables the job owns): ``__right_history``, every right record (appended), and
+    ``__pending``, the events still waiting for the right side (overwritten when it changes)."""
 
     @classmethod
     def _kind_tables(cls, spec: JoinSpec) -> dict[str, pa.Schema]:
@@ -32,83 +34,81 @@ class StreamTableJob(StreamJob):
 
     def _batch(
         self,
-        batch: pa.Table,
-        left: pa.Table,
-        right: pa.Table,
+        sides: dict[str, DataFrame],
+        totals: dict[str, Counts],
+        decision: dict[str, Any],
         txn: tuple[str, int],
         at: datetime,
         m: BatchMetrics,
     ) -> None:
-        progress = self._progress(batch, txn)
         name = self.spec.name
-        m.ignored = left.num_rows - int(pc.sum(pc.is_valid(left["value"])).as_py() or 0)
-        events = left.filter(pc.is_valid(left["value"]))
-        if right.num_rows:
-            self.lake.append(f"{name}__right_history", right, txn=txn)
-        decision = self._decide(txn, progress)
-        pending = self._owned(f"{name}__pending")
-        candidates = _distinct_events(pa.concat_tables([pending, events]))
+        m.ignored = totals["left"].tombstones
+        if totals["right"].valid:
+            self.lake.append(f"{name}__right_history", sides["right"], txn=txn)
+        events = sides["left"].filter(F.col("value").isNotNull()).withColumn("__old", F.lit(False))
+        pending = self._state(f"{name}__pending", RECORD_COLUMNS).withColumn("__old", F.lit(True))
         if decision["right_caught_up"]:
-            ready_mask = pa.array(np.ones(candidates.num_rows, dtype=bool))
+            ready = F.lit(True)
         elif decision.get("watermark") is not None:
-            ready_mask = pc.less(candidates["timestamp"], decision["watermark"])
+            ready = F.col("timestamp") < F.lit(decision["watermark"])
         else:
-            ready_mask = pa.array(np.zeros(candidates.num_rows, dtype=bool))
-        ready, waiting = candidates.filter(ready_mask), candidates.filter(pc.invert(ready_mask))
-        m.affected_keys, m.pending = ready.num_rows, waiting.num_rows
-        rows = self._as_of(ready)
-        out, _ = self._project(rows, txn, at, m)
-        out = out.sort_by([("timestamp", "ascending"), ("partition", "ascending"), ("offset", "ascending")])
-        m.appended = out.num_rows
-        self._append_events(out, txn, at)
-        if pending.num_rows or waiting.num_rows:
-            self._overwrite_owned(f"{name}__pending", waiting, txn)
+            ready = F.lit(False)
+        # each event once (a replay may see it in the batch and among the pending ones)
+        candidates = (
+            events.unionByName(pending)
+            .groupBy("partition", "offset")
+            .agg(*[F.first(c).alias(c) for c in ("key", "value", "timestamp")], F.max("__old").alias("__old"))
+            .withColumn("__ready", ready)
+            .persist()
+        )
+        try:
+            ready_now, old = F.col("__ready"), F.col("__old")
+            counts: Any = candidates.agg(
+                F.count_if(ready_now),
+                F.count_if(~ready_now),
+                F.count_if((ready_now & old) | (~ready_now & ~old)),
+            ).first()
+            n_ready, n_waiting, n_changed = (int(v or 0) for v in counts)
+            m.affected_keys, m.pending = n_ready, n_waiting
+            if n_ready:
+                self._append_events(self._as_of(candidates.filter("__ready")), EVENT_ORDER, txn, at, m)
+            if n_changed:  # an event decided that was waiting, or a new one that waits
+                waiting = candidates.filter(~F.col("__ready")).select(RECORD_COLUMNS)
+                self.lake.overwrite(f"{name}__pending", waiting, txn=txn)
+        finally:
+            candidates.unpersist()
 
-    def _as_of(self, events: pa.Table) -> pa.Table:
+    def _as_of(self, events: DataFrame) -> DataFrame:
         """Each event with the right side's value as of its timestamp (equal timestamps count as
         earlier); ``right_value`` null when there is none or it was deleted."""
-        base = events.select(RECORD_COLUMNS).rename_columns(
-            ["key", "left_value", "timestamp", "partition", "offset"]
-        )
-        base = base.append_column("__lp", base["partition"]).append_column("__lo", base["offset"])
-        n = base.num_rows
-        right = {"right_value": pa.nulls(n, pa.binary()), "__rp": pa.nulls(n, pa.int32())}
-        right["__ro"] = pa.nulls(n, pa.int64())
-        history = self.lake.read_keys(
-            f"{self.spec.name}__right_history",
+        base = events.select(
             "key",
-            pc.unique(events["key"].combine_chunks()),
-            columns=["key", "value", "timestamp", "partition", "offset"],
-        ).rename_columns(["key", "right_value", "r_ts", "__rp", "__ro"])
-        ids = base.append_column("__i", pa.array(np.arange(n)))
-        cand = ids.select(["key", "timestamp", "__i"]).join(history, "key", join_type="inner")
-        cand = cand.filter(pc.less_equal(cand["r_ts"], cand["timestamp"]))
-        if cand.num_rows:
-            cand = cand.sort_by([("__i", "ascending"), ("r_ts", "ascending"), ("__ro", "ascending")])
-            i = cand["__i"].combine_chunks()
-            last = pa.concat_arrays([pc.not_equal(i.slice(0, len(i) - 1), i.slice(1)), pa.array([True])])
-            best = cand.filter(last)
-            at = best["__i"].to_numpy()
-            for column, kind in (("right_value", pa.binary()), ("__rp", pa.int32()), ("__ro", pa.int64())):
-                values = np.full(n, None, dtype=object)
-                values[at] = best[column].to_numpy(zero_copy_only=False)
-                right[column] = pa.array(values, kind)
-        rows = base
-        for column, values in right.items():
-            rows = rows.append_column(column, values)
+            F.col("value").alias("left_value"),
+            "timestamp",
+            "partition",
+            "offset",
+        )
+        history = self._state(f"{self.spec.name}__right_history", RECORD_COLUMNS).select(
+            F.col("key").alias("__hk"),
+            F.col("value").alias("__rv"),
+            F.col("timestamp").alias("__rts"),
+            F.col("partition").alias("__hp"),
+            F.col("offset").alias("__ho"),
+        )
+        matches = base.join(
+            history, (F.col("key") == F.col("__hk")) & (F.col("__rts") <= F.col("timestamp")), "left"
+        )
+        best = matches.groupBy(*base.columns).agg(
+            F.max_by(F.struct("__rv", "__hp", "__ho"), F.struct("__rts", "__ho")).alias("__r")
+        )
+        rows = best.select(
+            *base.columns,
+            F.col("partition").alias("__lp"),
+            F.col("offset").alias("__lo"),
+            F.col("__r.__rv").alias("right_value"),
+            F.col("__r.__hp").alias("__rp"),
+            F.col("__r.__ho").alias("__ro"),
+        )
         if self.spec.type == "inner":
-            rows = rows.filter(pc.is_valid(rows["right_value"]))
+            rows = rows.filter(F.col("right_value").isNotNull())
         return rows
-
-
-def _distinct_events(events: pa.Table) -> pa.Table:
-    """Events once each, by (partition, offset), in (timestamp, partition, offset) order."""
-    if events.num_rows == 0:
-        return events
-    ordered = events.sort_by([("partition", "ascending"), ("offset", "ascending")])
-    p, o = ordered["partition"].combine_chunks(), ordered["offset"].combine_chunks()
-    first = pc.or_(
-        pc.not_equal(p.slice(1), p.slice(0, len(p) - 1)), pc.not_equal(o.slice(1), o.slice(0, len(o) - 1))
-    )
-    ordered = ordered.filter(pa.concat_arrays([pa.array([True]), first]))
-    return ordered.sort_by([("timestamp", "ascending"), ("partition", "ascending"), ("offset", "ascending")])

@@ -3,15 +3,16 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
 
-from spark_jobs.config import JoinSpec
+from spark_jobs.config import JoinSpec, TopicSpec
 from spark_jobs.ingest import next_offsets
 from spark_jobs.joins.engine import (
     RECORD_COLUMNS,
@@ -19,91 +20,119 @@ from spark_jobs.joins.engine import (
     TS,
     BatchMetrics,
     JoinJob,
+    _meta_type,
     _without_json,
 )
 from spark_jobs.joins.kinds import STREAM_STREAM
+from spark_jobs.joins.poison import _quiet, is_data_error
 from spark_jobs.lake import conform
 
 STATE_SCHEMA = pa.schema(RECORD_FIELDS)
+BAD_SCHEMA = pa.schema([("side", pa.string()), *RECORD_FIELDS, ("reason", pa.string())])
+# the columns naming the records a row was computed from (spark_jobs.joins.poison)
+BLAME_TYPES = {"__lp": pa.int32(), "__lo": pa.int64(), "__rp": pa.int32(), "__ro": pa.int64()}
 BUFFER_SCHEMA = pa.schema([*RECORD_FIELDS, ("matched", pa.bool_())])
+# Per side and partition: the next offset and the largest timestamp read so far; and on every row
+# the batch that wrote it and its decision (has a side read all its topic holds? the watermark), so
+# a replay of that batch decides the same. One overwrite per batch: a handful of rows.
+DECISION_FIELDS = [
+    ("query_id", pa.string()),
+    ("batch_id", pa.int64()),
+    ("left_caught_up", pa.bool_()),
+    ("right_caught_up", pa.bool_()),
+    ("watermark", TS),
+]
 PROGRESS_SCHEMA = pa.schema(
-    [("side", pa.string()), ("partition", pa.int32()), ("next_offset", pa.int64()), ("max_timestamp", TS)]
-)
-DECISIONS_SCHEMA = pa.schema(
     [
-        ("query_id", pa.string()),
-        ("batch_id", pa.int64()),
-        ("left_caught_up", pa.bool_()),
-        ("right_caught_up", pa.bool_()),
-        ("watermark", TS),
+        ("side", pa.string()),
+        ("partition", pa.int32()),
+        ("next_offset", pa.int64()),
+        ("max_timestamp", TS),
+        *DECISION_FIELDS,
     ]
 )
+DECISION_COLUMNS = [name for name, _ in DECISION_FIELDS]
 # A stream-stream pair (or an unmatched event) before ``select``: meta columns, then both values.
 PAIR_COLUMNS = [*STREAM_STREAM.meta_columns, "left_value", "right_value"]
 
 
 class StreamJob(JoinJob):
-    """A kind whose result is an append-only log of events (stream-table, stream-stream)."""
+    """A kind whose result is an append-only log of events (stream-table, stream-stream).
+
+    A batch runs on the executors: the records, the state tables (Delta, owned by the job) and the
+    result are Spark DataFrames, and every write is a Spark commit with the batch's txn. The driver
+    holds only what is per partition or per batch: the progress per side and partition, and the
+    batch's decision (has a side read all its topic holds?). Only a batch whose ``select`` fails on
+    some record brings its decided rows to the driver, to bisect the failing ones out."""
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
-        self._owned_rows: dict[str, pa.Table] = {}  # state tables as this job last read or wrote them
-
-    def _owned(self, table: str) -> pa.Table:
-        """A state table only this job writes, as it is now: read from Delta once per process, then
-        kept as this job writes it (a read per batch would cost as much as the write)."""
-        rows = self._owned_rows.get(table)
-        if rows is None:
-            rows = self._owned_rows[table] = self.lake.read_arrow(table)
-        return rows
-
-    def _overwrite_owned(self, table: str, rows: pa.Table, txn: tuple[str, int]) -> None:
-        before = self._owned_rows.get(table)
-        if self.lake.overwrite(table, rows, txn=txn) is None:  # a replay: Delta holds the first attempt's
-            self._owned_rows.pop(table, None)
-        else:
-            self._owned_rows[table] = rows.cast(before.schema) if before is not None else rows
+        self._progress_rows: pa.Table | None = None  # the progress table as this job last read or wrote it
+        self._ends: dict[str, tuple[int, np.ndarray]] = {}  # topic -> (bronze version, next offsets)
+        # a lake from before the decision moved into the progress table: add its columns
+        self.lake.add_missing_columns(f"{self.spec.name}__progress", PROGRESS_SCHEMA)
 
     def _step(self, frame: DataFrame, txn: tuple[str, int], at: datetime, metrics: BatchMetrics) -> None:
         """A micro-batch of records with ``reason``: quarantine the bad ones, hand the rest to the
         kind's :meth:`_batch`."""
-        batch = conform(
-            frame.toArrow(),
-            pa.schema([("side", pa.string()), *RECORD_FIELDS, ("reason", pa.string())]),
-            f"join {self.spec.name} input",
+        rows = frame.persist()  # read by several jobs below
+        try:
+            self._records(rows, txn, at, metrics)
+        finally:
+            rows.unpersist()
+
+    def _records(self, rows: DataFrame, txn: tuple[str, int], at: datetime, m: BatchMetrics) -> None:
+        valid = F.col("reason").isNull()
+        grouped = _arrow(
+            rows.groupBy("side", "partition").agg(
+                F.count(F.lit(1)).alias("n"),
+                F.count_if(~valid).alias("bad"),
+                F.count_if(valid & F.col("value").isNull()).alias("tombstones"),
+                F.max("offset").alias("offset_max"),
+                F.max("timestamp").alias("timestamp_max"),
+            )
         )
-        side = batch["side"]
-        metrics.input_left = int(pc.sum(pc.equal(side, "left")).as_py() or 0)
-        metrics.input_right = batch.num_rows - metrics.input_left
-        bad = batch.filter(pc.is_valid(batch["reason"]))
-        good = batch.filter(pc.is_null(batch["reason"]))
-        metrics.quarantined = bad.num_rows
-        self._quarantine(bad, txn, at)
-        left = good.filter(pc.equal(good["side"], "left")).select(RECORD_COLUMNS)
-        right = good.filter(pc.equal(good["side"], "right")).select(RECORD_COLUMNS)
-        self._batch(batch, left, right, txn, at, metrics)
+        totals = {side: Counts() for side in ("left", "right")}
+        for r in grouped.to_pylist():
+            totals[r["side"]].add(r["n"], r["bad"], r["tombstones"])
+        m.input_left, m.input_right = totals["left"].records, totals["right"].records
+        m.quarantined = totals["left"].bad + totals["right"].bad
+        if m.quarantined:
+            bad = rows.filter(~valid).select("side", *RECORD_COLUMNS, "reason")
+            self._quarantine(conform(_arrow(bad), BAD_SCHEMA, f"join {self.spec.name} input"), txn, at)
+        decision = self._progress(grouped, txn)
+        good = rows.filter(valid)
+        sides = {side: good.filter(F.col("side") == side).select(RECORD_COLUMNS) for side in totals}
+        self._batch(sides, totals, decision, txn, at, m)
 
     def _batch(
         self,
-        batch: pa.Table,
-        left: pa.Table,
-        right: pa.Table,
+        sides: dict[str, DataFrame],
+        totals: dict[str, Counts],
+        decision: dict[str, Any],
         txn: tuple[str, int],
         at: datetime,
         m: BatchMetrics,
     ) -> None:
-        """The kind's work on a batch's valid records (``batch``: all of them, with ``reason``)."""
+        """The kind's work on a batch's valid records per side (``totals``: their counts), with the
+        batch's ``decision``."""
         raise NotImplementedError
 
-    def _progress(self, batch: pa.Table, txn: tuple[str, int]) -> list[dict[str, Any]]:
-        """Record the next offset and the largest timestamp seen per side and partition; returns the
-        progress after the batch."""
-        current = self._owned(f"{self.spec.name}__progress")
-        if batch.num_rows == 0:
-            return current.to_pylist()
-        grouped = batch.group_by(["side", "partition"]).aggregate([("offset", "max"), ("timestamp", "max")])
+    def _progress(self, grouped: pa.Table, txn: tuple[str, int]) -> dict[str, Any]:
+        """Record the next offset and the largest timestamp seen per side and partition (``grouped``:
+        the batch's largest per side and partition) with the batch's decision, in one commit; returns
+        the decision. A replay of a batch whose commit is in reads the decision it recorded."""
+        table = f"{self.spec.name}__progress"
+        if self._replay and self.lake.committed(table, txn):  # only the first batch of a run can be
+            self._progress_rows = self.lake.read_arrow(table)
+            recorded = self._progress_rows.slice(0, 1).select(DECISION_COLUMNS).to_pylist()
+            if recorded and (recorded[0]["query_id"], recorded[0]["batch_id"]) == txn:
+                return recorded[0] | {"recorded": True}
+        if self._progress_rows is None:
+            self._progress_rows = self.lake.read_arrow(table)
         best: dict[tuple[str, int], tuple[int, Any]] = {
-            (r["side"], r["partition"]): (r["next_offset"], r["max_timestamp"]) for r in current.to_pylist()
+            (r["side"], r["partition"]): (r["next_offset"], r["max_timestamp"])
+            for r in self._progress_rows.to_pylist()
         }
         for r in grouped.to_pylist():
             k = (r["side"], r["partition"])
@@ -112,59 +141,153 @@ class StreamJob(JoinJob):
                 max(off, r["offset_max"] + 1),
                 ts if ts is not None and ts >= r["timestamp_max"] else r["timestamp_max"],
             )
+        decision = self._decide(txn, best)
+        n = len(best)
         rows = pa.table(
             {
-                "side": [k[0] for k in best],
+                "side": pa.array([k[0] for k in best], pa.string()),
                 "partition": pa.array([k[1] for k in best], pa.int32()),
                 "next_offset": pa.array([v[0] for v in best.values()], pa.int64()),
                 "max_timestamp": pa.array([v[1] for v in best.values()], TS),
-            }
+                **{c: pa.array([decision[c]] * n, t) for c, t in DECISION_FIELDS},
+            },
+            schema=PROGRESS_SCHEMA,
         )
-        # every side and partition seen so far: one overwrite (an append's cost), not a MERGE
-        self._overwrite_owned(f"{self.spec.name}__progress", rows, txn)
-        return rows.to_pylist()
+        if n:  # nothing read yet: nothing to decide either
+            if self.lake.overwrite(table, rows, txn=txn) is None:  # a replay: Delta holds the first attempt's
+                self._progress_rows = None
+            else:
+                self._progress_rows = rows
+        return decision
 
-    def _decide(self, txn: tuple[str, int], progress: list[dict[str, Any]]) -> dict[str, Any]:
-        """Has each side read all its topic holds, and the largest timestamp per side — recorded by
-        the first attempt of a batch, so a replay decides the same."""
-        table = f"{self.spec.name}__decisions"
-        if self._replay and self.lake.committed(table, txn):  # only the first batch of a run can be
-            rows = self.lake.read_keys(table, "batch_id", pa.array([txn[1]], pa.int64()))
-            rows = rows.filter(pc.equal(rows["query_id"], txn[0])).to_pylist()
-            if rows:
-                return rows[0] | {"recorded": True}
+    def _decide(
+        self, txn: tuple[str, int], progress: dict[tuple[str, int], tuple[int, Any]]
+    ) -> dict[str, Any]:
+        """Has each side read all its topic holds (``progress``: the next offset and largest timestamp
+        per side and partition), and the watermark."""
         decision: dict[str, Any] = {"query_id": txn[0], "batch_id": txn[1]}
         maxima: dict[str, Any] = {}
         for side, name in self.spec.sides:
             topic = self.config.topic(name)
             seen = np.zeros(topic.partitions, dtype=np.int64)
-            stamps = [r["max_timestamp"] for r in progress if r["side"] == side]
-            for r in progress:
-                if r["side"] == side and r["partition"] < topic.partitions:
-                    seen[r["partition"]] = r["next_offset"]
-            decision[f"{side}_caught_up"] = bool((seen >= next_offsets(self.lake, topic)).all())
+            stamps = [ts for (s, _), (_, ts) in progress.items() if s == side and ts is not None]
+            for (s, partition), (next_offset, _) in progress.items():
+                if s == side and partition < topic.partitions:
+                    seen[partition] = next_offset
+            decision[f"{side}_caught_up"] = bool((seen >= self._topic_ends(topic)).all())
             maxima[side] = max(stamps) if stamps else None
         decision["watermark"] = self._watermark(decision, maxima)
-        self.lake.append(table, pa.Table.from_pylist([decision], DECISIONS_SCHEMA), txn=txn)
         return decision
+
+    def _topic_ends(self, topic: TopicSpec) -> np.ndarray:
+        """The offset after the last mirrored record of each of the topic's partitions (a Spark job
+        over the bronze table's file statistics, reused while the table's version stays the same)."""
+        version = self.lake.version(topic.name)
+        known = self._ends.get(topic.name)
+        if known is None or known[0] != version:
+            known = self._ends[topic.name] = (version, next_offsets(self.lake, topic))
+        return known[1]
 
     def _watermark(self, decision: dict[str, Any], maxima: dict[str, Any]) -> Any:
         return _watermark(decision, maxima)
 
-    def _append_events(self, out: pa.Table, txn: tuple[str, int], at: datetime) -> None:
-        """Stream kinds: append the decided rows to the result, and publish them when configured."""
-        if out.num_rows == 0:
-            return
-        self.lake.append(self.spec.name, _without_json(out), txn=txn)
-        if self.spec.publish:
-            self._publish(
-                out["key"].combine_chunks(), out["__json"].combine_chunks().cast(pa.binary()), txn, at
+    def _state(self, table: str, columns: list[str]) -> DataFrame:
+        """A state table of the job, as Delta holds it now."""
+        return self.lake.read(table).select(*columns)
+
+    def _append_events(
+        self, rows: DataFrame, order: list[str], txn: tuple[str, int], at: datetime, m: BatchMetrics
+    ) -> None:
+        """Stream kinds: append the decided rows (before ``select``) to the result in one commit, and
+        publish them, in ``order``, when configured."""
+        rows = rows.persist()  # select is evaluated for the append and for the changelog
+        try:
+            try:
+                with _quiet():
+                    version = self.lake.append(self.spec.name, self.projection.frame(rows), txn=txn)
+                    published = self._events_json(rows, order) if self.spec.publish else None
+            except Exception as exc:
+                if not is_data_error(exc):
+                    raise
+                self.log(f"join {self.spec.name} batch {txn[1]}: select failed on some record; finding it")
+                version, published = self._append_on_driver(rows, order, txn, at, m)
+        finally:
+            rows.unpersist()
+        if version is None and self._replay:  # a replayed batch whose commit is in already
+            version = self.lake.committed_version(self.spec.name, txn)
+        if version is not None:
+            m.appended = int(
+                (self.lake.commit(self.spec.name, version).metrics or {}).get("numOutputRows", 0)
             )
+        if published is not None and len(published[0]):
+            self._publish(published[0], published[1], txn, at)
+
+    def _events_json(self, rows: DataFrame, order: list[str]) -> tuple[pa.Array, pa.Array]:
+        """The events' keys and their select columns as JSON, in ``order``."""
+        out = self.projection.frame(rows)
+        columns = [F.col(f"`{c}`") for c in self.spec.select]
+        as_json = F.to_json(F.struct(*columns), {"ignoreNullFields": "false"}).cast("binary")
+        sorted_rows = out.orderBy(*[F.col(c).asc_nulls_last() for c in order])
+        table = sorted_rows.select("key", as_json.alias("v")).toArrow()
+        return table["key"].combine_chunks().cast(pa.binary()), table["v"].combine_chunks().cast(pa.binary())
+
+    def _append_on_driver(
+        self, rows: DataFrame, order: list[str], txn: tuple[str, int], at: datetime, m: BatchMetrics
+    ) -> tuple[int | None, tuple[pa.Array, pa.Array] | None]:
+        """The driver's pass of a batch whose ``select`` failed on some record: the failing rows are
+        bisected out and quarantined, the rest appended."""
+        arrow = conform(_arrow(rows), _rows_schema(rows.columns), f"join {self.spec.name}")
+        out, _ = self._project(arrow, txn, at, m)
+        if out.num_rows:
+            out = out.sort_by([(c, "ascending") for c in order])
+        version = self.lake.append(self.spec.name, _without_json(out), txn=txn) if out.num_rows else None
+        published = None
+        if self.spec.publish:
+            published = (out["key"].combine_chunks(), out["__json"].combine_chunks().cast(pa.binary()))
+        return version, published
+
+
+@dataclass
+class Counts:
+    """A side's records in a batch: all, quarantined, and valid tombstones."""
+
+    records: int = 0
+    bad: int = 0
+    tombstones: int = 0
+
+    def add(self, records: int, bad: int, tombstones: int) -> None:
+        self.records += records
+        self.bad += bad
+        self.tombstones += tombstones
+
+    @property
+    def valid(self) -> int:
+        return self.records - self.bad
+
+
+def _arrow(frame: DataFrame) -> pa.Table:
+    """A small DataFrame on the driver, its timestamps in UTC."""
+    table = frame.toArrow()
+    for i, field in enumerate(table.schema):
+        if pa.types.is_timestamp(field.type):
+            table = table.set_column(i, field.name, table[field.name].cast(TS))
+    return table
+
+
+def _rows_schema(columns: list[str]) -> pa.Schema:
+    """The Arrow schema of a kind's rows before ``select`` (meta columns, values, blame columns)."""
+
+    def kind(column: str) -> pa.DataType:
+        if column in BLAME_TYPES:
+            return BLAME_TYPES[column]
+        return pa.binary() if column.endswith("value") else _meta_type(column)
+
+    return pa.schema([(c, kind(c)) for c in columns])
 
 
 def _stream_tables(spec: JoinSpec) -> dict[str, pa.Schema]:
     """The stream kinds' progress per side and partition, and each batch's recorded decisions."""
-    return {f"{spec.name}__progress": PROGRESS_SCHEMA, f"{spec.name}__decisions": DECISIONS_SCHEMA}
+    return {f"{spec.name}__progress": PROGRESS_SCHEMA}
 
 
 def _watermark(decision: dict[str, Any], maxima: dict[str, Any]) -> Any:

@@ -28,6 +28,7 @@ from spark_jobs.backfill import lookup_table, refresh_lookup
 from spark_jobs.config import PipelineConfig, choice, mapping, read_located, text_value
 from spark_jobs.errors import UserError
 from spark_jobs.ingest import ensure_bronze
+from spark_jobs.keys import RULES as KEY_RULES
 from spark_jobs.lake import Lake
 from spark_jobs.layout import Layout
 from spark_jobs.partitioners import spark_partition
@@ -230,22 +231,8 @@ def key_format_findings(
     for t in topics:
         spec = config.topics[t]
         keys = lake.read(t).filter(F.col("key").isNotNull()).select("key").distinct()
-        rules = [
-            (
-                F.expr("length(key) >= 5 AND substring(key, 1, 1) = X'00'"),
-                "starts with Schema Registry framing (0x00 + 4-byte schema id)",
-            ),
-            (
-                F.expr("length(key) >= 2 AND substring(key, 1, 1) = X'22' AND substring(key, -1, 1) = X'22'"),
-                "is wrapped in double quotes (JSON-encoded string)",
-            ),
-            (F.expr("cast(key as string) RLIKE '^\\\\s|\\\\s$'"), "has leading or trailing whitespace"),
-            (F.expr("cast(key as string) RLIKE '[\\\\x00-\\\\x1f\\\\x7f]'"), "contains control characters"),
-        ]
-        if spec.key_format == "string":
-            rules.insert(0, (~F.expr("is_valid_utf8(key)"), "is not valid UTF-8"))
-        else:  # declared binary keys (e.g. Avro with Schema Registry framing): any bytes are fine
-            rules = []
+        # declared binary keys (e.g. Avro with Schema Registry framing): any bytes are fine
+        rules = [(F.expr(r.sql), r.text) for r in KEY_RULES] if spec.key_format == "string" else []
         problem = (
             F.concat_ws("; ", *[F.when(cond, F.lit(text)) for cond, text in rules]) if rules else F.lit("")
         )

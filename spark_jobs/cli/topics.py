@@ -1,5 +1,5 @@
-"""Topic commands: ``produce`` / ``consume`` (kcat-like, on Kafka), ``topics``, ``topic repartition``
-and ``ingest`` (Kafka -> bronze)."""
+"""Topic commands: ``produce`` / ``consume`` (kcat-like, on Kafka), ``diagnose`` (two topics side by
+side, read-only), ``topics``, ``topic repartition`` and ``ingest`` (Kafka -> bronze)."""
 
 from __future__ import annotations
 
@@ -72,9 +72,102 @@ def register(sub, common) -> None:
     rp.add_argument("--partitioner", choices=PARTITIONERS, help="default: the topic's")
     rp.set_defaults(run=cmd_repartition)
 
+    d = sub.add_parser(
+        "diagnose",
+        parents=[common],
+        help="compare two Kafka topics: partitioners, co-partitioning, key hygiene (read-only)",
+        description="Reads both topics to their end offsets as the command starts (no consumer group "
+        "offsets, nothing written) and reports partition counts, which partitioner each topic's "
+        "placements fit, misplaced keys, keys whose partition differs between the topics, key hygiene "
+        "and keys missing from one of them. Exit 0 when the topics are co-partitioned and their keys "
+        "clean, 1 otherwise. Topic names are Kafka's, as they are on the cluster.",
+    )
+    d.add_argument("topic_a")
+    d.add_argument("topic_b")
+    d.add_argument(
+        "--bootstrap",
+        metavar="HOST:PORT",
+        help="the cluster (default: the pipeline's, else $LAKE_KAFKA_BOOTSTRAP, else the embedded broker)",
+    )
+    d.add_argument(
+        "-X",
+        dest="settings",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a client setting, librdkafka's name (e.g. -X security.protocol=SASL_SSL); repeatable",
+    )
+    d.add_argument(
+        "--partitioner",
+        choices=("murmur2", "crc32"),
+        default="murmur2",
+        help="where keys are expected to be (default murmur2: Kafka's Java clients and Kafka Streams; "
+        "crc32: librdkafka's consistent_random, kcat)",
+    )
+    d.add_argument("--sample", type=_positive, default=10, metavar="N", help="keys listed per finding")
+    d.add_argument("--json", action="store_true", help="the findings as JSON on stdout")
+    d.set_defaults(run=cmd_diagnose)
+
     t = sub.add_parser("topics", parents=[common], help="the pipeline's topics: on Kafka and in bronze")
     t.add_argument("--create", action="store_true", help="create the declared topics that are missing")
     t.set_defaults(run=cmd_topics)
+
+
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise UserError(f"--sample: expected a positive whole number, got {text!r}")
+    return int(text)
+
+
+def cmd_diagnose(args) -> int:
+    import json
+
+    from spark_jobs import diagnose
+    from spark_jobs.kafka import Cluster, connect
+
+    settings = {}
+    for item in args.settings:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise UserError(f"-X {item}: expected NAME=VALUE, e.g. -X security.protocol=SSL")
+        settings[name.strip()] = value
+    if args.bootstrap:
+        cluster = Cluster(args.bootstrap, settings, "", "--bootstrap")
+    else:
+        config, lake = context(args)
+        known = connect(config, lake.root)
+        cluster = Cluster(known.bootstrap_servers, {**known.settings, **settings}, "", known.origin)
+    progress = _ReadProgress()
+    try:
+        found = diagnose.diagnose(
+            cluster, args.topic_a, args.topic_b, args.partitioner, args.sample, progress=progress
+        )
+    finally:
+        progress.done()
+    print(json.dumps(found.as_dict(), indent=2) if args.json else diagnose.text(found))
+    return 0 if found.co_partitioned and found.clean else 1
+
+
+class _ReadProgress:
+    """``reading TOPIC: N of M records`` on stderr, at most twice a second (terminals only)."""
+
+    def __init__(self) -> None:
+        import time
+
+        self.clock = time.monotonic
+        self.last = 0.0
+        self.shown = False
+        self.enabled = sys.stderr.isatty()
+
+    def __call__(self, topic: str, done: int, total: int) -> None:
+        now = self.clock()
+        if self.enabled and (now - self.last >= 0.5 or done >= total):
+            print(f"\rreading {topic}: {done:,} of {total:,} records", end="", file=sys.stderr)
+            self.last, self.shown = now, True
+
+    def done(self) -> None:
+        if self.shown:
+            print(file=sys.stderr)
 
 
 def cmd_produce(args) -> int:

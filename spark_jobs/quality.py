@@ -25,7 +25,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from spark_jobs.backfill import lookup_table, refresh_lookup
-from spark_jobs.config import PipelineConfig, choice, mapping, read_located, text_value
+from spark_jobs.config import JoinSpec, PipelineConfig, choice, mapping, read_located, text_value
 from spark_jobs.errors import UserError
 from spark_jobs.ingest import ensure_bronze
 from spark_jobs.keys import RULES as KEY_RULES
@@ -41,6 +41,27 @@ DESCRIPTION_LIMIT = 20  # offending keys spelled out in the Data Docs descriptio
 
 
 @dataclass(frozen=True)
+class References:
+    """What a completeness check counts: the ids the ``stream``'s records reference, which ``lookup``
+    must hold. ``by`` (a join spec, fk or list) computes them from the left value the way that join
+    does (:class:`spark_jobs.joins.keyed.LeftKeys`); without it the record key is the id. With
+    ``current`` only each left key's latest value counts (what a table-like join holds), else every
+    record (a stream's events)."""
+
+    stream: str
+    lookup: str
+    join: str | None = None  # the join the check guards, when it names one
+    by: JoinSpec | None = None
+    current: bool = False
+
+    @property
+    def what(self) -> str:
+        if self.by is None:
+            return "key"
+        return "list element" if self.by.kind == "list" else "foreign key"
+
+
+@dataclass(frozen=True)
 class Check:
     type: str
     params: dict[str, Any]
@@ -49,7 +70,12 @@ class Check:
     def name(self) -> str:
         target = self.params.get("lookup") or "+".join(self.params.get("topics", []))
         if self.type == "completeness":
-            target = f"{self.params['stream']}->{self.params['lookup']}"
+            refs = self.params["refs"]
+            target = f"{refs.stream}->{refs.lookup}"
+            if refs.join:
+                target = f"{refs.join}:{target}"
+        elif self.params.get("join"):
+            target = self.params["join"]
         return f"{self.type}:{target}"
 
 
@@ -82,11 +108,16 @@ def load_suite(path: Path, config: PipelineConfig) -> Suite:
         choice(doc, where, kind, CHECK_TYPES)
         params = params or {}
         if kind == "completeness":
-            params = mapping(doc, (*where, kind), params, ("stream", "lookup", "foreign_key"))
-            if params.get("stream") not in config.topics:
-                raise doc.error((*where, kind, "stream"), f"must name a topic of {config.source}")
-            if params.get("lookup") not in config.lookups:
-                raise doc.error((*where, kind, "lookup"), f"must name a lookup of {config.source}")
+            keys = ("stream", "lookup", "join", "foreign_key", "list", "element_id")
+            params = mapping(doc, (*where, kind), params, keys)
+            params["refs"] = _references(doc, (*where, kind), params, config)
+        elif kind == "co_partitioning" and "join" in (params or {}):
+            params = mapping(doc, (*where, kind), params, ("join",))
+            join = config.joins.get(str(params.get("join")))
+            if join is None or join.right is None:
+                raise doc.error(
+                    (*where, kind, "join"), f"must name a join of {config.source} that has a right topic"
+                )
         elif kind in ("co_partitioning", "key_format"):
             params = mapping(doc, (*where, kind), params, ("topics",))
             topics = params.get("topics")
@@ -102,6 +133,57 @@ def load_suite(path: Path, config: PipelineConfig) -> Suite:
     return Suite(name, version, str(data.get("description", "")).strip(), checks, str(path))
 
 
+def _references(doc: Any, where: tuple[str, ...], p: dict[str, Any], config: PipelineConfig) -> References:
+    """A completeness check's references: from the join it names, or from ``stream`` with an optional
+    ``foreign_key`` or ``list`` (and ``element_id``), written as in a join."""
+    if p.get("join") is not None:
+        others = [k for k in ("stream", "foreign_key", "list", "element_id") if k in p]
+        if others:
+            raise doc.error(
+                (*where, others[0]), "with join, the join says it: leave out stream, foreign_key, list"
+            )
+        join = config.joins.get(str(p["join"]))
+        if join is None or join.right is None:
+            raise doc.error((*where, "join"), f"must name a join of {config.source} that has a right topic")
+        lookups = [name for name, spec in config.lookups.items() if spec.topic == join.right]
+        lookup = p.get("lookup") or (lookups[0] if lookups else None)
+        if lookup is None:
+            raise doc.error(
+                (*where, "join"),
+                f"join {join.name} reads {join.right}, which no lookup of {config.source} holds: "
+                f"declare one under lookups (topic: {join.right})",
+            )
+        if lookup not in config.lookups or config.lookups[lookup].topic != join.right:
+            raise doc.error((*where, "lookup"), f"must name a lookup on the join's right topic {join.right}")
+        by = join if join.kind in ("fk", "list") else None
+        return References(join.left, lookup, join.name, by, current=not join.join_kind.events)
+    if p.get("stream") not in config.topics:
+        raise doc.error((*where, "stream"), f"must name a topic of {config.source}")
+    if p.get("lookup") not in config.lookups:
+        raise doc.error((*where, "lookup"), f"must name a lookup of {config.source}")
+    if "foreign_key" in p and "list" in p:
+        raise doc.error((*where, "list"), "give either foreign_key or list, not both")
+    if "element_id" in p and "list" not in p:
+        raise doc.error((*where, "element_id"), "element_id needs list")
+    setting = "foreign_key" if "foreign_key" in p else "list" if "list" in p else None
+    by = None
+    if setting is not None:
+        expr = text_value(doc, (*where, setting), p[setting])
+        element_id = text_value(doc, (*where, "element_id"), p["element_id"]) if "element_id" in p else None
+        by = JoinSpec(
+            name=f"completeness of {p['stream']}",
+            kind="fk" if setting == "foreign_key" else "list",
+            left=str(p["stream"]),
+            right=config.lookups[str(p["lookup"])].topic,
+            type="left",
+            select={},
+            where={f"__{setting}": doc.where((*where, setting))},
+            by=expr,
+            element_id=element_id,
+        )
+    return References(str(p["stream"]), str(p["lookup"]), None, by, current=False)
+
+
 # --- findings: plain Spark DataFrames ---------------------------------------------------------------
 
 
@@ -112,44 +194,138 @@ def _display(key_col: str = "key") -> list:
     ]
 
 
+LEFT_KEY_SAMPLE = 5  # left keys named per missing id
+
+
 def completeness_findings(
-    spark: SparkSession, lake: Lake, config: PipelineConfig, stream: str, lookup: str, fk: str | None
+    spark: SparkSession, lake: Lake, config: PipelineConfig, refs: References
 ) -> DataFrame:
-    """One row per key the stream references: records, first/last reference, and ``problem`` when the
-    lookup lacks it."""
-    records = lake.read(stream).filter(F.col("value").isNotNull())
-    if fk:  # a Spark SQL expression over `value`, the record's value as text (JSON for json topics)
-        records = records.withColumn("value", F.col("value").cast("string"))
-        records = records.withColumn("ref", F.encode(F.expr(fk), "UTF-8"))
+    """One row per id the stream references: records, a sample of their keys, first/last reference,
+    and ``problem`` when the lookup lacks it (naming a lookup key that differs from it only in
+    invisible bytes, if there is one)."""
+    records = _referencing(lake, refs)
+    if refs.by is not None:
+        from spark_jobs.joins.keyed import LeftKeys
+
+        left = LeftKeys(spark, config, refs.by).add(
+            records.select(F.lit("left").alias("side"), "*", _no_reason())
+        )
+        if refs.by.kind == "list":  # each id once per list; null ids (and empty lists) reference nothing
+            left = left.filter(F.col("reason").isNull()).withColumn("ref", F.explode(F.array_distinct("ids")))
+        else:
+            left = left.withColumn("ref", F.col("by"))
     else:
-        records = records.withColumn("ref", F.col("key"))
-    refs = (
-        records.filter(F.col("ref").isNotNull())
+        left = records.withColumn("ref", F.col("key"))
+    refs_df = (
+        left.filter(F.col("ref").isNotNull())
         .groupBy("ref")
         .agg(
             F.count("*").alias("records"),
             F.min(F.struct("partition", "offset")).alias("first"),
             F.max(F.struct("partition", "offset")).alias("last"),
+            F.slice(F.array_sort(F.collect_set(F.col("key").cast("string"))), 1, LEFT_KEY_SAMPLE).alias(
+                "keys"
+            ),
         )
     )
-    keys = lake.read(lookup_table(config.lookups[lookup])).select(F.col("key").alias("lk"))
-    joined = refs.join(keys, refs.ref == keys.lk, "left")
+    keys = lake.read(lookup_table(config.lookups[refs.lookup])).select(F.col("key").alias("lk"))
+    near = keys.select(_normalized("lk").alias("nk"), F.col("lk").alias("near"))
+    joined = refs_df.join(keys, refs_df.ref == keys.lk, "left")
+    joined = joined.join(near, (F.col("lk").isNull()) & (_normalized("ref") == F.col("nk")), "left")
+    joined = joined.groupBy("ref", "records", "first", "last", "keys", "lk").agg(F.min("near").alias("near"))
+    by_keys = F.lit("")
+    if refs.by is not None:
+        shown = F.array_join("keys", ", ")
+        more = F.when(F.col("records") > LEFT_KEY_SAMPLE, F.lit(", ...")).otherwise(F.lit(""))
+        by_keys = F.concat(F.lit(" (keys "), shown, more, F.lit(")"))
     where = F.format_string(
-        "referenced by %d record(s) of %s, first at partition %d offset %d, last at partition %d offset %d",
+        f"referenced by %d record(s) of {refs.stream}%s, first at partition %d offset %d, "
+        "last at partition %d offset %d",
         F.col("records"),
-        F.lit(stream),
+        by_keys,
         F.col("first.partition"),
         F.col("first.offset"),
         F.col("last.partition"),
         F.col("last.offset"),
     )
+    hint = F.when(
+        F.col("near").isNotNull(),
+        F.concat(
+            F.lit(f"; {refs.lookup} has a key that differs from it only in invisible bytes (hex "),
+            F.lower(F.hex("near")),
+            F.lit(")"),
+        ),
+    ).otherwise(F.lit(""))
     return joined.select(
         *_display("ref"),
         "records",
-        F.when(F.col("lk").isNull(), F.concat(F.lit(f"missing in lookup {lookup}: "), where)).alias(
-            "problem"
-        ),
+        F.when(
+            F.col("lk").isNull(), F.concat(F.lit(f"missing in lookup {refs.lookup}: "), where, hint)
+        ).alias("problem"),
     )
+
+
+def reference_shape_findings(
+    spark: SparkSession, lake: Lake, config: PipelineConfig, refs: References
+) -> DataFrame:
+    """Left records the references cannot be read from: a list join's record whose value holds no list
+    at the path (one row each), or a foreign key that no record has (one row: the expression names no
+    field)."""
+    from spark_jobs.joins.keyed import LeftKeys
+
+    assert refs.by is not None
+    records = _referencing(lake, refs).select(F.lit("left").alias("side"), "*", _no_reason())
+    left = LeftKeys(spark, config, refs.by).add(records)
+    setting = "list" if refs.by.kind == "list" else "foreign_key"
+    if refs.by.kind == "list":
+        return left.select(
+            *_display("key"),
+            F.when(
+                F.col("reason").isNotNull(),
+                F.format_string(
+                    f"the record at partition %d offset %d of {refs.stream} has no list at '{refs.by.by}' "
+                    "(the join quarantines it)",
+                    "partition",
+                    "offset",
+                ),
+            ).alias("problem"),
+        )
+    counts = left.agg(F.count(F.lit(1)).alias("n"), F.count("by").alias("with"))
+    return counts.select(
+        F.lit(None).cast("string").alias("key_text"),
+        F.lit(None).cast("string").alias("key_hex"),
+        F.when(
+            (F.col("n") > 0) & (F.col("with") == 0),
+            F.format_string(
+                f"none of the %d current record(s) of {refs.stream} has a value at {setting} "
+                f"'{refs.by.by}': does it name a field of the value?",
+                "n",
+            ),
+        ).alias("problem"),
+    )
+
+
+def _referencing(lake: Lake, refs: References) -> DataFrame:
+    """The stream's records that reference something: every record with a value, or (``current``)
+    each key's latest record by timestamp, then offset, unless that is a tombstone."""
+    records = lake.read(refs.stream).select("key", "value", "timestamp", "partition", "offset")
+    if refs.current:
+        from pyspark.sql import Window
+
+        newest = Window.partitionBy("key").orderBy(F.desc("timestamp"), F.desc("offset"), F.desc("partition"))
+        records = records.withColumn("__n", F.row_number().over(newest)).filter("__n = 1").drop("__n")
+    return records.filter(F.col("value").isNotNull())
+
+
+def _no_reason() -> Any:
+    return F.lit(None).cast("string").alias("reason")
+
+
+def _normalized(column: str) -> Any:
+    """A key without what people do not see: a leading BOM, surrounding whitespace and JSON quotes."""
+    text = F.regexp_replace(F.col(column).cast("string"), "^\ufeff", "")
+    text = F.regexp_replace(text, r"^\s+|\s+$", "")
+    return F.regexp_replace(text, '^"(.*)"$', "$1")
 
 
 def co_partitioning_findings(spark: SparkSession, lake: Lake, config: PipelineConfig, topics: list[str]):
@@ -474,29 +650,43 @@ def _run_check(spark, lake, config, gxr: _GX, suite: Suite, check: Check) -> lis
 
     p = check.params
     if check.type == "completeness":
-        df = completeness_findings(spark, lake, config, p["stream"], p["lookup"], p.get("foreign_key"))
+        refs: References = p["refs"]
+        guarded = f" (join {refs.join})" if refs.join else ""
+        if refs.by is not None:
+            shape = "holds a list at" if refs.by.kind == "list" else "has a value at"
+            finish(
+                f"Every record of {refs.stream} {shape} '{refs.by.by}'{guarded}.",
+                reference_shape_findings(spark, lake, config, refs),
+                lambda r: (f"{_show_key(r)}: " if r["key_hex"] else "") + r["problem"],
+                "records without references",
+                name=f"{asset}.shape",
+            )
+        df = completeness_findings(spark, lake, config, refs)
         finish(
-            f"Every key that {p['stream']} references exists in lookup {p['lookup']}.",
+            f"Every {refs.what} that {refs.stream} references exists in lookup {refs.lookup}{guarded}.",
             df,
             lambda r: f"{_show_key(r)} ({r['problem'].split(': ', 1)[1]})",
-            f"keys missing in {p['lookup']}",
+            f"{refs.what}s missing in {refs.lookup}",
         )
+    elif check.type == "co_partitioning" and p.get("join"):
+        join = config.joins[p["join"]]
+        right = str(join.right)
+        # a Kafka Streams fk or list join sends its subscriptions by the right topic's own placement
+        if join.kind in ("fk", "list"):
+            _, keys = co_partitioning_findings(spark, lake, config, [right])
+            partitioner = config.topics[right].partitioner
+            finish(
+                f"Every key of {right} sits in the partition {partitioner} gives it among the topic's "
+                f"{config.topics[right].partitions}, where join {join.name} ({join.kind}) sends its "
+                "subscriptions (the partition counts of the two topics may differ).",
+                keys,
+                lambda r: f"{_show_key(r)}: {r['problem']}",
+                "misplaced keys",
+            )
+        else:
+            _co_partitioning(finish, asset, [join.left, right], spark, lake, config)
     elif check.type == "co_partitioning":
-        counts, keys = co_partitioning_findings(spark, lake, config, p["topics"])
-        finish(
-            f"Topics {', '.join(p['topics'])} have the same partition count.",
-            counts,
-            lambda r: r["problem"],
-            "partition-count mismatches",
-            name=f"{asset}.counts",
-        )
-        finish(
-            f"Every key of {', '.join(p['topics'])} sits in the same partition in each topic, the one "
-            "its topic's partitioner gives.",
-            keys,
-            lambda r: f"{_show_key(r)}: {r['problem']}",
-            "misplaced keys",
-        )
+        _co_partitioning(finish, asset, p["topics"], spark, lake, config)
     elif check.type == "key_format":
         df = key_format_findings(spark, lake, config, p["topics"])
         finish(
@@ -518,6 +708,26 @@ def _run_check(spark, lake, config, gxr: _GX, suite: Suite, check: Check) -> lis
             ],
         )
     return out
+
+
+def _co_partitioning(finish: Callable, asset: str, topics: list[str], spark, lake, config) -> None:
+    """Same partition count, and every key in the same partition of each topic, the one its
+    partitioner gives (what a table or stream-table join needs)."""
+    counts, keys = co_partitioning_findings(spark, lake, config, topics)
+    finish(
+        f"Topics {', '.join(topics)} have the same partition count.",
+        counts,
+        lambda r: r["problem"],
+        "partition-count mismatches",
+        name=f"{asset}.counts",
+    )
+    finish(
+        f"Every key of {', '.join(topics)} sits in the same partition in each topic, the one "
+        "its topic's partitioner gives.",
+        keys,
+        lambda r: f"{_show_key(r)}: {r['problem']}",
+        "misplaced keys",
+    )
 
 
 def _record(spark: SparkSession, lake: Lake, report: QualityReport, suites: list[Suite]) -> None:

@@ -56,6 +56,7 @@ bench: setup ## benchmarks (minutes); figures go to bench-results/ and belong in
 	@$(BIN)/python tests/bench/bench_joins.py | tee bench-results/joins.txt
 	@$(BIN)/python tests/bench/bench_keyed.py --hot-million | tee bench-results/keyed.txt
 	@$(BIN)/python tests/bench/bench_state.py | tee bench-results/state.txt
+	@$(BIN)/python tests/bench/bench_diagnose.py | tee bench-results/diagnose.txt
 	@LAKE_FAULT_KILLS=20 $(BIN)/python -m pytest -q tests/test_join_runner.py -k sigkill | tee bench-results/join-faults.txt
 
 bench-cluster: setup ## the table-join benchmark on the standalone cluster (2 workers on this machine)

@@ -194,8 +194,9 @@ def diagnose(
     sample: int = 10,
     progress: Callable[[str, int, int], None] = lambda *_: None,
 ) -> Diagnosis:
-    """Read both topics and compare them (see the module doc). ``progress(topic, records read,
-    records in the topic)`` is called as records arrive."""
+    """Read both topics and compare them (see the module doc). ``progress(topic, records, total)`` is
+    called with 0 records when a read of the topic starts (``total``: the records it holds), then with
+    each batch's records."""
     if topic_a == topic_b:
         raise UserError(f"diagnose needs two different topics, got {topic_a} twice")
     counts = partition_counts(cluster, [topic_a, topic_b])
@@ -218,11 +219,9 @@ def _batches(
 ) -> Iterator[tuple[int, pa.Array]]:
     """(partition, keys) per batch of the topic's committed records up to its end."""
     spec = TopicSpec(report.name, report.partitions)
-    total = sum(high - low for low, high in watermarks(cluster, spec))
-    done = 0
+    progress(report.name, 0, sum(high - low for low, high in watermarks(cluster, spec)))
     for messages in read(cluster, spec, batch=50_000):
-        done += len(messages)
-        progress(report.name, done, total)
+        progress(report.name, len(messages), 0)
         yield int(messages[0].partition() or 0), pa.array([m.key() for m in messages], pa.binary())
 
 

@@ -203,19 +203,14 @@ def completeness_findings(
     """One row per id the stream references: records, a sample of their keys, first/last reference,
     and ``problem`` when the lookup lacks it (naming a lookup key that differs from it only in
     invisible bytes, if there is one)."""
-    records = _referencing(lake, refs)
     if refs.by is not None:
-        from spark_jobs.joins.keyed import LeftKeys
-
-        left = LeftKeys(spark, config, refs.by).add(
-            records.select(F.lit("left").alias("side"), "*", _no_reason())
-        )
+        left = _left_references(spark, lake, config, refs)
         if refs.by.kind == "list":  # each id once per list; null ids (and empty lists) reference nothing
             left = left.filter(F.col("reason").isNull()).withColumn("ref", F.explode(F.array_distinct("ids")))
         else:
             left = left.withColumn("ref", F.col("by"))
     else:
-        left = records.withColumn("ref", F.col("key"))
+        left = _referencing(lake, refs).withColumn("ref", F.col("key"))
     refs_df = (
         left.filter(F.col("ref").isNotNull())
         .groupBy("ref")
@@ -271,11 +266,8 @@ def reference_shape_findings(
     """Left records the references cannot be read from: a list join's record whose value holds no list
     at the path (one row each), or a foreign key that no record has (one row: the expression names no
     field)."""
-    from spark_jobs.joins.keyed import LeftKeys
-
     assert refs.by is not None
-    records = _referencing(lake, refs).select(F.lit("left").alias("side"), "*", _no_reason())
-    left = LeftKeys(spark, config, refs.by).add(records)
+    left = _left_references(spark, lake, config, refs)
     setting = "list" if refs.by.kind == "list" else "foreign_key"
     if refs.by.kind == "list":
         return left.select(
@@ -317,8 +309,15 @@ def _referencing(lake: Lake, refs: References) -> DataFrame:
     return records.filter(F.col("value").isNotNull())
 
 
-def _no_reason() -> Any:
-    return F.lit(None).cast("string").alias("reason")
+def _left_references(spark: SparkSession, lake: Lake, config: PipelineConfig, refs: References) -> DataFrame:
+    """The referencing records with what the join reads from them (``LeftKeys``: ``by`` for a foreign
+    key; ``items``, ``ids`` and ``reason`` for a list)."""
+    from spark_jobs.joins.keyed import LeftKeys
+
+    assert refs.by is not None
+    records = _referencing(lake, refs)
+    no_reason = F.lit(None).cast("string").alias("reason")
+    return LeftKeys(spark, config, refs.by).add(records.select(F.lit("left").alias("side"), "*", no_reason))
 
 
 def _normalized(column: str) -> Any:

@@ -39,10 +39,12 @@ def context(args):
 
 
 class Progress:
-    """Records/s on stderr while a long call runs (only when stderr is a terminal)."""
+    """Records/s on stderr while a long call runs (only when stderr is a terminal), out of ``total``
+    when it is known."""
 
-    def __init__(self, label: str):
+    def __init__(self, label: str, total: int | None = None):
         self.label = label
+        self.total = total
         self.count = 0
         self.started = time.monotonic()
         self.last = self.started
@@ -53,7 +55,8 @@ class Progress:
         now = time.monotonic()
         if self.enabled and now - self.last >= 1.0:
             rate = self.count / max(now - self.started, 1e-9)
-            print(f"\r{self.label}: {self.count:,} records ({rate:,.0f}/s)", end="", file=sys.stderr)
+            of = f" of {self.total:,}" if self.total is not None else ""
+            print(f"\r{self.label}: {self.count:,}{of} records ({rate:,.0f}/s)", end="", file=sys.stderr)
             self.last = now
 
     def done(self) -> None:

@@ -137,37 +137,25 @@ def cmd_diagnose(args) -> int:
         config, lake = context(args)
         known = connect(config, lake.root)
         cluster = Cluster(known.bootstrap_servers, {**known.settings, **settings}, "", known.origin)
-    progress = _ReadProgress()
+    bars: list[Progress] = []
+
+    def progress(topic: str, records: int, total: int) -> None:
+        if records == 0:  # a read of the topic starts
+            if bars:
+                bars[-1].done()
+            bars.append(Progress(f"reading {topic}", total))
+        else:
+            bars[-1](records)
+
     try:
         found = diagnose.diagnose(
             cluster, args.topic_a, args.topic_b, args.partitioner, args.sample, progress=progress
         )
     finally:
-        progress.done()
+        if bars:
+            bars[-1].done()
     print(json.dumps(found.as_dict(), indent=2) if args.json else diagnose.text(found))
     return 0 if found.co_partitioned and found.clean else 1
-
-
-class _ReadProgress:
-    """``reading TOPIC: N of M records`` on stderr, at most twice a second (terminals only)."""
-
-    def __init__(self) -> None:
-        import time
-
-        self.clock = time.monotonic
-        self.last = 0.0
-        self.shown = False
-        self.enabled = sys.stderr.isatty()
-
-    def __call__(self, topic: str, done: int, total: int) -> None:
-        now = self.clock()
-        if self.enabled and (now - self.last >= 0.5 or done >= total):
-            print(f"\rreading {topic}: {done:,} of {total:,} records", end="", file=sys.stderr)
-            self.last, self.shown = now, True
-
-    def done(self) -> None:
-        if self.shown:
-            print(file=sys.stderr)
 
 
 def cmd_produce(args) -> int:

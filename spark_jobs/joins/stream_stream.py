@@ -136,23 +136,17 @@ class StreamStreamJob(StreamJob):
 
 def _window_pairs(left: DataFrame, right: DataFrame, window_us: int) -> DataFrame:
     """Every (left, right) pair with the same key and |timestamps| <= window."""
-    lhs = left.select(
-        F.col("key").alias("__lk"),
-        F.col("value").alias("left_value"),
-        F.col("timestamp").alias("left_timestamp"),
-        F.col("partition").alias("left_partition"),
-        F.col("offset").alias("left_offset"),
-    )
-    rhs = right.select(
-        F.col("key").alias("__rk"),
-        F.col("value").alias("right_value"),
-        F.col("timestamp").alias("right_timestamp"),
-        F.col("partition").alias("right_partition"),
-        F.col("offset").alias("right_offset"),
-    )
+    lhs, rhs = _as_side(left, "left", "__lk"), _as_side(right, "right", "__rk")
     gap = F.abs(F.unix_micros("left_timestamp") - F.unix_micros("right_timestamp"))
     pairs = lhs.join(rhs, (F.col("__lk") == F.col("__rk")) & (gap <= F.lit(window_us)), "inner")
     return pairs.withColumnRenamed("__lk", "key").select(PAIR_COLUMNS)
+
+
+def _as_side(records: DataFrame, side: str, key: str) -> DataFrame:
+    """A side's records with their columns named for a pair (``left_value``, ``left_timestamp`` ...),
+    the key as ``key``."""
+    columns = [F.col(c).alias(f"{side}_{c}") for c in ("value", "timestamp", "partition", "offset")]
+    return records.select(F.col("key").alias(key), *columns)
 
 
 def _unmatched(rows: DataFrame, side: str) -> DataFrame:

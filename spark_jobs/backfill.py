@@ -6,7 +6,8 @@ recorded in the lookup table itself (a Delta ``txn`` of application ``lookup:<na
 exactly-once and a crash between writes is repaired by the next run.
 
 A backfill loads a dump into the lookup's Kafka topic, producing only records that change something (a
-new key, or a value different from the lookup's current one) in one Kafka transaction (idempotent
+new key, or a value different from the lookup's current one; JSON compared by content; with
+``missing_only`` only new keys) in one Kafka transaction (idempotent
 producer, ``acks=all``), with the partitioner of the topics the lookup is joined with unless told
 otherwise; then it ingests the topic into bronze and refreshes the lookup. Bad lines go to the
 ``quarantine`` table.
@@ -21,7 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pyarrow as pa
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.window import Window
 
@@ -121,6 +122,7 @@ class BackfillSummary:
     source: str
     partitioner: str
     dry_run: bool
+    missing_only: bool = False  # changed keys are counted, not written (the topic may be newer)
     lines: int = 0
     new: int = 0
     changed: int = 0
@@ -136,7 +138,13 @@ class BackfillSummary:
         verb = "would write" if self.dry_run else "wrote"
         return (
             f"backfill {self.lookup} from {self.source} ({self.partitioner}): {self.lines:,} lines read, "
-            f"{self.new:,} new keys, {self.changed:,} changed, {self.unchanged:,} unchanged, "
+            f"{self.new:,} new keys, {self.changed:,} changed"
+            + (
+                " (not written: the topic may be newer than the dump)"
+                if self.missing_only and self.changed
+                else ""
+            )
+            + f", {self.unchanged:,} unchanged, "
             f"{self.duplicates:,} superseded duplicates, {self.rejected:,} rejected; {verb} "
             f"{self.written:,} records to {self.topic}"
             + (f" (version {self.topic_version})" if self.topic_version is not None else "")
@@ -158,8 +166,12 @@ def run_backfill(
     partitioner: str | None = None,
     dry_run: bool = False,
     max_rejects: int = 0,
+    missing_only: bool = False,
     log=print,
 ) -> BackfillSummary:
+    """Produce the dump's keys that the lookup's topic lacks or holds with another value (only the
+    lacking ones with ``missing_only``: what a scheduled run does, since the topic may hold a newer
+    value than a dump exported earlier), then ingest the topic and refresh the lookup table."""
     started = time.perf_counter()
     lookup = config.lookup(lookup_name)
     topic = config.topics[lookup.topic]
@@ -170,7 +182,7 @@ def run_backfill(
     if not Path(path).is_file():
         raise UserError(f"{path}: no such file")
     chosen = partitioners.check_partitioner(partitioner or config.lookup_partitioner(lookup))
-    summary = BackfillSummary(lookup.name, topic.name, str(path), chosen, dry_run)
+    summary = BackfillSummary(lookup.name, topic.name, str(path), chosen, dry_run, missing_only)
 
     cluster = connect(config, lake.root)
     if not dry_run:
@@ -184,12 +196,14 @@ def run_backfill(
         counts = parsed.agg(F.count("*").alias("lines"), F.count("reason").alias("rejected")).first()
         assert counts is not None  # an aggregate without grouping always has one row
         summary.lines, summary.rejected = int(counts["lines"]), int(counts["rejected"])
+        current = _current_values(spark, lake, config, lookup, from_topic=dry_run)
         rejects = parsed.filter(F.col("reason").isNotNull())
+        if summary.rejected:
+            rejects = _name_plain_keys(rejects, current)
         sample = rejects.orderBy("line").limit(5).select("line", "reason", F.hex("raw").alias("raw_hex"))
         summary.rejects_sample = [r.asDict() for r in sample.collect()]
         good = parsed.filter(F.col("reason").isNull())
         last = good.groupBy("key").agg(F.max_by("value", "line").alias("value"), F.max("line").alias("line"))
-        current = _current_values(spark, lake, config, lookup, from_topic=dry_run)
         diff = (
             last.alias("d")
             .join(current.alias("c"), F.col("d.key") == F.col("c.key"), "left")
@@ -198,7 +212,12 @@ def run_backfill(
                 F.col("d.value").alias("value"),
                 F.col("d.line").alias("line"),
                 F.when(F.col("c.key").isNull(), "new")
-                .when(F.col("c.value").eqNullSafe(F.col("d.value")), "unchanged")
+                .when(
+                    _comparable(F.col("c.value"), topic.value_format).eqNullSafe(
+                        _comparable(F.col("d.value"), topic.value_format)
+                    ),
+                    "unchanged",
+                )
                 .otherwise("changed")
                 .alias("change"),
             )
@@ -219,11 +238,12 @@ def run_backfill(
                 f"{path}: {summary.rejected:,} rejected line(s), more than --max-rejects {max_rejects}; "
                 f"nothing was written (first: line {first.get('line')}: {first.get('reason')})"
             )
+        write = ["new"] if missing_only else ["new", "changed"]
         if dry_run:
-            summary.written = summary.new + summary.changed
+            summary.written = summary.new + (0 if missing_only else summary.changed)
             summary.seconds = time.perf_counter() - started
             return summary
-        to_write = diff.filter(F.col("change") != "unchanged").orderBy("line").select("key", "value")
+        to_write = diff.filter(F.col("change").isin(write)).orderBy("line").select("key", "value")
         records = to_write.toArrow()
         if records.num_rows:
             log(f"producing {records.num_rows:,} records to {cluster.topic(topic.name)} with {chosen} ...")
@@ -247,6 +267,26 @@ def run_backfill(
         parsed.unpersist()
     summary.seconds = time.perf_counter() - started
     return summary
+
+
+def _name_plain_keys(rejects: DataFrame, current: DataFrame) -> DataFrame:
+    """A line rejected for a key with invisible bytes (``"m2"``, ``m2 ``, a BOM) says which key of the
+    topic it differs from only in them, when there is one: never matched silently, always named."""
+    plain = rejects.select("plain_key").where(F.col("plain_key").isNotNull()).distinct()
+    known = current.select(F.col("key").alias("plain_key")).join(F.broadcast(plain), "plain_key")
+    named = rejects.join(known.withColumn("_known", F.lit(True)), "plain_key", "left")
+    hint = F.concat(F.lit("; the topic has the key '"), F.col("plain_key").cast("string"), F.lit("'"))
+    return named.withColumn(
+        "reason", F.when(F.col("_known"), F.concat(F.col("reason"), hint)).otherwise(F.col("reason"))
+    ).drop("_known")
+
+
+def _comparable(value: Column, value_format: str) -> Column:
+    """A topic value as the backfill compares it: JSON by content (key order, spacing and number
+    spelling do not make a change), anything else by its bytes."""
+    if value_format != "json":
+        return value
+    return F.coalesce(F.to_json(F.try_parse_json(value.cast("string"))).cast("binary"), value)
 
 
 def _current_values(

@@ -21,6 +21,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from spark_jobs.config import BackfillSpec
 from spark_jobs.errors import UserError
+from spark_jobs.keys import RULES as KEY_RULES
 
 RANGE_BYTES = 32 * 1024 * 1024
 SCHEMA = "source string, line long, raw binary"
@@ -133,7 +134,9 @@ def parse_dump(
     """``(source, line, raw)`` rows -> ``(source, line, raw, key, value, reason)``.
 
     ``key`` and ``value`` are the topic record's bytes; ``reason`` is null for good lines and says in
-    words why a line is rejected otherwise (no separator, empty key, not UTF-8, value not JSON, ...).
+    words why a line is rejected otherwise (no separator, empty key, not UTF-8, value not JSON, a key
+    with invisible bytes: a BOM, surrounding whitespace or quotes, control characters, ...).
+    ``plain_key`` is such a key without them, for naming the key it was probably meant to be.
     """
     sep = separator if separator is not None else spec.separator
     lines = lines.withColumn("_line", F.expr(_LINE_SQL))
@@ -180,6 +183,11 @@ def parse_dump(
     if key_format == "string":
         conditions.insert(0, (~valid_utf8, "not valid UTF-8"))
     conditions.append((F.col("_key") == "", "empty key"))
+    if key_format == "string":  # keys that differ from the plain text only in invisible bytes
+        df = df.withColumn("key", F.encode(F.col("_key"), "UTF-8"))
+        for rule in KEY_RULES[1:]:  # not_utf8 is the first condition already
+            df = df.withColumn(f"_rule_{rule.name}", F.expr(rule.sql))
+            conditions.append((F.col(f"_rule_{rule.name}"), f"key {rule.text}"))
     value_src = F.col("_raw_value")
     if spec.value_format == "json":
         parsed = F.expr("try_parse_json(_raw_value)")
@@ -206,7 +214,15 @@ def parse_dump(
         F.when(reason.isNull(), F.encode(F.col("_key"), "UTF-8")).alias("key"),
         F.when(reason.isNull(), F.encode(F.col("_out"), "UTF-8")).alias("value"),
         reason.alias("reason"),
+        F.when(reason.startswith("key "), F.encode(F.expr(_PLAIN_KEY_SQL), "UTF-8")).alias("plain_key"),
     )
+
+
+# a key without the invisible bytes KEY_RULES find: control characters, a BOM, whitespace, then quotes
+_PLAIN_KEY_SQL = (
+    r"""trim(regexp_replace(trim(regexp_replace(_key, '[\\x00-\\x1f\\x7f\\x{FEFF}]', '')), """
+    r"""'^"(.*)"$', '$1'))"""
+)
 
 
 def _parse_csv(lines: DataFrame, spec: BackfillSpec, sep: str) -> DataFrame:

@@ -94,6 +94,20 @@ def test_changed_values_and_duplicate_lines_last_wins(spark, demo, tmp_path):
     assert len(rows) == 9
 
 
+def test_missing_only_writes_new_keys_and_counts_changed_ones(spark, demo, tmp_path):
+    """What the scheduled pipeline run does: the topic may hold a newer value than the dump."""
+    lake, config = demo
+    dump = tmp_path / "d.txt"
+    dump.write_text('user_1;"old1@example.com"\nuser_11;"user11@example.com"\n')
+    s = run_backfill(spark, lake, config, "accounts", source=str(dump), missing_only=True, log=quiet)
+    assert (s.lines, s.new, s.changed, s.unchanged, s.written) == (2, 1, 1, 0, 1)
+    assert (
+        "1 new keys, 1 changed (not written: the topic may be newer than the dump), 0 unchanged" in s.text()
+    )
+    rows = lookup_rows(lake, config)
+    assert (rows["user_1"], rows["user_11"]) == (account(1), account(11))
+
+
 def test_dry_run_reports_the_same_counts_and_writes_nothing(spark, demo):
     lake, config = demo
     before = versions(lake), kafka_ends(lake, config)
@@ -211,3 +225,82 @@ def test_a_bom_and_crlf_line_ends_never_end_up_in_keys_or_values(spark, demo, tm
     rows = lookup_rows(lake, config)
     assert rows["user_9"] == account(9) and rows["user_10"] == account(10)
     assert sorted(rows) == sorted(f"user_{n}" for n in range(1, 11))
+
+
+def test_json_values_compare_by_content_not_by_key_order_or_spacing(spark, lake, tmp_path):
+    """The merchants topic holds m1 as a producer wrote it ({"name", "city"}, compact); the dump
+    spells it with spaces and the keys in another order: unchanged. m2 is new, m4's city changed."""
+    from spark_jobs.config import bundled_config_path
+    from spark_jobs.demo import json_records
+    from spark_jobs.kafka import ensure_topics, produce
+
+    config = load_config(bundled_config_path("marketplace.yaml"))
+    cluster = connect(config, lake.root)
+    ensure_topics(cluster, config.topics.values())
+    held = [("m1", {"name": "Acme Tools", "city": "Oslo"}), ("m4", {"name": "Dune", "city": "Bodø"})]
+    produce(cluster, config.topic("merchants"), [json_records(held)], "murmur2")
+    dump = tmp_path / "merchants.dump"
+    dump.write_text(
+        'm1;{ "city" : "Oslo", "name": "Acme Tools" }\n'
+        'm2;{"name": "Bolt Supplies", "city": "Bergen"}\n'
+        'm4;{"name": "Dune", "city": "Tromsø"}\n'
+    )
+    s = run_backfill(spark, lake, config, "merchants", source=str(dump), log=quiet)
+    assert (s.lines, s.new, s.changed, s.unchanged, s.written) == (3, 1, 1, 1, 2)
+    written: dict[str, list[str]] = {}
+    for record in topic_records(lake, config, "merchants"):
+        key, _, _, value = record.split("|", 3)
+        written.setdefault(key, []).append(value)
+    assert written == {
+        "m1": ['{"name":"Acme Tools","city":"Oslo"}'],  # not written again
+        "m2": ['{"city":"Bergen","name":"Bolt Supplies"}'],
+        "m4": [
+            '{"name":"Dune","city":"Bod\\u00f8"}',
+            '{"city":"Tromsø","name":"Dune"}',
+        ],  # json.dumps escapes
+    }
+
+
+def test_dump_keys_with_invisible_bytes_are_quarantined_and_name_the_key_they_resemble(spark, lake, tmp_path):
+    """A dump key that differs from a topic key only in invisible bytes is never matched silently (nor
+    written as a key of its own): its line is rejected with the rule it breaks and the key it
+    resembles, when the topic has one."""
+    from spark_jobs.config import bundled_config_path
+    from spark_jobs.demo import json_records
+    from spark_jobs.kafka import ensure_topics, produce
+
+    config = load_config(bundled_config_path("marketplace.yaml"))
+    cluster = connect(config, lake.root)
+    ensure_topics(cluster, config.topics.values())
+    produce(
+        cluster,
+        config.topic("merchants"),
+        [json_records([("m1", {"name": "Acme", "city": "Oslo"})])],
+        "murmur2",
+    )
+    dump = tmp_path / "merchants.dump"
+    value = b'{"name": "X", "city": "Y"}'
+    dump.write_bytes(
+        b'"m1";' + value + b"\n"  # JSON-quoted
+        + b"m1 ;" + value + b"\n"  # a trailing space
+        + b"\xef\xbb\xbfm3;" + value + b"\n"  # a byte order mark inside the file, no such key
+        + b"m2\x00;" + value + b"\n"  # a control byte
+        + b"m2;" + value + b"\n"
+    )  # fmt: skip
+    before = kafka_ends(lake, config, "merchants")
+    with pytest.raises(
+        UserError, match=r"4 rejected line\(s\), more than --max-rejects 3; nothing was written"
+    ):
+        run_backfill(spark, lake, config, "merchants", source=str(dump), max_rejects=3, log=quiet)
+    assert kafka_ends(lake, config, "merchants") == before
+
+    s = run_backfill(spark, lake, config, "merchants", source=str(dump), max_rejects=4, log=quiet)
+    assert (s.lines, s.rejected, s.new, s.written) == (5, 4, 1, 1)
+    quarantined = sorted(lake.read_arrow(QUARANTINE).to_pylist(), key=lambda r: r["line"])
+    assert [(r["line"], r["reason"]) for r in quarantined] == [
+        (1, "key is wrapped in double quotes (JSON-encoded string); the topic has the key 'm1'"),
+        (2, "key has leading or trailing whitespace; the topic has the key 'm1'"),
+        (3, "key starts with a byte order mark (EF BB BF)"),
+        (4, "key contains control characters"),
+    ]
+    assert [r.split("|")[0] for r in topic_records(lake, config, "merchants")] == ["m1", "m2"]

@@ -21,6 +21,12 @@ def register(sub, common) -> None:
     b.add_argument("-K", dest="key_sep", metavar="SEP", help="key separator of 'lines' dumps")
     b.add_argument("--partitioner", choices=PARTITIONERS)
     b.add_argument("--dry-run", action="store_true", help="print the summary, write nothing")
+    b.add_argument(
+        "--missing-only",
+        action="store_true",
+        help="write only keys the topic lacks; keys it holds with another value are counted, not "
+        "overwritten (what the scheduled pipeline run does: the topic may be newer than the dump)",
+    )
     b.add_argument("--max-rejects", type=int, default=0, metavar="N", help="fail above N bad lines")
     b.add_argument("--json", action="store_true", help="print the summary as JSON")
     b.add_argument("--summary-json", metavar="FILE", help="also write the summary as JSON to FILE")
@@ -64,6 +70,7 @@ def cmd_backfill(args) -> int:
             partitioner=args.partitioner,
             dry_run=args.dry_run,
             max_rejects=args.max_rejects,
+            missing_only=args.missing_only,
             log=stderr,
         )
     print(json.dumps(summary.as_dict()) if args.json else summary.text())

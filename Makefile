@@ -19,7 +19,7 @@ demo: setup kafka-start ## the embedded Kafka broker, the demo stories (consents
 	@$(BIN)/lake dbt build
 	@bash infra/airflow-pipeline.sh
 	@echo; echo "== what to open"
-	@echo "the data-quality report: file://$$($(BIN)/lake report)"
+	@echo "the data-quality report, a section per pipeline: file://$$($(BIN)/lake report --all)"
 	@echo "the marts, from a new Spark session: $(BIN)/lake sql 'SELECT * FROM marts.optout_feed'"
 	@echo "the topics, as any Kafka client reads them: $(BIN)/lake consume customer_consents -f '%k,%p\\n'"
 	@echo "the embedded Kafka broker keeps running: make kafka-stop (or $(BIN)/lake kafka stop) stops it"
@@ -30,7 +30,7 @@ kafka-start: setup ## start the embedded single-node Kafka broker (KRaft) of the
 kafka-stop: ## stop the embedded Kafka broker
 	@$(BIN)/lake kafka stop
 
-pipeline: setup kafka-start ## the demo pipeline through Airflow only: pipeline DAG, joins, health check, stop
+pipeline: setup kafka-start ## the bundled pipelines through Airflow only: pipeline DAG, joins, health check, stop
 	@bash infra/airflow-pipeline.sh
 
 airflow: setup ## Airflow 3 standalone on http://localhost:8080 with this repo's DAGs (Ctrl-C stops it)

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# The demo pipeline as Airflow runs it (make pipeline; the last step of make demo):
-#   1. `airflow dags test consents_pipeline`: ingest -> backfill -> quality suites -> gate -> start the joins
-#      -> wait until they have caught up -> dbt build of the pipeline's marts
+# The bundled pipelines (consents, marketplace, people) as Airflow runs them (make pipeline; the last
+# step of make demo), each in turn:
+#   1. `airflow dags test <pipeline>_pipeline`: ingest -> backfill -> quality suites -> gate -> start the
+#      joins -> wait until they have caught up -> dbt build of the pipeline's marts
 #   2. wait until the continuous joins have caught up (`lake health`), show a result
-#   3. `airflow dags test consents_streams`: the scheduled health check
-#   4. `airflow dags test consents_streams --conf '{"action": "stop"}'`: stop the joins
+#   3. `airflow dags test <pipeline>_streams`: the scheduled health check
+#   4. `airflow dags test <pipeline>_streams --conf '{"action": "stop"}'`: stop the joins
 #      (KEEP_JOINS=1 leaves them running; stop them later with `lake stop JOIN` and `lake ingest --stop`)
 # Airflow's full output goes to $AIRFLOW_LOG (default .airflow/pipeline.log); this prints the task
 # lines. Uses LAKE_ROOT / --root like every lake command (default ./lakehouse).
@@ -33,31 +34,38 @@ dag_test() {
   return $status
 }
 
+PIPELINES=spark_jobs/pipelines
+# pipeline name, its file, the join result shown once it has caught up
+RUNS=("consents demo.yaml consents_with_mail" "marketplace marketplace.yaml display_products"
+      "people people.yaml people_with_addresses")
+
 echo "Airflow home $HOME_DIR (full log: $LOG)"
 airflow db migrate
-"$LAKE" demo --topics-only >/dev/null   # the demo topics, left as they are when present
+"$LAKE" demo --topics-only consents marketplace people >/dev/null   # left as they are when present
 
-echo
-echo "== 8. the pipeline DAG: ingest -> backfill -> quality suites -> gate -> continuous joins -> dbt build"
-dag_test consents_pipeline || { echo "the pipeline DAG failed; see $LOG"; exit 1; }
-
-echo
-echo "waiting for the continuous joins to catch up ..."
-for _ in $(seq 1 90); do
-  if "$LAKE" health --max-behind 0 >/dev/null 2>&1; then break; fi
-  sleep 2
+step=8
+for run in "${RUNS[@]}"; do
+  read -r name file result <<<"$run"
+  config=(--config "$PIPELINES/$file")
+  echo
+  echo "== $step. the $name pipeline DAG: ingest -> backfill -> quality suites -> gate -> continuous joins -> dbt build"
+  dag_test "${name}_pipeline" || { echo "the $name pipeline DAG failed; see $LOG"; exit 1; }
+  echo "waiting for the continuous joins of $name to catch up ..."
+  for _ in $(seq 1 90); do
+    if "$LAKE" "${config[@]}" health --max-behind 0 >/dev/null 2>&1; then break; fi
+    sleep 2
+  done
+  "$LAKE" "${config[@]}" status
+  "$LAKE" show "$result" | sed 's/^/  /'
+  echo
+  echo "-- the $name streams DAG: health check (what the schedule runs every 15 minutes)"
+  dag_test "${name}_streams" || { echo "the $name health check failed; see $LOG"; exit 1; }
+  if [[ "${KEEP_JOINS:-0}" != 1 ]]; then
+    echo "-- the $name streams DAG with action=stop (maintenance)"
+    dag_test "${name}_streams" --conf '{"action": "stop"}'
+  fi
+  step=$((step + 1))
 done
-"$LAKE" status
-"$LAKE" show consents_with_mail | sed 's/^/  /'
-
-echo
-echo "== 9. the streams DAG: health check (what the schedule runs every 15 minutes)"
-dag_test consents_streams || { echo "the health check failed; see $LOG"; exit 1; }
-
 if [[ "${KEEP_JOINS:-0}" == 1 ]]; then
-  echo "the joins keep running (KEEP_JOINS=1): stop them with '$LAKE stop JOIN' and '$LAKE ingest --stop', or the streams DAG"
-  exit 0
+  echo "the joins keep running (KEEP_JOINS=1): stop them with '$LAKE stop JOIN' and '$LAKE ingest --stop', or the streams DAGs"
 fi
-echo
-echo "== 10. the streams DAG with action=stop (maintenance)"
-dag_test consents_streams --conf '{"action": "stop"}'

@@ -188,6 +188,25 @@ def bundled_config_path(name: str = DEFAULT_CONFIG) -> Path:
     return Path(__file__).with_name("pipelines") / name
 
 
+def bundled_pipelines() -> list[Path]:
+    """Every pipeline file shipped in the package, the demo's first."""
+    folder = bundled_config_path().parent
+    return sorted(folder.glob("*.yaml"), key=lambda p: (p.name != DEFAULT_CONFIG, p.name))
+
+
+def pipeline_files(config: str | None = None) -> list[Path]:
+    """The pipelines Airflow shows (and ``lake report --all`` reports on): the ``--config``
+    pipeline, else ``$LAKE_PIPELINES``, else the ``$LAKE_CONFIG`` pipeline, else every bundled one."""
+    listed = os.environ.get("LAKE_PIPELINES")
+    if config:
+        return [resolve_config_path(config).absolute()]
+    if listed:
+        return [Path(p).absolute() for p in listed.split(os.pathsep) if p]
+    if os.environ.get("LAKE_CONFIG"):
+        return [resolve_config_path().absolute()]
+    return bundled_pipelines()
+
+
 def resolve_config_path(path: str | os.PathLike[str] | None = None) -> Path:
     """``--config`` wins, then ``LAKE_CONFIG``, then the bundled demo pipeline."""
     chosen = path or os.environ.get("LAKE_CONFIG")

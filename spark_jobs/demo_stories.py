@@ -24,8 +24,12 @@ class Step:
 
 @dataclass
 class Story:
+    """A pipeline's demo: the topics as they are before the gate (the lookup lacks entities that
+    the left side references), then the steps that run with the joins started."""
+
     name: str
     pipeline: str  # the bundled pipeline file
+    before: Step  # produced before the quality gate
     steps: list[Step]
     show: dict[str, list[str]] = field(default_factory=dict)  # join -> columns to print
 
@@ -47,29 +51,26 @@ def _product(title: str, price: float, merchant: str | None) -> dict:
 MARKETPLACE = Story(
     "marketplace",
     "marketplace.yaml",
+    Step(
+        "products reference merchants m1, m2 and m3; the merchants topic only knows m1",
+        {
+            "merchants": [("m1", _merchant("Acme Tools", "Oslo"))],
+            "products": [
+                ("p1", _product("Claw hammer", 19.9, "m1")),
+                ("p2", _product("Spirit level", 24.5, "m1")),
+                ("p3", _product("Cordless drill", 89.0, "m2")),
+                ("p4", _product("Gift card", 25.0, None)),
+                ("p5", _product("Wood screws", 7.5, "m3")),
+            ],
+        },
+        "The merchants topic was started after the shop had merchants. p4 has no merchant_id: it\n"
+        "references nothing.",
+    ),
     [
         Step(
-            "products arrive before their merchants",
-            {
-                "products": [
-                    ("p1", _product("Claw hammer", 19.9, "m1")),
-                    ("p2", _product("Spirit level", 24.5, "m1")),
-                    ("p3", _product("Cordless drill", 89.0, "m2")),
-                    ("p4", _product("Gift card", 25.0, None)),
-                ],
-            },
-            "A left join emits them with an empty merchant for now. p4 has no merchant_id: an inner\n"
-            "join would count it as a null foreign key and leave it out.",
-        ),
-        Step(
-            "the merchants arrive",
-            {
-                "merchants": [
-                    ("m1", _merchant("Acme Tools", "Oslo")),
-                    ("m2", _merchant("Bolt Supplies", "Bergen")),
-                ],
-            },
-            "Each merchant reached the products pointing at it: the right side arriving later joins too.",
+            "the joins start: every product with its merchant",
+            {},
+            "A left join keeps p4 with an empty merchant.",
         ),
         Step(
             "FK change: p2 moves from Acme Tools (m1) to Bolt Supplies (m2)",
@@ -102,39 +103,49 @@ def _address(street: str, city: str) -> dict:
 PEOPLE = Story(
     "people",
     "people.yaml",
+    Step(
+        "persons with address lists; the addresses topic only knows a1 and a2, and Cy's list is empty",
+        {
+            "addresses": [
+                ("a1", _address("Storgata 1", "Oslo")),
+                ("a2", _address("Bryggen 5", "Bergen")),
+            ],
+            "persons": [
+                ("ann", _person("Ann", ["a1", "a2"])),
+                ("bob", _person("Bob", ["a3", "a4"])),
+                ("cy", _person("Cy", [])),
+            ],
+        },
+        "Bob's a3 and a4 come from the address register, which was never sent to the topic.",
+    ),
     [
         Step(
-            "persons with address lists; a4 is not known yet, and Cy has an empty list",
+            "the join starts: every list enriched in its order",
+            {},
+            "An empty list references nothing and stays empty.",
+        ),
+        Step(
+            "an address is added to Ann's list, and Cy's first address a5 is not known yet",
+            {
+                "persons": [
+                    ("ann", _person("Ann", ["a1", "a2", "a3"])),
+                    ("cy", _person("Cy", ["a5"])),
+                ],
+            },
+            "Only the new elements were joined (Ann's a3 and Cy's a5); Ann's a1 and a2 were not looked\n"
+            "up again. Cy's a5 stays in place, unmatched, until its address arrives.",
+        ),
+        Step(
+            "a5 arrives, an address is removed from Bob's list, and Oslo's street is renamed",
             {
                 "addresses": [
-                    ("a1", _address("Storgata 1", "Oslo")),
-                    ("a2", _address("Bryggen 5", "Bergen")),
-                    ("a3", _address("Nidarosveien 9", "Trondheim")),
+                    ("a5", _address("Elvegata 3", "Kristiansand")),
+                    ("a1", _address("Storgata 1A", "Oslo")),
                 ],
-                "persons": [
-                    ("ann", _person("Ann", ["a1", "a2"])),
-                    ("bob", _person("Bob", ["a3", "a4"])),
-                    ("cy", _person("Cy", [])),
-                ],
-            },
-            "Lists keep their order; Bob's a4 has no address yet, so it stays in place unmatched.",
-        ),
-        Step(
-            "an address is added to Ann's list, and a4 arrives",
-            {
-                "persons": [("ann", _person("Ann", ["a1", "a2", "a3"]))],
-                "addresses": [("a4", _address("Torget 2", "Tromsø"))],
-            },
-            "Only the new elements were joined (the metrics line: elements joined 2 -- Ann's a3 and\n"
-            "Bob's a4 -- and kept 3); Ann's a1 and a2 were not looked up again.",
-        ),
-        Step(
-            "an address is removed from Bob's list, and Oslo's street is renamed",
-            {
                 "persons": [("bob", _person("Bob", ["a4"]))],
-                "addresses": [("a1", _address("Storgata 1A", "Oslo"))],
             },
-            "Bob's a3 was retracted; Ann's a1 was re-joined because its address changed.",
+            "Cy's a5 matched when it arrived; Bob's a3 was retracted; Ann's a1 was re-joined because its\n"
+            "address changed.",
         ),
     ],
     {"people_with_addresses": ["key", "name", "addresses"]},
@@ -147,38 +158,58 @@ def run_story(
     story: Story,
     lake: Lake,
     sync: Callable[[PipelineConfig, list[str]], None],
+    gate: Callable[[PipelineConfig], bool],
     run: Callable[[PipelineConfig, str], None],
     show: Callable[[str, list[str]], None],
     out: Callable[[str], None] = print,
-) -> PipelineConfig:
-    """Produce the story's steps to Kafka (once per cluster), and after each one mirror the topics
-    into bronze (``sync``), run the joins and print them."""
+) -> PipelineConfig | None:
+    """Produce the story's topics to Kafka (once per cluster) and mirror them into bronze
+    (``sync``); pass the pipeline's quality gate (``gate``: suites, backfills, suites) or stop there
+    (None); then run the joins after each step and print them."""
     config = story.config()
     cluster = connect(config, lake.root)
-    ensure_topics(cluster, config.topics.values())
-    topics = sorted({t for step in story.steps for t in step.records})
-    fresh = all(is_empty(cluster, config.topic(t)) for t in topics)
-    steps = story.steps if fresh else []
-    if not fresh:
-        out(f"the {story.name} topics already have records: showing the joins' current results")
-    for i, step in enumerate(steps, 1):
+    fresh = write_story_topics(story, lake)
+    if fresh:
+        out(f"\n-- {story.name}: {story.before.title}")
+        if story.before.note:
+            out(story.before.note)
+    else:
+        out(f"the {story.name} topics already have records: the gate, then the joins' current results")
+    sync(config, sorted({t for step in [story.before, *story.steps] for t in step.records}))
+    if not gate(config):
+        return None
+    for i, step in enumerate(story.steps if fresh else [], 1):
         out(f"\n-- {story.name} {i}. {step.title}")
-        _produce(cluster, config, step.records, DEMO_TIMESTAMP_MS + i * 1000)
-        sync(config, list(step.records))
-        for join in story.show:
-            run(config, join)
-        for join, columns in story.show.items():
-            out(f"{join}:")
-            show(join, columns)
+        if step.records:
+            _produce(cluster, config, step.records, DEMO_TIMESTAMP_MS + i * 1000)
+            sync(config, list(step.records))
+        _run_and_show(story, config, run, show, out)
         if step.note:
             out(step.note)
     if not fresh:
-        sync(config, topics)
-        for join, columns in story.show.items():
-            run(config, join)
-            out(f"{join}:")
-            show(join, columns)
+        _run_and_show(story, config, run, show, out)
     return config
+
+
+def write_story_topics(story: Story, lake: Lake) -> bool:
+    """Produce the records the story starts from (before the gate), unless its topics already have
+    records (then nothing is written). True when they were written now."""
+    config = story.config()
+    cluster = connect(config, lake.root)
+    ensure_topics(cluster, config.topics.values())
+    topics = sorted({t for step in [story.before, *story.steps] for t in step.records})
+    if not all(is_empty(cluster, config.topic(t)) for t in topics):
+        return False
+    _produce(cluster, config, story.before.records, DEMO_TIMESTAMP_MS)
+    return True
+
+
+def _run_and_show(story: Story, config: PipelineConfig, run, show, out) -> None:
+    for join in story.show:
+        run(config, join)
+    for join, columns in story.show.items():
+        out(f"{join}:")
+        show(join, columns)
 
 
 def _produce(cluster: Cluster, config: PipelineConfig, records: Records, at_ms: int) -> None:

@@ -505,7 +505,17 @@ def _plain(total: int, items: list[str], what: str) -> str:
         return f"PASSED: no {what}."
     listed = "; ".join(items[:DESCRIPTION_LIMIT])
     more = f"; and {total - DESCRIPTION_LIMIT} more" if total > DESCRIPTION_LIMIT else ""
-    return f"FAILED: {total} {what}: {listed}{more}."
+    return f"FAILED: {total} {_singular(what) if total == 1 else what}: {listed}{more}."
+
+
+def _singular(what: str) -> str:
+    """``foreign keys missing in m`` -> ``foreign key missing in m``: the first plural word."""
+    words = what.split(" ")
+    for i, word in enumerate(words):
+        if word.endswith("s") and len(word) > 2:
+            words[i] = word[:-1]
+            break
+    return " ".join(words)
 
 
 class _GX:

@@ -115,7 +115,7 @@ def write_report(lake: Lake, config: PipelineConfig, data_docs: str | None = Non
     pages = {run_id: page for run_id, page in pages.items() if (path.parent / page).is_file()}
     page = render(config.name, runs, quarantined, docs, datetime.now(UTC), pages)
     path.write_text(page, encoding="utf-8")
-    _write_index(path.parent)
+    _write_index(lake, path.parent)
     return path
 
 
@@ -124,14 +124,62 @@ def _docs_index(report_dir: Path) -> str | None:
     return "gx/uncommitted/data_docs/local_site/index.html" if index.is_file() else None
 
 
-def _write_index(report_dir: Path) -> None:
+def _write_index(lake: Lake, report_dir: Path) -> None:
+    """``index.html``: a section per pipeline with a report page (its status in the latest run of
+    each suite, the failing checks with their first findings, a link to the page)."""
     pages = sorted(p for p in report_dir.glob("*.html") if p.name not in ("index.html", "summary.html"))
-    items = "".join(f"<li><a href='{html.escape(p.name)}'>{html.escape(p.stem)}</a></li>" for p in pages)
-    (report_dir / "index.html").write_text(
-        f"<!doctype html><html><head><meta charset='utf-8'><title>Data quality</title>{STYLE}</head>"
-        f"<body><h1>Data quality reports</h1><ul>{items}</ul>"
-        "<p><a href='summary.html'>The latest quality run</a></p></body></html>",
-        encoding="utf-8",
+    runs = _rows(lake, QUALITY_RUNS) if pages else []
+    parts = [
+        f"<!doctype html><html><head><meta charset='utf-8'><title>Data quality</title>{STYLE}</head>",
+        "<body><h1>Data quality reports</h1>",
+        f"<p class='muted'>{len(pages)} pipeline(s). Each section is the latest run of the pipeline's "
+        "suites; its page has the missing and misplaced keys, the quarantine and the history.</p>",
+    ]
+    for page in pages:
+        parts += _pipeline_section(page.stem, [r for r in runs if r["pipeline"] == page.stem])
+    parts.append("<p><a href='summary.html'>The latest quality run</a></p></body></html>")
+    (report_dir / "index.html").write_text("\n".join(parts), encoding="utf-8")
+
+
+INDEX_FINDINGS = 3  # findings shown per failing check on the index
+
+
+def _pipeline_section(pipeline: str, runs: list[dict]) -> list[str]:
+    latest = [r for rows in latest_per_suite(runs).values() for r in rows]
+    out = [
+        f"<section class='pipeline' id='pipeline-{_e(pipeline)}'>",
+        f"<h2><a href='{_e(pipeline)}.html'>{_e(pipeline)}</a></h2>",
+        _status(runs, latest),
+    ]
+    if latest:
+        newest = max(r["run_time"] for r in latest)
+        out.append(f"<p class='muted'>Latest run: {_when(newest)}.</p>")
+    failing = [r for r in latest if not r["success"]]
+    if failing:
+        out.append("<ul class='failing'>")
+        for r in failing:
+            items = "; ".join(_e(item) for item in r["offending_sample"][:INDEX_FINDINGS])
+            more = r["offending_total"] - min(len(r["offending_sample"]), INDEX_FINDINGS)
+            tail = f" (and {more} more)" if more > 0 else ""
+            out.append(f"<li><strong>{_e(r['check'])}</strong>: {items}{tail}</li>")
+        out.append("</ul>")
+    out.append("</section>")
+    return out
+
+
+def _status(runs: list[dict], latest: list[dict], attrs: str = "") -> str:
+    """The one status line of a pipeline: no run yet, failing (how many), or passing."""
+    failing = [r for r in latest if not r["success"]]
+    if not runs:
+        return f"<p {attrs}class='status'><strong>No quality run yet</strong> for this pipeline.</p>"
+    if failing:
+        return (
+            f"<p {attrs}class='status bad'><strong>FAILING: {len(failing)} of {len(latest)} "
+            "expectations failed in the latest run of their suite.</strong></p>"
+        )
+    return (
+        f"<p {attrs}class='status ok'><strong>PASSING: all {len(latest)} expectations passed in "
+        "the latest run of their suite.</strong></p>"
     )
 
 
@@ -164,7 +212,6 @@ def render(
     pages = pages or {}
     latest = latest_per_suite(runs)
     latest_rows = [r for rows in latest.values() for r in rows]
-    failing = [r for r in latest_rows if not r["success"]]
     parts = [
         "<!doctype html><html><head><meta charset='utf-8'>",
         f"<title>Data quality report: {_e(pipeline)}</title>{STYLE}</head><body>",
@@ -172,18 +219,7 @@ def render(
         f"<p class='muted'>Generated {_when(generated)} from the lake's quality_runs and quarantine "
         "tables.</p>",
     ]
-    if not runs:
-        parts.append("<p id='status'><strong>No quality run yet</strong> for this pipeline.</p>")
-    elif failing:
-        parts.append(
-            f"<p id='status' class='bad'><strong>FAILING: {len(failing)} of {len(latest_rows)} "
-            "expectations failed in the latest run of their suite.</strong></p>"
-        )
-    else:
-        parts.append(
-            f"<p id='status' class='ok'><strong>PASSING: all {len(latest_rows)} expectations passed in "
-            "the latest run of their suite.</strong></p>"
-        )
+    parts.append(_status(runs, latest_rows, "id='status' "))
     if data_docs:
         parts.append(
             f"<p>Full validation results: <a id='data-docs' href='{_e(data_docs)}'>"

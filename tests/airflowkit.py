@@ -18,12 +18,23 @@ ALL_MAILS = {f"user_{i}": f"user{i}@example.com" for i in range(1, 11)}
 
 
 class Airflow:
-    """`lake --root ROOT [--config CONFIG] airflow ...` with its own AIRFLOW_HOME (migrated once)."""
+    """`lake --root ROOT [--config CONFIG] airflow ...` with its own AIRFLOW_HOME (migrated once).
+    ``pipelines``: the pipeline files Airflow shows (``$LAKE_PIPELINES``) instead of one config."""
 
-    def __init__(self, home: Path, root: Path, config: Path | None = None, env: dict | None = None):
+    def __init__(
+        self,
+        home: Path,
+        root: Path,
+        config: Path | None = None,
+        env: dict | None = None,
+        pipelines: list[Path] | None = None,
+    ):
         self.home, self.root, self.config = home, root, config
-        self.env = {**os.environ, "LAKE_AIRFLOW_HOME": str(home), **(env or {})}
-        self.env.pop("LAKE_PIPELINES", None)
+        self.env = {k: v for k, v in os.environ.items() if k != "LAKE_PIPELINES"}
+        self.env.update({"LAKE_AIRFLOW_HOME": str(home), **(env or {})})
+        self.pipelines = pipelines or [config]
+        if pipelines:
+            self.env["LAKE_PIPELINES"] = os.pathsep.join(str(p) for p in pipelines)
         self.lake = Lake(root)
 
     def __call__(self, *args: str, timeout: float = 1200) -> subprocess.CompletedProcess:
@@ -48,10 +59,11 @@ class Airflow:
         """Stop the continuous jobs the DAGs started: the joins, then the ingest."""
         from spark_jobs.joins.supervise import stop_ingest, stop_join
 
-        config = load_config(self.config)
-        for spec in config.joins.values():
-            stop_join(self.lake, spec)
-        stop_ingest(self.lake, config)
+        for path in self.pipelines:
+            config = load_config(path)
+            for spec in config.joins.values():
+                stop_join(self.lake, spec)
+            stop_ingest(self.lake, config)
 
 
 def ran(result: subprocess.CompletedProcess, task_id: str) -> bool:

@@ -50,11 +50,11 @@ def facts(tmp_path_factory):
 
 def test_every_dag_file_imports_cheaply_and_without_side_effects(facts):
     assert facts["import_errors"] == {}
+    # every bundled pipeline, with neither $LAKE_PIPELINES nor $LAKE_CONFIG set
     assert facts["files"]["lakehouse.py"]["dags"] == [
-        "consents_manual_backfill",
-        "consents_pipeline",
-        "consents_quality",
-        "consents_streams",
+        f"{pipeline}_{dag}"
+        for pipeline in ("consents", "marketplace", "people")
+        for dag in ("manual_backfill", "pipeline", "quality", "streams")
     ]
     for name, parsed in facts["files"].items():
         assert parsed["seconds"] < 1.0, f"{name} took {parsed['seconds']:.2f} s to parse"
@@ -64,7 +64,7 @@ def test_every_dag_file_imports_cheaply_and_without_side_effects(facts):
 
 def test_every_dag_has_tags_docs_owner_retries_and_failure_alerts(facts):
     for dag_id, dag in facts["dags"].items():
-        assert "lakehouse" in dag["tags"] and "pipeline:consents" in dag["tags"], dag_id
+        assert "lakehouse" in dag["tags"] and f"pipeline:{dag_id.split('_')[0]}" in dag["tags"], dag_id
         assert dag["doc_md"] and dag["catchup"] is False, dag_id
         for task_id, task in dag["tasks"].items():
             where = f"{dag_id}.{task_id}"
@@ -100,6 +100,12 @@ def test_the_pipeline_dag_is_ingest_then_backfill_then_suites_then_gate_then_joi
     )
     assert types["wait_joins_caught_up"] == "PythonSensor"
     assert dag["tasks"]["quality_gate"]["retries"] == 0  # a failed check is not retried
+    # the fk and list pipelines have the same gate in front of their joins
+    for pipeline, lookup in (("marketplace", "merchants"), ("people", "addresses")):
+        gated = {t: task["downstream"] for t, task in facts["dags"][f"{pipeline}_pipeline"]["tasks"].items()}
+        expected = {t: down for t, down in edges.items() if t != "backfill_accounts"}
+        expected |= {"ingest": [f"backfill_{lookup}"], f"backfill_{lookup}": ["run_quality_suites"]}
+        assert gated == expected, pipeline
 
 
 def test_manual_backfill_params_are_typed_and_it_publishes_the_lookup_asset(facts, tmp_path):

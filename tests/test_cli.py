@@ -195,7 +195,7 @@ def test_make_demo_story_fails_the_gate_then_backfills_and_passes(demo_lake):
     )
     after, joins = after.split("== 5. table-table join consents_with_mail")
     assert "FAIL" not in after and after.count("PASS  ") == 5
-    assert after.rstrip().endswith("The gate passes: the streaming joins may start.")
+    assert after.rstrip().endswith("The gate of consents passes: its streaming joins may start.")
     table, stream = joins.split("== 6. stream-table join")
     rows = [line.split() for line in table.splitlines() if line.startswith("  user_")]
     assert rows == [
@@ -216,9 +216,41 @@ def test_make_demo_story_fails_the_gate_then_backfills_and_passes(demo_lake):
 
 @pytest.mark.slow
 @pytest.mark.integration
-def test_demo_marketplace_and_people_show_fk_moves_fan_out_and_list_edits(demo_lake):
+def test_demo_marketplace_and_people_are_gated_then_show_fk_moves_fan_out_and_list_edits(demo_lake):
     code, out, err = demo_lake[2]
     assert code == 0, err
+    marketplace, people = out.split("== the people pipeline (people.yaml)")
+
+    # each pipeline's gate: completeness names the missing merchants / addresses, the backfill adds
+    # them, the suites pass, and only then do the joins run
+    for text, failing, backfill in (
+        (
+            marketplace,
+            "FAIL  completeness:display_products:products->merchants: Every foreign key that products "
+            "references exists in lookup merchants (join display_products). FAILED: 2 foreign keys missing in "
+            "merchants: m2 (referenced by 1 record(s) of products (keys p3), first at partition 0 offset 0, "
+            "last at partition 0 offset 0); m3 (referenced by 1 record(s) of products (keys p5), first at "
+            "partition 1 offset 0, last at partition 1 offset 0).",
+            "3 lines read, 2 new keys, 0 changed, 1 unchanged, 0 superseded duplicates, 0 rejected; "
+            "wrote 2 records to merchants",
+        ),
+        (
+            people,
+            "FAIL  completeness:people_with_addresses:persons->addresses: Every list element that persons "
+            "references exists in lookup addresses (join people_with_addresses). FAILED: 2 list elements "
+            "missing in addresses: a3 (referenced by 1 record(s) of persons (keys bob), first at partition 0 "
+            "offset 1, last at partition 0 offset 1); a4 (referenced by 1 record(s) of persons (keys bob), "
+            "first at partition 0 offset 1, last at partition 0 offset 1).",
+            "4 lines read, 2 new keys, 0 changed, 2 unchanged, 0 superseded duplicates, 0 rejected; "
+            "wrote 2 records to addresses",
+        ),
+    ):
+        before, after = text.split(": backfill the ")
+        assert failing in before and before.count("FAIL  ") == 1 and before.count("PASS  ") == 4
+        gate, joins = after.split("may start.")
+        assert backfill in gate and "FAIL" not in gate.split(": quality suites after the backfill")[1]
+        assert " batch " not in before + gate  # no join ran before the gate passed
+        assert " batch 0: " in joins
 
     def table(step: str, join: str) -> list[list[str]]:
         block = out.split(step)[1].split(f"{join}:\n")[1]
@@ -229,34 +261,48 @@ def test_demo_marketplace_and_people_show_fk_moves_fan_out_and_list_edits(demo_l
             lines.append([cell.strip() for cell in line.strip().split("  |  ")])
         return lines
 
-    moved = table("marketplace 3. FK change", "display_products")
+    assert table("marketplace 1. the joins start", "display_products") == [
+        ["p1", "Claw hammer", "19.90", "m1", "Acme Tools", "Oslo"],
+        ["p2", "Spirit level", "24.50", "m1", "Acme Tools", "Oslo"],
+        ["p3", "Cordless drill", "89.00", "m2", "Bolt Supplies", "Bergen"],
+        ["p4", "Gift card", "25.00", "null", "null", "null"],
+        ["p5", "Wood screws", "7.50", "m3", "Cobalt Hardware", "Stavanger"],
+    ]
+    moved = table("marketplace 2. FK change", "display_products")
     assert moved[1] == ["p2", "Spirit level", "24.50", "m2", "Bolt Supplies", "Bergen"]
-    fanned = table("marketplace 4. merchant update fans out", "display_products")
+    fanned = table("marketplace 3. merchant update fans out", "display_products")
     assert fanned == [
         ["p1", "Claw hammer", "19.90", "m1", "Acme Tools & Co", "Trondheim"],
         ["p2", "Spirit level", "24.50", "m2", "Bolt Supplies", "Bergen"],
         ["p3", "Cordless drill", "89.00", "m2", "Bolt Supplies", "Bergen"],
         ["p4", "Gift card", "25.00", "null", "null", "null"],
+        ["p5", "Wood screws", "7.50", "m3", "Cobalt Hardware", "Stavanger"],
     ]
-    assert "join display_products batch 3: in 0+1, quarantined 0, affected 1, upserted 1" in out
-    assert table("marketplace 4.", "merchants_by_name") == [
+    assert "join display_products batch 2: in 0+1, quarantined 0, affected 1, upserted 1" in out
+    assert table("marketplace 3.", "merchants_by_name") == [
         ["Acme Tools & Co", "m1", "Trondheim"],
         ["Bolt Supplies", "m2", "Bergen"],
+        ["Cobalt Hardware", "m3", "Stavanger"],
+    ]
+    assert table("people 1.", "people_with_addresses") == [
+        ["ann", "Ann", "[a1: Storgata 1, Oslo; a2: Bryggen 5, Bergen]"],
+        ["bob", "Bob", "[a3: Nidarosveien 9, Trondheim; a4: Torget 2, Tromsø]"],
+        ["cy", "Cy", "[]"],
     ]
     added = table("people 2.", "people_with_addresses")
-    assert added[0] == [
-        "ann",
-        "Ann",
-        "[a1: Storgata 1, Oslo; a2: Bryggen 5, Bergen; a3: Nidarosveien 9, Trondheim]",
+    assert added == [
+        ["ann", "Ann", "[a1: Storgata 1, Oslo; a2: Bryggen 5, Bergen; a3: Nidarosveien 9, Trondheim]"],
+        ["bob", "Bob", "[a3: Nidarosveien 9, Trondheim; a4: Torget 2, Tromsø]"],
+        ["cy", "Cy", "[a5: (unknown)]"],
     ]
-    assert "elements joined 2, retracted 0, kept 3" in out.split("people 2.")[1].split("people 3.")[0]
+    assert "elements joined 2, retracted 0, kept 2" in out.split("people 2.")[1].split("people 3.")[0]
     removed = table("people 3.", "people_with_addresses")
     assert removed == [
         ["ann", "Ann", "[a1: Storgata 1A, Oslo; a2: Bryggen 5, Bergen; a3: Nidarosveien 9, Trondheim]"],
         ["bob", "Bob", "[a4: Torget 2, Tromsø]"],
-        ["cy", "Cy", "[]"],
+        ["cy", "Cy", "[a5: Elvegata 3, Kristiansand]"],
     ]
-    assert "elements joined 1, retracted 1, kept 3" in out.split("people 3.")[1]
+    assert "elements joined 2, retracted 1, kept 3" in out.split("people 3.")[1]
     assert out.count("expected by the batch join of the consumed topic versions: identical") == 3
 
 
@@ -312,9 +358,9 @@ def test_dbt_build_on_the_demo_lake_and_the_marts_in_a_new_process(demo_lake):
     )
     # the jobs' tables are catalog tables of the lake's metastore: a plain table read in a new process
     assert sql_rows(root, "SELECT cast(key AS string) FROM lake.display_products ORDER BY 1") == [
-        ["p1"], ["p2"], ["p3"], ["p4"],
+        ["p1"], ["p2"], ["p3"], ["p4"], ["p5"],
     ]  # fmt: skip
-    assert sql_rows(root, "SELECT count(*) FROM staging.stg_display_products") == [["4"]]  # views persist
+    assert sql_rows(root, "SELECT count(*) FROM staging.stg_display_products") == [["5"]]  # views persist
     # two at once take turns on the catalog (embedded Derby serves one process): both answer
     both = [
         subprocess.Popen(
@@ -327,15 +373,16 @@ def test_dbt_build_on_the_demo_lake_and_the_marts_in_a_new_process(demo_lake):
     ]
     answers = [proc.communicate() for proc in both]
     assert [proc.returncode for proc in both] == [0, 0], answers
-    assert [out.splitlines()[1] for out, _ in answers] == [str(len(opt_out)), "4"]
+    assert [out.splitlines()[1] for out, _ in answers] == [str(len(opt_out)), "5"]
     assert sum("waiting for another process to finish catalog" in err for _, err in answers) == 1
     assert sql_rows(root, "SELECT product_id, merchant_name FROM marts.display_products ORDER BY 1") == [
         ["p1", "Acme Tools & Co"], ["p2", "Bolt Supplies"], ["p3", "Bolt Supplies"], ["p4", ""],
+        ["p5", "Cobalt Hardware"],
     ]  # fmt: skip
     assert sql_rows(
         root,
         "SELECT person_id, address_count, known_address_count FROM marts.people_with_addresses ORDER BY 1",
-    ) == [["ann", "3", "3"], ["bob", "1", "1"], ["cy", "0", "0"]]
+    ) == [["ann", "3", "3"], ["bob", "1", "1"], ["cy", "1", "1"]]
     # the demo ran the consents suite twice: completeness failed, then passed; the rest passed twice
     daily = sql_rows(
         root,

@@ -182,6 +182,24 @@ def test_report_page_shows_what_failed_as_a_person_sees_it(shop, browser, tmp_pa
     # The findings themselves are on the report page above, which needs nothing from outside.
     assert "Validation Results" in page.locator("body").inner_text()
     page.screenshot(path=str(tmp_path / "report.png"), full_page=True)
+
+    # the index: a section per pipeline with its status, its failing check and first findings
+    page.goto((path.parent / "index.html").as_uri())
+    section = page.locator("section#pipeline-shop")
+    assert section.locator("h2").inner_text() == "shop"
+    assert section.locator(".status").inner_text() == (
+        "FAILING: 1 of 4 expectations failed in the latest run of their suite."
+    )
+    (failing,) = section.locator("ul.failing li").all_inner_texts()
+    assert failing == (
+        "co_partitioning:orders+customers: "
+        "user_10: in customers at partition 0 but murmur2 places it in 1; different partitions: orders=1, "
+        "customers=0; user_3: in customers at partition 0 but murmur2 places it in 2; different partitions: "
+        "orders=2, customers=0; user_4: in customers at partition 3 but murmur2 places it in 2; different "
+        "partitions: orders=2, customers=3"
+    )
+    section.locator("h2 a").click()
+    assert page.title() == "Data quality report: shop"
     page.close()
 
 
@@ -202,5 +220,8 @@ def test_report_of_a_pipeline_without_runs_says_so(tmp_path, browser):
     assert page.locator("svg#failures-chart").count() == 0
     index = path.parent / "index.html"
     page.goto(index.as_uri())
-    assert page.locator("li a").all_inner_texts() == ["shop"]
+    assert page.locator("section.pipeline h2 a").all_inner_texts() == ["shop"]
+    assert (
+        page.locator("section#pipeline-shop .status").inner_text() == "No quality run yet for this pipeline."
+    )
     page.close()

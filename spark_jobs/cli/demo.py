@@ -36,9 +36,19 @@ def cmd_demo(args) -> int:
     status = 0
     if "consents" in stories:
         status = _demo_consents(args)
-    keyed = [s for s in stories if s != "consents"]
-    if keyed and not args.topics_only and status == 0:
-        status = _demo_stories(args, [STORIES[s] for s in keyed])
+    keyed = [STORIES[s] for s in stories if s != "consents"]
+    if keyed and args.topics_only:
+        from spark_jobs.demo_stories import write_story_topics
+
+        lake = context(args)[1]
+        for story in keyed:
+            written = write_story_topics(story, lake)
+            print(
+                f"{story.name}: "
+                + ("topics written" if written else "topics already have records, left as they are")
+            )
+    elif keyed and status == 0:
+        status = _demo_stories(args, keyed)
     return status
 
 
@@ -70,15 +80,57 @@ def _demo_stories(args, stories) -> int:
     def sync(config, topics: list[str]) -> None:
         sync_bronze(spark, lake, config, topics)
 
+    def gate(config) -> bool:
+        return _gate(spark, lake, config, lambda text: print(f"\n-- {config.name}: {text}", flush=True))
+
     clean = True
     for story in stories:
         print(f"\n== the {story.name} pipeline ({story.pipeline})", flush=True)
-        config = run_story(story, lake, sync, run, show)
+        config = run_story(story, lake, sync, gate, run, show)
+        if config is None:
+            return 1
         for name in story.show:
             report = audit(spark, lake, config, name)
             print(report.text())
             clean = clean and report.clean
     return 0 if clean else 1
+
+
+def numbered(first: int):
+    """Headings ``== N. text`` from ``first`` on (the consents story's numbering)."""
+    n = iter(range(first, 100))
+    return lambda text: print(f"\n== {next(n)}. {text}", flush=True)
+
+
+def _gate(spark, lake, config, heading) -> bool:
+    """What the pipeline DAG does before its joins start, told on the console: the quality suites
+    (failing while a lookup misses referenced entities), the backfill of each lookup from its dump,
+    the suites again, and the gate's verdict."""
+    from spark_jobs.backfill import run_backfill
+    from spark_jobs.quality import run_suites
+
+    def check(step: str) -> bool:
+        heading(step)
+        report = run_suites(spark, lake, config, log=lambda m: None)
+        for r in report.results:
+            print(f"{'PASS' if r.success else 'FAIL'}  {r.check}: {r.description}")
+        print(f"report: {report.summary_html}")
+        print(f"Data Docs: {report.data_docs}")
+        return report.success
+
+    check("quality suites before the backfill")
+    for name, lookup in config.lookups.items():
+        if lookup.backfill.source is None:
+            continue
+        heading(f"backfill the {name} lookup from the database dump")
+        summary = run_backfill(spark, lake, config, name, missing_only=True, log=lambda m: None)
+        print(summary.text())
+    passed = check("quality suites after the backfill")
+    print(
+        f"\nThe gate of {config.name} "
+        + ("passes: its streaming joins may start." if passed else "still FAILS: no join starts.")
+    )
+    return passed
 
 
 def _batch_line(line: str) -> None:
@@ -103,10 +155,8 @@ def _demo_consents(args) -> int:
     """The product's main job on the embedded default: topics -> quality gate (fails: the lookup
     misses old customers) -> backfill -> quality gate (passes)."""
     from spark_jobs import demo
-    from spark_jobs.backfill import run_backfill
     from spark_jobs.ingest import run_ingest
     from spark_jobs.kafka import connect
-    from spark_jobs.quality import run_suites
     from spark_jobs.session import get_spark
     from spark_jobs.topics import consume
 
@@ -132,21 +182,7 @@ def _demo_consents(args) -> int:
     print("\n== ingest: Kafka -> bronze Delta tables (Spark Structured Streaming, exactly once)", flush=True)
     print(run_ingest(spark, lake, config).text())
 
-    def check(step: str) -> bool:
-        print(f"\n== {step}", flush=True)
-        report = run_suites(spark, lake, config, log=lambda m: None)
-        for r in report.results:
-            print(f"{'PASS' if r.success else 'FAIL'}  {r.check}: {r.description}")
-        print(f"report: {report.summary_html}")
-        print(f"Data Docs: {report.data_docs}")
-        return report.success
-
-    check("2. quality suites before the backfill")
-    print("\n== 3. backfill the accounts lookup from the database dump", flush=True)
-    summary = run_backfill(spark, lake, config, "accounts", log=lambda m: None)
-    print(summary.text())
-    passed = check("4. quality suites after the backfill")
-    print("\nThe gate " + ("passes: the streaming joins may start." if passed else "still FAILS."))
+    passed = _gate(spark, lake, config, numbered(2))
     if not passed:
         return 1
     return _demo_joins(spark, lake, config)

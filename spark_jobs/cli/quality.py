@@ -30,6 +30,12 @@ def register(sub, common) -> None:
         parents=[common],
         help="write the pipeline's data-quality report page (also written after every quality run)",
     )
+    rep.add_argument(
+        "--all",
+        action="store_true",
+        help="every pipeline Airflow shows ($LAKE_PIPELINES, else every bundled one); prints the index "
+        "page, which has a section per pipeline",
+    )
     rep.set_defaults(run=cmd_report)
 
 
@@ -78,8 +84,13 @@ def cmd_check(args) -> int:
 
 
 def cmd_report(args) -> int:
+    from spark_jobs.config import load_config, pipeline_files
     from spark_jobs.report import write_report
 
     config, lake = context(args)
-    print(write_report(lake, config))
+    if not args.all:
+        print(write_report(lake, config))
+        return 0
+    pages = [write_report(lake, load_config(path)) for path in pipeline_files(args.config)]
+    print(pages[0].with_name("index.html"))
     return 0

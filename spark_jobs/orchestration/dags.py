@@ -155,8 +155,9 @@ def pipeline_dag(b: _Builder) -> DAG:
         f"{config.description}\n\n"
         "1. **ingest**: mirrors the pipeline's Kafka topics into their bronze Delta tables (`lake ingest "
         "--once`, exactly once).\n"
-        "2. **backfill_&lt;lookup&gt;**: produces each lookup's missing or changed entities from its dump "
-        "to its Kafka topic, with the partitioner of the topics it is joined with.\n"
+        "2. **backfill_&lt;lookup&gt;**: produces each lookup's missing entities from its dump to its "
+        "Kafka topic, with the partitioner of the topics it is joined with (values the topic holds "
+        "are kept: it may be newer than the dump).\n"
         "3. **run_quality_suites**: completeness, co-partitioning, key format.\n"
         "4. **quality_gate**: fails the run, with the plain-words summary and the report path, when a "
         "check failed. Then the joins are *not* started.\n"
@@ -179,9 +180,11 @@ def pipeline_dag(b: _Builder) -> DAG:
         backfills = [
             b.spark(
                 f"backfill_{name}",
-                ["backfill", name, *b.common()],
+                ["backfill", name, "--missing-only", *b.common()],
                 f"Backfills lookup `{name}` (topic `{lookup.topic}`) from "
-                f"`{lookup.backfill.source or '(no source configured)'}`.",
+                f"`{lookup.backfill.source or '(no source configured)'}`: the keys the topic lacks. A "
+                "key the topic holds with another value is counted, not overwritten, since the topic may "
+                "be newer than the dump (the manual backfill DAG applies changes).",
             )
             for name, lookup in config.lookups.items()
             if lookup.backfill.source is not None

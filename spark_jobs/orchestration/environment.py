@@ -5,7 +5,7 @@ master the ``SparkSubmitOperator`` tasks submit to.
 - ``AIRFLOW_HOME``: ``$LAKE_AIRFLOW_HOME`` or ``./.airflow`` (git-ignored), with its SQLite database.
 - DAGs: this repo's ``dags/`` folder; no example DAGs; the plugin serving the reports.
 - ``LAKE_ROOT`` (absolute) and ``LAKE_PIPELINES`` (pipeline files, ``:``-separated; default: the
-  ``--config`` / ``$LAKE_CONFIG`` pipeline, else the bundled demo).
+  ``--config`` / ``$LAKE_CONFIG`` pipeline, else every bundled pipeline: consents, marketplace, people).
 - The Spark connection of each pipeline (``airflow.spark_conn_id``, default ``lake_spark``) as an
   ``AIRFLOW_CONN_*`` variable pointing at ``$LAKE_SPARK_MASTER`` (default ``local[2]``), unless that
   variable is set already.
@@ -19,21 +19,13 @@ import os
 import sys
 from pathlib import Path
 
-from spark_jobs.config import load_config, resolve_config_path, resolve_root
+from spark_jobs.config import load_config, pipeline_files, resolve_root
 from spark_jobs.errors import UserError
 
 REPO = Path(__file__).resolve().parents[2]
 DAGS_FOLDER = REPO / "dags"
 PLUGINS_FOLDER = Path(__file__).with_name("airflow_plugins")
 DEFAULT_MASTER = "local[2]"  # the same default as the Spark session seam
-
-
-def pipeline_files(config: str | None = None) -> list[Path]:
-    """The pipelines the DAG file builds DAGs for: ``$LAKE_PIPELINES``, else the one pipeline."""
-    listed = os.environ.get("LAKE_PIPELINES")
-    if listed and not config:
-        return [Path(p).absolute() for p in listed.split(os.pathsep) if p]
-    return [resolve_config_path(config).absolute()]
 
 
 def unique_pipelines(config: str | None = None) -> list[Path]:

@@ -1,6 +1,7 @@
 """Spark as a distributed engine: a standalone master with two workers (infra/spark-cluster.sh, from
-the pyspark installation), a join submitted to it with spark-submit, and the pipeline DAG run against
-it through Airflow. Slow (a few minutes), and part of CI."""
+the pyspark installation), a join submitted to it with spark-submit, and the consents pipeline's DAGs
+run against it through Airflow (pipeline, then the streams DAG's start, health and stop). Slow (a few
+minutes), and part of CI."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from airflowkit import ALL_MAILS, Airflow, demo_topics, mails, output, running, wait_for
+from airflowkit import ALL_MAILS, Airflow, demo_topics, mails, output, ran, running, wait_for
 
 from spark_jobs.session import submit_conf
 
@@ -23,6 +24,7 @@ SCRIPT = str(REPO / "infra" / "spark-cluster.sh")
 APP = str(REPO / "spark_jobs" / "_submit" / "lake_app.py")
 PORT, UI = 17077, 18090  # not the defaults, so a developer's own cluster is left alone
 MASTER = f"spark://127.0.0.1:{PORT}"
+JOINS = ("consents_with_mail", "consents_enriched_at_event_time")
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +90,13 @@ def test_a_join_submitted_to_the_standalone_cluster_runs_on_its_workers(cluster,
     }
 
 
-def test_the_pipeline_dag_runs_against_the_cluster(cluster, tmp_path):
+def test_the_pipeline_dag_on_the_cluster_passes_the_gate_starts_the_joins_once_then_health_and_stop(
+    cluster, tmp_path
+):
+    """The consents pipeline through Airflow with every Spark task and continuous job on the cluster
+    (the same DAGs on local[2] are test_airflow_joins.py's): the gate passes, the ingest and both
+    joins run as cluster applications and catch up, the marts are built; the streams DAG leaves
+    running joins alone, reports them healthy, stops them, then alerts that they are down."""
     af = Airflow(
         tmp_path / "airflow",
         tmp_path / "lake",
@@ -97,24 +105,69 @@ def test_the_pipeline_dag_runs_against_the_cluster(cluster, tmp_path):
     assert af("db", "migrate").returncode == 0
     demo_topics(af)
     try:
-        result = af.test_dag("consents_pipeline")
-        text = output(result)
-        assert result.returncode == 0, text[-3000:]
-        assert f"Spark-Submit cmd: spark-submit --master {MASTER} " in text
-        assert "quality gate passed: 5 check(s)" in text
-        assert (
-            f"join consents_with_mail: started (pid {running(af.lake)['join:consents_with_mail']}, master {MASTER})"
-            in text
-        )
-        wait_for(lambda: mails(af.lake, "consents_with_mail") == ALL_MAILS, 300, "the join on the cluster")
-        active = apps("activeapps")
-        assert active == {
-            "ingest-consents": "RUNNING",
-            "join-consents_with_mail": "RUNNING",
-            "join-consents_enriched_at_event_time": "RUNNING",
-        }
-        done = set(apps("completedapps"))
-        assert {"consents-backfill_accounts", "consents-run_quality_suites"} <= done
+        _pipeline_then_streams(af)
     finally:
         af.stop_joins()
     assert running(af.lake) == {}
+
+
+def _pipeline_then_streams(af: Airflow) -> None:
+    result = af.test_dag("consents_pipeline")
+    text = output(result)
+    assert result.returncode == 0, text[-3000:]
+    assert f"Spark-Submit cmd: spark-submit --master {MASTER} " in text
+    assert "backfill accounts from" in text and "2 new keys, 0 changed, 8 unchanged" in text
+    assert "quality gate passed: 5 check(s)" in text
+    jobs = running(af.lake)
+    assert sorted(jobs) == sorted(["ingest:consents", *(f"join:{j}" for j in JOINS)])
+    assert (
+        f"join consents_with_mail: started (pid {jobs['join:consents_with_mail']}, master {MASTER})" in text
+    )
+    # the continuous table join catches up on the cluster: every consent has its customer's e-mail
+    wait_for(lambda: mails(af.lake, "consents_with_mail") == ALL_MAILS, 300, "the join on the cluster")
+    assert apps("activeapps") == {
+        "ingest-consents": "RUNNING",
+        "join-consents_with_mail": "RUNNING",
+        "join-consents_enriched_at_event_time": "RUNNING",
+    }
+    assert {"consents-backfill_accounts", "consents-run_quality_suites", "consents-dbt_build"} <= set(
+        apps("completedapps")
+    )
+    # a record produced to Kafka now reaches the join through the continuous ingest
+    moved = af.lake_cli(
+        "produce", "customer_accounts", "-K", ";",
+        stdin='user_4;{"customerId": "user_4", "contactMailAddress": "user4@example.org"}\n',
+    )  # fmt: skip
+    assert moved.returncode == 0, moved.stderr
+    changed = {**ALL_MAILS, "user_4": "user4@example.org"}
+    wait_for(lambda: mails(af.lake, "consents_with_mail") == changed, 180, "the produced account")
+    # ... and the run built the pipeline's marts once the joins had caught up, their tests passing
+    assert ran(result, "wait_joins_caught_up") and ran(result, "dbt_build")
+    assert "Completed successfully" in text
+    assert (af.root / "warehouse" / "marts.db" / "optout_feed").is_dir()
+    assert not (af.root / "warehouse" / "marts.db" / "display_products").exists()  # another pipeline's
+
+    # start again (the streams DAG): nothing new starts, the same processes run on
+    again = af.test_dag("consents_streams", {"action": "start"})
+    assert again.returncode == 0, output(again)[-3000:]
+    assert output(again).count("already running, left alone") == 3  # the ingest and both joins
+    assert running(af.lake) == jobs
+
+    healthy = af.test_dag("consents_streams")  # the scheduled action: the health check
+    assert healthy.returncode == 0, output(healthy)[-3000:]
+    assert f"healthy: {', '.join(JOINS)} (limit 10 versions behind)" in output(healthy)
+
+    stopped = af.test_dag("consents_streams", {"action": "stop"})
+    assert stopped.returncode == 0, output(stopped)[-3000:]
+    assert running(af.lake) == {}
+
+    down = af.test_dag("consents_streams")
+    text = output(down)
+    assert down.returncode == 1
+    assert "join consents_with_mail is down (last batch " in text
+    alerts = [json.loads(line) for line in (af.root / "_airflow" / "alerts.jsonl").read_text().splitlines()]
+    assert [(a["dag_id"], a["task_id"]) for a in alerts] == [("consents_streams", "check_health")]
+    assert alerts[0]["error"].startswith(
+        "3 problem(s): the continuous ingest of consents is down, so the joins see no new records; "
+        "start it with 'lake ingest --continuous --detach'; join consents_with_mail is down"
+    )

@@ -5,7 +5,7 @@ BIN   := $(VENV)/bin
 export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 
 .DEFAULT_GOAL := help
-.PHONY: help setup demo pipeline airflow kafka-start kafka-stop cluster-start cluster-stop test lint bench bench-cluster lock lock-jvm clean
+.PHONY: help setup demo pipeline airflow kafka-start kafka-stop cluster-start cluster-stop test lint bench bench-cluster bench-peer lock lock-jvm clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -65,9 +65,13 @@ bench-cluster: setup ## the table-join benchmark on the standalone cluster (2 wo
 	@LAKE_SPARK_MASTER=spark://127.0.0.1:$${SPARK_MASTER_PORT:-7077} $(BIN)/python tests/bench/bench_joins.py --no-deletion-vectors | tee bench-results/joins-cluster.txt; \
 	  status=$$?; bash infra/spark-cluster.sh stop; exit $$status
 
-lock-jvm: ## re-fetch the JVM jars of infra/jvm/*.pom.xml and rewrite their checksums (needs Maven Central)
-	@rm -rf .jvm.tmp && for set in spark kafka; do \
-	  mvn -q -B -f infra/jvm/$$set.pom.xml dependency:copy-dependencies -DoutputDirectory=$(CURDIR)/.jvm.tmp/$$set >/dev/null || exit 1; done
+bench-peer: setup ## the product's fk join against the Kafka Streams peer on one broker (minutes; PEER_PRODUCTS sets the size)
+	@mkdir -p bench-results
+	@$(BIN)/python tests/bench/bench_peer.py | tee bench-results/peer.txt
+
+lock-jvm: ## re-fetch the JVM jars of infra/jvm/*.pom.xml and tests/bench/peer/pom.xml and rewrite their checksums (needs Maven Central)
+	@rm -rf .jvm.tmp && for entry in spark:infra/jvm/spark.pom.xml kafka:infra/jvm/kafka.pom.xml streams:tests/bench/peer/pom.xml; do \
+	  mvn -q -B -f $${entry#*:} dependency:copy-dependencies -DoutputDirectory=$(CURDIR)/.jvm.tmp/$${entry%%:*} >/dev/null || exit 1; done
 	@cd .jvm.tmp && find . -name '*.jar' | sed 's|^\./||' | sort | xargs sha256sum > ../infra/jvm/jars.sha256
 	@rm -rf .jvm.tmp && echo "infra/jvm/jars.sha256: $$(wc -l < infra/jvm/jars.sha256) jars locked"
 

@@ -51,7 +51,9 @@ if ! command -v chromium >/dev/null 2>&1; then
 fi
 
 # --- JVM jars (Maven Central, locked by infra/jvm/*.pom.xml + infra/jvm/jars.sha256) -------------
-jvm_stamp=$(cat infra/jvm/*.pom.xml infra/jvm/jars.sha256 infra/setup.sh | sha256sum | cut -d' ' -f1)
+# jar sets: name -> pom (the Kafka Streams peer of the benchmarks keeps its pom beside its sources)
+jar_sets="spark:infra/jvm/spark.pom.xml kafka:infra/jvm/kafka.pom.xml streams:tests/bench/peer/pom.xml"
+jvm_stamp=$(cat infra/jvm/*.pom.xml tests/bench/peer/pom.xml infra/jvm/jars.sha256 infra/setup.sh | sha256sum | cut -d' ' -f1)
 if ! [ -f .jvm/.stamp ] || [ "$(cat .jvm/.stamp)" != "$jvm_stamp" ]; then
   if ! command -v mvn >/dev/null 2>&1; then
     apt_install maven "Maven is missing (it fetches the locked JVM jars)" \
@@ -59,11 +61,12 @@ if ! [ -f .jvm/.stamp ] || [ "$(cat .jvm/.stamp)" != "$jvm_stamp" ]; then
   fi
   say "fetching the locked JVM jars with Maven into .jvm/"
   rm -rf .jvm.tmp && mkdir -p .jvm.tmp
-  for set in spark kafka; do
-    if ! mvn -q -B -f "infra/jvm/$set.pom.xml" dependency:copy-dependencies \
+  for entry in $jar_sets; do
+    set=${entry%%:*}; pom=${entry#*:}
+    if ! mvn -q -B -f "$pom" dependency:copy-dependencies \
         -DoutputDirectory="$ROOT/.jvm.tmp/$set" >".jvm.tmp/mvn-$set.log" 2>&1; then
       grep -E 'ERROR|error' ".jvm.tmp/mvn-$set.log" | head -5 >&2
-      die "mvn could not fetch the jars of infra/jvm/$set.pom.xml (is Maven Central reachable?)"
+      die "mvn could not fetch the jars of $pom (is Maven Central reachable?)"
     fi
   done
   rm -f .jvm.tmp/mvn-*.log
@@ -121,4 +124,18 @@ if ! [ -f "$ops_jar" ] || [ "$(cat build/jvm/.stamp 2>/dev/null)" != "$ops_stamp
   jar cf "$ops_jar" -C build/jvm/classes .
   echo "$ops_stamp" > build/jvm/.stamp
   say "join operators built: $ops_jar"
+fi
+
+# --- The Kafka Streams peer (tests/bench/peer): compiled against the locked .jvm/streams jars ----
+# The benchmarks' peer (README, "Benchmarks") and the test that its outputs equal the product's.
+peer_src=tests/bench/peer/src/main/java
+peer_jar=build/peer/lake-peer.jar
+peer_stamp=$( (find "$peer_src" -name '*.java' | sort | xargs cat; cat .jvm/.stamp) | sha256sum | cut -d' ' -f1)
+if ! [ -f "$peer_jar" ] || [ "$(cat build/peer/.stamp 2>/dev/null)" != "$peer_stamp" ]; then
+  rm -rf build/peer && mkdir -p build/peer/classes
+  javac -nowarn -Xlint:none -d build/peer/classes -cp ".jvm/streams/*" $(find "$peer_src" -name '*.java' | sort) \
+    || die "javac could not build the Kafka Streams peer in $peer_src (see above)"
+  jar cf "$peer_jar" -C build/peer/classes .
+  echo "$peer_stamp" > build/peer/.stamp
+  say "Kafka Streams peer built: $peer_jar"
 fi

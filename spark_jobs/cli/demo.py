@@ -63,7 +63,8 @@ def _demo_stories(args, stories) -> int:
     from spark_jobs.show import render, table_rows
 
     lake = Lake(args.root)
-    print(f"lake root: {lake.root}\n(starting Spark for the joins ...)", flush=True)
+    print(f"lake root: {lake.root}", flush=True)
+    print("(starting Spark for the quality suites, the backfills and the joins ...)", flush=True)
     spark = get_spark(app_name="demo")
 
     def run(config, name: str) -> None:

@@ -23,13 +23,10 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from urllib.parse import unquote
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
-from benchkit import embedded_broker
+from benchkit import committed_rows, embedded_broker
 
 from spark_jobs.config import load_config
 from spark_jobs.kafka import connect, produce
@@ -54,32 +51,12 @@ def follow(lake: Lake, table: str, column: str, seen: dict[str, float], stop: th
         if lake.exists(table):
             while lake.version(table) >= version:
                 now = time.time()
-                for value in committed_values(lake.path(table), version, column):
+                for value in committed_rows(lake.path(table), version, [column])[column]:
                     key = value.decode() if isinstance(value, bytes) else value
                     if key is not None:
                         seen.setdefault(key, now)
                 version += 1
         time.sleep(0.05)
-
-
-def committed_values(table: Path, version: int, column: str) -> list:
-    """``column`` of the rows commit ``version`` wrote: its change-data files when it has any (a
-    MERGE), else its data files (an append), read with pyarrow from the commit's log entry. No Spark
-    job in this process: it shares the two cores with what it measures."""
-    cdc, added = [], []
-    for line in (table / "_delta_log" / f"{version:020d}.json").read_text().splitlines():
-        action = json.loads(line) if line.strip() else {}
-        if "cdc" in action:
-            cdc.append(action["cdc"]["path"])
-        elif "add" in action and action["add"].get("dataChange", True):
-            added.append(action["add"]["path"])
-    values: list = []
-    for path in cdc or added:
-        rows = pq.read_table(table / unquote(path))
-        if cdc:
-            rows = rows.filter(pc.is_in(rows["_change_type"], pa.array(["insert", "update_postimage"])))
-        values += rows[column].to_pylist()
-    return values
 
 
 def percentiles(latencies: list[float]) -> str:

@@ -4,6 +4,7 @@ streaming query."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import sys
@@ -11,9 +12,12 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from urllib.parse import unquote
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/: bronzekit, joinkit
 
@@ -35,6 +39,27 @@ def values(tag: str, n: int) -> pa.Array:
 def keys(ids: np.ndarray) -> pa.Array:
     """The keys ``c<id>`` of ``ids``."""
     return pa.array([f"c{i}".encode() for i in ids], pa.binary())
+
+
+def committed_rows(table: Path, version: int, columns: list[str]) -> dict[str, list]:
+    """``columns`` of the rows commit ``version`` of a Delta table wrote: its change-data files when
+    it has any (a MERGE), else its data files (an append), read with pyarrow from the commit's log
+    entry. No Spark job in the benchmark's process: it shares the cores with what it measures."""
+    cdc, added = [], []
+    for line in (table / "_delta_log" / f"{version:020d}.json").read_text().splitlines():
+        action = json.loads(line) if line.strip() else {}
+        if "cdc" in action:
+            cdc.append(action["cdc"]["path"])
+        elif "add" in action and action["add"].get("dataChange", True):
+            added.append(action["add"]["path"])
+    out: dict[str, list] = {c: [] for c in columns}
+    for path in cdc or added:
+        rows = pq.read_table(table / unquote(path))
+        if cdc:
+            rows = rows.filter(pc.is_in(rows["_change_type"], pa.array(["insert", "update_postimage"])))
+        for c in columns:
+            out[c] += rows[c].to_pylist()
+    return out
 
 
 @contextmanager

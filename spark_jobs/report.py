@@ -17,8 +17,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-import pyarrow.compute as pc
-
 from spark_jobs.config import PipelineConfig
 from spark_jobs.lake import Lake
 from spark_jobs.layout import Layout
@@ -56,13 +54,6 @@ def pipeline_jobs(config: PipelineConfig) -> set[str]:
 
 def _rows(lake: Lake, table: str) -> list[dict]:
     return lake.read_arrow(table).to_pylist() if lake.exists(table) else []
-
-
-def quality_runs(lake: Lake, pipeline: str) -> list[dict]:
-    if not lake.exists(QUALITY_RUNS):
-        return []
-    table = lake.read_arrow(QUALITY_RUNS)
-    return table.filter(pc.equal(table["pipeline"], pipeline)).to_pylist()
 
 
 def latest_per_suite(runs: list[dict]) -> dict[str, list[dict]]:
@@ -106,7 +97,8 @@ def write_report(lake: Lake, config: PipelineConfig, data_docs: str | None = Non
     """Write the pipeline's report page (and the index of pipelines); returns the page's path."""
     path = report_path(lake, config.name)
     path.parent.mkdir(parents=True, exist_ok=True)
-    runs = quality_runs(lake, config.name)
+    every_run = _rows(lake, QUALITY_RUNS)  # read once: this page's runs and the index's
+    runs = [r for r in every_run if r["pipeline"] == config.name]
     jobs = pipeline_jobs(config)
     quarantined = [q for q in _rows(lake, QUARANTINE) if q["job"] in jobs]
     quarantined.sort(key=lambda q: (q["run_time"], q["source"] or "", q["line"] or 0), reverse=True)
@@ -115,7 +107,7 @@ def write_report(lake: Lake, config: PipelineConfig, data_docs: str | None = Non
     pages = {run_id: page for run_id, page in pages.items() if (path.parent / page).is_file()}
     page = render(config.name, runs, quarantined, docs, datetime.now(UTC), pages)
     path.write_text(page, encoding="utf-8")
-    _write_index(lake, path.parent)
+    _write_index(path.parent, every_run)
     return path
 
 
@@ -124,11 +116,11 @@ def _docs_index(report_dir: Path) -> str | None:
     return "gx/uncommitted/data_docs/local_site/index.html" if index.is_file() else None
 
 
-def _write_index(lake: Lake, report_dir: Path) -> None:
+def _write_index(report_dir: Path, runs: list[dict]) -> None:
     """``index.html``: a section per pipeline with a report page (its status in the latest run of
-    each suite, the failing checks with their first findings, a link to the page)."""
+    each suite, the failing checks with their first findings, a link to the page), from ``runs``,
+    every pipeline's rows of ``quality_runs``."""
     pages = sorted(p for p in report_dir.glob("*.html") if p.name not in ("index.html", "summary.html"))
-    runs = _rows(lake, QUALITY_RUNS) if pages else []
     parts = [
         f"<!doctype html><html><head><meta charset='utf-8'><title>Data quality</title>{STYLE}</head>",
         "<body><h1>Data quality reports</h1>",

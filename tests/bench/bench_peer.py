@@ -169,7 +169,7 @@ class Workload:
 
     def __init__(self, cluster, config, prefix: str):
         self.cluster, self.config, self.prefix = cluster, config, prefix
-        self.rng = np.random.default_rng(213)
+        self.titles: dict[int, str] = {}  # product -> its title after the waves (default t<i>)
 
     def put(self, topic: str, keys: pa.Array, values: pa.Array) -> None:
         produce(
@@ -190,6 +190,7 @@ class Workload:
     def wave(self, n: int) -> list[str]:
         ids = np.sort(np.random.default_rng(n).choice(PRODUCTS, WAVE, replace=False))
         self.put("products", prefixed("p", ids), product_values(ids, f"w{n}-", self.merchant_of[ids]))
+        self.titles.update((int(i), f"w{n}-{i}") for i in ids)
         return [token(f"w{n}-{i}", f"M{self.merchant_of[i]}") for i in ids]
 
     def fan_out(self) -> list[str]:
@@ -197,19 +198,12 @@ class Workload:
         self.put("merchants", prefixed("m", np.array([m])), merchant_values(np.array([m]), "Renamed"))
         products = np.flatnonzero(self.merchant_of == m)
         self.renamed = m
-        return [token(self._title(i), f"Renamed{m}") for i in products]
+        return [token(self.titles.get(int(i), f"t{i}"), f"Renamed{m}") for i in products]
 
     def burst(self) -> list[str]:
         ids = np.arange(BURST)
         self.put("products", prefixed("p", ids), product_values(ids, "b", self.merchant_of[ids]))
-        self.bursted = True
         return [token(f"b{i}", self._merchant(i)) for i in ids]
-
-    def _title(self, i: int) -> str:
-        for n in range(WAVES, 0, -1):  # the last wave that updated it
-            if i in set(np.random.default_rng(n).choice(PRODUCTS, WAVE, replace=False).tolist()):
-                return f"w{n}-{i}"
-        return f"t{i}"
 
     def _merchant(self, i: int) -> str:
         m = int(self.merchant_of[i])

@@ -67,6 +67,7 @@ def register(sub, common) -> None:
 
 def cmd_run(args) -> int:
     from spark_jobs.joins.runner import reset_join, run_join
+    from spark_jobs.profile import watch_queries
     from spark_jobs.session import get_spark
 
     config, lake = context(args)
@@ -80,6 +81,7 @@ def cmd_run(args) -> int:
             stderr(f"reset: removed {item}")
     stderr("starting Spark ...")
     spark = get_spark(app_name=f"join-{args.join}")
+    watch_queries(spark, stderr)
     summary = run_join(
         spark,
         lake,

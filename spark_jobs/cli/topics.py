@@ -218,6 +218,7 @@ def cmd_consume(args) -> int:
 
 def cmd_ingest(args) -> int:
     from spark_jobs.ingest import run_ingest
+    from spark_jobs.profile import watch_queries
     from spark_jobs.session import get_spark
 
     config, lake = context(args)
@@ -230,6 +231,7 @@ def cmd_ingest(args) -> int:
     if args.detach or args.stop:
         return _ingest_job(args, config, lake)
     spark = get_spark(app_name=f"ingest-{config.name}")
+    watch_queries(spark, lambda m: print(m, flush=True))
     summary = run_ingest(
         spark,
         lake,

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -47,6 +47,7 @@ from spark_jobs.ingest import ensure_bronze
 from spark_jobs.joins.poison import Guarded, fails, guarded
 from spark_jobs.kafka import Cluster, TransactionalProducer, connect, ensure_topics, producer_id, tail
 from spark_jobs.lake import Lake, conform
+from spark_jobs.profile import Phases
 from spark_jobs.session import arrow_frame
 from spark_jobs.system_tables import (
     JOIN_METRICS,
@@ -88,6 +89,8 @@ class BatchMetrics:
     elements_joined: int = 0
     elements_retracted: int = 0
     elements_kept: int = 0
+    # where the batch's time went (the kinds that time their phases; not a join_metrics column)
+    phases: Phases = field(default_factory=Phases)
 
     def text(self) -> str:
         text = (
@@ -299,11 +302,14 @@ class JoinJob:
         metrics = BatchMetrics()
         self._step(frame, txn, started_at, metrics)
         if self._quarantined:  # one commit for the batch's bad records and poison pills
-            self.lake.append(QUARANTINE, pa.concat_tables(self._quarantined), txn=txn)
+            with metrics.phases("quarantine"):
+                self.lake.append(QUARANTINE, pa.concat_tables(self._quarantined), txn=txn)
             self._quarantined.clear()
         duration = (time.perf_counter() - started) * 1000
-        self._metrics(metrics, txn, started_at, duration)
-        self.log(f"join {self.spec.name} batch {batch_id}: {metrics.text()} ({duration:.0f} ms)")
+        with metrics.phases("metrics"):
+            self._metrics(metrics, txn, started_at, duration)
+        phases = f": {metrics.phases.text()}" if metrics.phases.ms else ""
+        self.log(f"join {self.spec.name} batch {batch_id}: {metrics.text()} ({duration:.0f} ms{phases})")
         return metrics
 
     def _step(self, frame: DataFrame, txn: tuple[str, int], at: datetime, metrics: BatchMetrics) -> None:

@@ -81,7 +81,8 @@ class StateStoreJob(JoinJob):
         ]
         extra = [c for c in OPERATOR_COUNTS if c in rows.columns]
         counts += [F.sum(c) for c in extra]
-        totals: Any = rows.agg(*counts).first() or []  # an aggregate has one row
+        with m.phases("read+state"):  # the batch's first job: the input, the state operator
+            totals: Any = rows.agg(*counts).first() or []  # an aggregate has one row
         n_left, n_right, changed, n_bad, bad_left, n_deleted, n_live, *more = [int(v or 0) for v in totals]
         m.input_left, m.input_right = n_left + bad_left, n_right + n_bad - bad_left
         m.quarantined, m.affected_keys = n_bad, changed
@@ -95,7 +96,7 @@ class StateStoreJob(JoinJob):
         version = None
         if n_live or not self._result_empty:  # into an empty result, no joined row writes nothing
             try:
-                with _quiet():
+                with _quiet(), m.phases("write"):
                     version = self._write_on_executors(keys, txn)
             except Exception as exc:
                 if not is_data_error(exc):
@@ -104,10 +105,12 @@ class StateStoreJob(JoinJob):
                 version = self._write_on_driver(keys, m.affected_keys, txn, at, m)
         if version is None and self._replay:  # a replayed batch whose commit is in already
             version = self.lake.committed_version(self.spec.name, txn)
-        left_deleted = pa.array([], pa.binary())
-        if n_deleted and self.spec.publish and self.tombstones_follow_left:
-            left_deleted = keys.filter(F.col("left_deleted")).select("key").toArrow()["key"].combine_chunks()
-        self._publish_commit(version, left_deleted, txn, at, m)
+        with m.phases("publish"):
+            left_deleted = pa.array([], pa.binary())
+            if n_deleted and self.spec.publish and self.tombstones_follow_left:
+                deleted = keys.filter(F.col("left_deleted")).select("key").toArrow()
+                left_deleted = deleted["key"].combine_chunks()
+            self._publish_commit(version, left_deleted, txn, at, m)
 
     # --- the executors' pass --------------------------------------------------------------------
     def result_frame(self, keys: DataFrame) -> DataFrame:

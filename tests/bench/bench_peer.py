@@ -1,25 +1,37 @@
-"""Benchmark: the product's foreign-key join against Kafka Streams, the peer a user would pick
-instead (``tests/bench/peer``: the KIP-213 left join, exactly-once v2, commit 100 ms, 2 stream threads).
+"""Benchmark: the product's foreign-key and list joins against Kafka Streams, the peer a user would pick
+instead (``tests/bench/peer``: exactly-once v2, commit 100 ms, 2 stream threads).
 
 Same broker (an embedded KRaft broker of its own), same data, same machine, one run. Each system gets
 its own copy of the topics (4 partitions each, the same records in the same order, produced by one
 idempotent librdkafka producer with murmur2, as a Java client places them) and is measured alone:
-first the peer, then the product, so neither takes the other's cores. Workloads, on PRODUCTS products
-(default 1,000,000) and PRODUCTS / 10 merchants:
+per join, first the peer, then the product, so neither takes the other's cores.
+
+The fk join (``display_products``, the KIP-213 left join) on PRODUCTS products (default 1,000,000)
+and PRODUCTS / 10 merchants:
 
 - initial load: both topics filled, then the system started; seconds until every product's result
   with its merchant is visible;
 - freshness: 8 waves of 1,000 product updates, produce start -> all 1,000 visible (p50, max);
 - fan-out: one merchant renamed -> all its products visible with the new name;
-- burst: 50,000 product updates produced at once -> all visible (changes/s end to end);
-- CPU seconds and peak resident memory of the system's processes over the whole run.
+- burst: 50,000 product updates produced at once -> all visible (changes/s end to end).
+
+The list join (``people_with_addresses``) on PERSONS persons (default 100,000) with 10 address ids
+each, PERSONS addresses (each on 10 lists), and one person with a 10,000-element list:
+
+- initial load: every person's list visible with every element's street;
+- +1 element: the 10,000-element list grows by one -> the new element visible with its street;
+- address updates: 1,000 addresses get a new street -> every list holding one shows it.
+
+And for each join and system: CPU seconds and peak resident memory of its processes.
 
 "Visible" is where a user reads the result: for the peer its output topic (read committed), for the
 product its Delta result table (each commit's change-data or data files read with pyarrow; no Spark
-job in this process). The product runs as a user runs it: ``lake ingest --continuous`` (Kafka ->
-bronze) and ``lake run display_products --continuous``, both with TRIGGER seconds.
-At the end the final result per key of both systems must be equal (the first differing keys are
-printed otherwise). Run with ``make bench-peer``; PEER_PRODUCTS sets the size.
+job in this process). Arguments name the joins to run (``fk``, ``list``; default both). The product runs as a user runs it: ``lake ingest --continuous`` (Kafka ->
+bronze) and ``lake run <join> --continuous``, both with TRIGGER seconds, and ``LAKE_PROFILE=1``: the
+profile of the fk waves (where a wave's time goes, from the jobs' logs: ``spark_jobs.profile``) is
+printed after the table. At the end the final result per key of both systems must be equal (the
+first differing keys are printed otherwise). Run with ``make bench-peer``; PEER_PRODUCTS and
+PEER_PERSONS set the sizes, PEER_TRIGGER the product's trigger.
 """
 
 from __future__ import annotations
@@ -33,7 +45,8 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import replace
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from decimal import Decimal
 from pathlib import Path
 
@@ -50,6 +63,11 @@ PRODUCTS = int(os.environ.get("PEER_PRODUCTS", "1000000"))
 MERCHANTS = max(PRODUCTS // 10, 1)
 WAVES, WAVE = 8, 1000
 BURST = min(50_000, PRODUCTS)
+PERSONS = int(os.environ.get("PEER_PERSONS", "100000"))
+LIST = 10  # address ids per person
+ADDRESSES = PERSONS  # each address on LIST persons' lists
+BIG = min(10_000, ADDRESSES - 1)  # the long list: a0 .. a<BIG-1>, then + a<BIG>
+ADDRESS_UPDATES = min(1000, ADDRESSES)
 TRIGGER = os.environ.get("PEER_TRIGGER", "0.1")
 TIMEOUT = 900
 
@@ -58,6 +76,8 @@ pipeline: peer_bench
 topics:
   products: {partitions: 4}
   merchants: {partitions: 4}
+  persons: {partitions: 4}
+  addresses: {partitions: 4}
 joins:
   display_products:
     kind: fk
@@ -71,28 +91,60 @@ joins:
       merchant_id: left.merchant_id
       merchant: right.name
       merchant_city: right.city
+  people_with_addresses:
+    kind: list
+    left: persons
+    right: addresses
+    list: address_ids
+    select:
+      name: left.name
+    elements:
+      street: right.street
+      city: right.city
+    as: addresses
 """
+
+
+def _text(ids: np.ndarray) -> pa.Array:
+    return pc.cast(pa.array(ids), pa.string())
+
+
+def _string(*parts) -> pa.Array:
+    return pc.binary_join_element_wise(*parts, "")
+
+
+def _binary(*parts) -> pa.Array:
+    return pc.cast(_string(*parts), pa.binary())
+
+
+def prefixed(prefix: str, ids: np.ndarray) -> pa.Array:
+    return _binary(prefix, _text(ids))
 
 
 def product_values(ids: np.ndarray, title: str, merchant_of: np.ndarray) -> pa.Array:
     """``{"title": "<title><id>", "price": 9.99, "merchant_id": "m<merchant>"}`` per id."""
-    tid = pc.cast(pa.array(ids), pa.string())
-    mid = pc.cast(pa.array(merchant_of), pa.string())
-    parts = [f'{{"title":"{title}', tid, '","price":9.99,"merchant_id":"m', mid, '"}']
-    return pc.cast(pc.binary_join_element_wise(*parts, ""), pa.binary())
-
-
-def prefixed(prefix: str, ids: np.ndarray) -> pa.Array:
-    return pc.cast(pc.binary_join_element_wise(prefix, pc.cast(pa.array(ids), pa.string()), ""), pa.binary())
+    return _binary(
+        f'{{"title":"{title}', _text(ids), '","price":9.99,"merchant_id":"m', _text(merchant_of), '"}'
+    )
 
 
 def merchant_values(ids: np.ndarray, name: str = "M") -> pa.Array:
-    mid = pc.cast(pa.array(ids), pa.string())
-    return pc.cast(pc.binary_join_element_wise(f'{{"name":"{name}', mid, '","city":"Oslo"}', ""), pa.binary())
+    return _binary(f'{{"name":"{name}', _text(ids), '","city":"Oslo"}')
+
+
+def address_values(ids: np.ndarray, street: str = "S") -> pa.Array:
+    return _binary(f'{{"street":"{street}', _text(ids), '","city":"Oslo"}')
+
+
+def person_values(ids: np.ndarray, lists: np.ndarray) -> pa.Array:
+    """``{"name": "P<id>", "address_ids": ["a<i>", ...]}`` per id and row of ``lists``."""
+    elements = [_string('"a', _text(lists[:, j]), '"') for j in range(lists.shape[1])]
+    joined = pc.binary_join_element_wise(*elements, ",") if len(elements) > 1 else elements[0]
+    return _binary('{"name":"P', _text(ids), '","address_ids":[', joined, "]}")
 
 
 class Seen:
-    """When each (title, merchant) result first became visible."""
+    """When each result token (what a visible result row shows) first became visible."""
 
     def __init__(self) -> None:
         self.at: dict[str, float] = {}
@@ -103,28 +155,55 @@ class Seen:
             for token in tokens:
                 self.at.setdefault(token, now)
 
-    def wait(self, tokens: list[str], started: float, what: str) -> list[float]:
-        """Seconds from ``started`` until each token was seen (waits for all of them)."""
+    def wait(self, tokens: list[str], started: float, what: str) -> float:
+        """Seconds from ``started`` until the last of ``tokens`` was seen (waits for all of them)."""
         deadline = time.time() + TIMEOUT
+        missing = list(tokens)
         while True:
             with self.lock:
-                missing = sum(1 for t in tokens if t not in self.at)
-            if not missing:
-                with self.lock:
-                    return [self.at[t] - started for t in tokens]
+                missing = [t for t in missing if t not in self.at]
+                if not missing:
+                    return max(self.at[t] for t in tokens) - started
             if time.time() > deadline:
-                raise SystemExit(f"{what}: {missing:,} results not visible after {TIMEOUT} s")
+                raise SystemExit(f"{what}: {len(missing):,} results not visible after {TIMEOUT} s")
             time.sleep(0.02)
 
 
-def token(title, merchant) -> str:
+# --- what a result row shows, read from the peer's topic (bytes) or the product's table (columns) --
+TITLE, MERCHANT = re.compile(rb'"title":"([^"]*)"'), re.compile(rb'"merchant":"([^"]*)"')
+STREET = re.compile(rb'"street":"([^"]*)"')
+
+
+def fk_token(title, merchant) -> str:
     return f"{title}|{merchant or ''}"
 
 
-TITLE, MERCHANT = re.compile(rb'"title":"([^"]*)"'), re.compile(rb'"merchant":"([^"]*)"')
+def fk_topic_tokens(key: bytes, value: bytes) -> list[str]:
+    title, merchant = TITLE.search(value), MERCHANT.search(value)
+    return [fk_token(title and title[1].decode(), merchant and merchant[1].decode())]
 
 
-def follow_topic(bootstrap: str, topic: str, seen: Seen, final: dict, stop: threading.Event) -> None:
+def fk_table_tokens(rows: dict[str, list]) -> list[str]:
+    return [fk_token(t, m) for t, m in zip(rows["title"], rows["merchant"], strict=True)]
+
+
+def list_topic_tokens(key: bytes, value: bytes) -> list[str]:
+    person = key.decode()
+    return [f"{person}|{street.decode()}" for street in STREET.findall(value)]
+
+
+def list_table_tokens(rows: dict[str, list]) -> list[str]:
+    return [
+        f"{key.decode()}|{e['street']}"
+        for key, elements in zip(rows["key"], rows["addresses"], strict=True)
+        for e in elements or []
+        if e.get("street") is not None
+    ]
+
+
+def follow_topic(
+    bootstrap: str, topic: str, tokens_of, seen: Seen, final: dict, stop: threading.Event
+) -> None:
     from confluent_kafka import Consumer, TopicPartition
 
     consumer = Consumer(
@@ -145,31 +224,30 @@ def follow_topic(bootstrap: str, topic: str, seen: Seen, final: dict, stop: thre
                     final.pop(key, None)
                     continue
                 final[key] = value  # decoded once at the end: this thread shares the cores it measures
-                title, merchant = TITLE.search(value), MERCHANT.search(value)
-                tokens.append(token(title and title[1].decode(), merchant and merchant[1].decode()))
+                tokens += tokens_of(key, value)
             seen.add(tokens, now)
     finally:
         consumer.close()
 
 
-def follow_table(lake: Lake, table: str, seen: Seen, stop: threading.Event) -> None:
+def follow_table(
+    lake: Lake, table: str, columns: list[str], tokens_of, seen: Seen, stop: threading.Event
+) -> None:
     version = 0
     while not stop.is_set():
         if lake.exists(table):
             while lake.version(table) >= version:
                 now = time.time()
-                rows = committed_rows(lake.path(table), version, ["title", "merchant"])
-                seen.add([token(t, m) for t, m in zip(rows["title"], rows["merchant"], strict=True)], now)
+                seen.add(tokens_of(committed_rows(lake.path(table), version, columns)), now)
                 version += 1
         time.sleep(0.02)
 
 
+# --- the workloads: the records both systems get, in the same order, into their own topics ------
 class Workload:
-    """The records both systems get, in the same order, into their own copy of the topics."""
-
     def __init__(self, cluster, config, prefix: str):
         self.cluster, self.config, self.prefix = cluster, config, prefix
-        self.titles: dict[int, str] = {}  # product -> its title after the waves (default t<i>)
+        self.windows: dict[str, list[tuple[float, float]]] = {}  # workload -> (start, all visible)
 
     def put(self, topic: str, keys: pa.Array, values: pa.Array) -> None:
         produce(
@@ -179,135 +257,342 @@ class Workload:
             "murmur2",
         )
 
+    def timed(self, seen: Seen, name: str, records: Callable[[], list[str]]) -> float:
+        started = time.time()
+        took = seen.wait(records(), started, name)
+        self.windows.setdefault(name, []).append((started, started + took))
+        return took
+
+
+class FkWorkload(Workload):
+    left, right, join = "products", "merchants", "display_products"
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.titles: dict[int, str] = {}  # product -> its title after the waves (default t<i>)
+
     def initial(self) -> list[str]:
         merchants = np.arange(MERCHANTS)
         self.put("merchants", prefixed("m", merchants), merchant_values(merchants))
         ids = np.arange(PRODUCTS)
         self.merchant_of = ids % MERCHANTS
         self.put("products", prefixed("p", ids), product_values(ids, "t", self.merchant_of))
-        return [token(f"t{i}", f"M{i % MERCHANTS}") for i in range(PRODUCTS)]
+        return [fk_token(f"t{i}", f"M{i % MERCHANTS}") for i in range(PRODUCTS)]
 
     def wave(self, n: int) -> list[str]:
         ids = np.sort(np.random.default_rng(n).choice(PRODUCTS, WAVE, replace=False))
         self.put("products", prefixed("p", ids), product_values(ids, f"w{n}-", self.merchant_of[ids]))
         self.titles.update((int(i), f"w{n}-{i}") for i in ids)
-        return [token(f"w{n}-{i}", f"M{self.merchant_of[i]}") for i in ids]
+        return [fk_token(f"w{n}-{i}", f"M{self.merchant_of[i]}") for i in ids]
 
     def fan_out(self) -> list[str]:
         m = 7 % MERCHANTS
         self.put("merchants", prefixed("m", np.array([m])), merchant_values(np.array([m]), "Renamed"))
         products = np.flatnonzero(self.merchant_of == m)
         self.renamed = m
-        return [token(self.titles.get(int(i), f"t{i}"), f"Renamed{m}") for i in products]
+        return [fk_token(self.titles.get(int(i), f"t{i}"), f"Renamed{m}") for i in products]
 
     def burst(self) -> list[str]:
         ids = np.arange(BURST)
         self.put("products", prefixed("p", ids), product_values(ids, "b", self.merchant_of[ids]))
-        return [token(f"b{i}", self._merchant(i)) for i in ids]
+        return [fk_token(f"b{i}", self._merchant(i)) for i in ids]
 
     def _merchant(self, i: int) -> str:
         m = int(self.merchant_of[i])
         return f"Renamed{m}" if m == self.renamed else f"M{m}"
 
+    def run(self, seen: Seen, start_system: Callable[[], None], figures: dict) -> None:
+        expected = self.initial()
+        started = time.time()
+        start_system()
+        figures["fk: initial load, s"] = seen.wait(expected, started, "initial load")
+        waves = []
+        for n in range(1, WAVES + 1):
+            waves.append(self.timed(seen, "wave", lambda n=n: self.wave(n)))
+            time.sleep(0.5)
+        figures["fk: waves of 1,000: p50, s"] = float(np.percentile(waves, 50))
+        figures["fk: waves of 1,000: max, s"] = max(waves)
+        figures["fk: fan-out of one merchant, s"] = self.timed(seen, "fan-out", self.fan_out)
+        figures[f"fk: burst of {BURST:,}: changes/s"] = BURST / self.timed(seen, "burst", self.burst)
 
-def run_workloads(work: Workload, seen: Seen, start_system, figures: dict) -> None:
-    expected = work.initial()
-    started = time.time()
-    start_system()
-    figures["initial load, s"] = max(seen.wait(expected, started, "initial load"))
-    waves = []
-    for n in range(1, WAVES + 1):
-        t0 = time.time()
-        waves.append(max(seen.wait(work.wave(n), t0, f"wave {n}")))
+
+class ListWorkload(Workload):
+    left, right, join = "persons", "addresses", "people_with_addresses"
+
+    def initial(self) -> list[str]:
+        addresses = np.arange(ADDRESSES)
+        self.put("addresses", prefixed("a", addresses), address_values(addresses))
+        ids = np.arange(PERSONS)
+        self.lists = (LIST * ids[:, None] + np.arange(LIST)) % ADDRESSES  # person -> its address ids
+        self.put("persons", prefixed("u", ids), person_values(ids, self.lists))
+        self.put("persons", pa.array([b"big"]), person_values(np.array([0]), np.arange(BIG)[None, :]))
+        tokens = [f"u{i}|S{a}" for i, row in enumerate(self.lists.tolist()) for a in row]
+        return tokens + [f"big|S{a}" for a in range(BIG)]
+
+    def grow(self) -> list[str]:
+        self.put("persons", pa.array([b"big"]), person_values(np.array([0]), np.arange(BIG + 1)[None, :]))
+        return [f"big|S{BIG}"]
+
+    def update_addresses(self) -> list[str]:
+        changed = np.sort(np.random.default_rng(99).choice(ADDRESSES, ADDRESS_UPDATES, replace=False))
+        self.put("addresses", prefixed("a", changed), address_values(changed, "R"))
+        persons, positions = np.nonzero(np.isin(self.lists, changed))
+        tokens = [
+            f"u{p}|R{self.lists[p, j]}" for p, j in zip(persons.tolist(), positions.tolist(), strict=True)
+        ]
+        return tokens + [f"big|R{a}" for a in changed.tolist() if a <= BIG]
+
+    def run(self, seen: Seen, start_system: Callable[[], None], figures: dict) -> None:
+        expected = self.initial()
+        started = time.time()
+        start_system()
+        figures["list: initial load, s"] = seen.wait(expected, started, "list initial load")
         time.sleep(0.5)
-    figures["waves of 1,000: p50, s"] = float(np.percentile(waves, 50))
-    figures["waves of 1,000: max, s"] = max(waves)
-    t0 = time.time()
-    figures["fan-out of one merchant, s"] = max(seen.wait(work.fan_out(), t0, "fan-out"))
-    t0 = time.time()
-    took = max(seen.wait(work.burst(), t0, "burst"))
-    figures[f"burst of {BURST:,}: changes/s"] = BURST / took
+        figures[f"list: +1 element to a {BIG:,} list, s"] = self.timed(seen, "grow", self.grow)
+        time.sleep(0.5)
+        name = f"list: {ADDRESS_UPDATES:,} address updates, s"
+        figures[name] = self.timed(seen, "addresses", self.update_addresses)
 
 
-def start_lake(root: Path, config_path: Path, *args: str) -> subprocess.Popen:
-    log = open(root.parent / f"{args[0]}.log", "wb")  # noqa: SIM115 - lives as long as the job
+@dataclass
+class Scenario:
+    workload: type[Workload]
+    topology: str
+    topic_tokens: Callable
+    table_columns: list[str]
+    table_tokens: Callable
+
+
+SCENARIOS = {
+    "fk": Scenario(FkWorkload, "fk", fk_topic_tokens, ["title", "merchant"], fk_table_tokens),
+    "list": Scenario(ListWorkload, "list", list_topic_tokens, ["key", "addresses"], list_table_tokens),
+}
+
+
+# --- the profile: where a product wave's time goes, from the jobs' logs ---------------------------
+PROFILE = re.compile(r"^profile (\S+) batch (\d+) at ([\d.]+) rows (\d+) ms (\{.*\})$")
+JOIN_LINE = re.compile(r"^join (\S+) batch (\d+): .*\((\d+) ms(?:: (.*))?\)$")
+# a micro-batch's Spark phases, in the order they run; its output is visible after addBatch
+SPARK_PHASES = ["latestOffset", "walCommit", "getBatch", "queryPlanning", "addBatch", "commitOffsets"]
+
+
+@dataclass
+class Batch:
+    query: str
+    batch: int
+    start: float
+    ms: dict[str, int]
+    engine: dict[str, float]  # a join's own phases inside addBatch
+
+    @property
+    def visible(self) -> float:
+        """When its output was visible: before the checkpoint's commit log entry."""
+        return self.start + (self.ms.get("triggerExecution", 0) - self.ms.get("commitOffsets", 0)) / 1000
+
+
+def read_batches(*logs: Path) -> list[Batch]:
+    batches, engine = [], {}
+    for log in logs:
+        for line in log.read_text(errors="replace").splitlines():
+            found = PROFILE.match(line.strip())
+            if found:
+                query, batch, start, _, ms = found.groups()
+                batches.append(Batch(query, int(batch), float(start), json.loads(ms), {}))
+            found = JOIN_LINE.match(line.strip())
+            if found and found.group(4):
+                phases = dict(p.rsplit(" ", 1) for p in found.group(4).split(", "))
+                engine[(f"join_{found.group(1)}", int(found.group(2)))] = {
+                    k: float(v) for k, v in phases.items()
+                }
+    for b in batches:
+        b.engine = engine.get((b.query, b.batch), {})
+    return batches
+
+
+def _phases(label: str, batches: list[Batch]) -> dict[str, float]:
+    """The batches' Spark phases summed (a join's addBatch split into the engine's own phases)."""
+    out: dict[str, float] = {}
+    for phase in SPARK_PHASES:
+        total = float(sum(b.ms.get(phase, 0) for b in batches))
+        engine: dict[str, float] = {}
+        for b in batches:
+            for k, v in b.engine.items():
+                engine[k] = engine.get(k, 0.0) + v
+        if phase == "addBatch" and engine:
+            for k, v in engine.items():
+                out[f"{label} addBatch: {k}"] = v
+            out[f"{label} addBatch: the rest"] = total - sum(engine.values())
+        else:
+            out[f"{label} {phase}"] = total
+    rest = sum(b.ms.get("triggerExecution", 0) for b in batches) - sum(out.values())
+    out[f"{label} the rest of the trigger"] = rest
+    return out
+
+
+def wave_profile(
+    batches: list[Batch], windows: list[tuple[float, float]], ingest: str, join: str
+) -> dict[str, float]:
+    """Per wave (produce start -> all visible), where its time went: the median over the waves, in ms.
+    Its ingest batches are those of the ingest query that start in its window before its last join
+    batch; its join batches those of the join query. The gaps between them are trigger waits and the
+    sources' polling."""
+    rows = []
+    for start, seen in windows:
+        mine = [b for b in batches if start <= b.start <= seen]
+        joins = [b for b in mine if b.query == join]
+        ingests = [b for b in mine if b.query == ingest and joins and b.start < joins[-1].start]
+        if not ingests or not joins:
+            continue
+        row = {"produce -> the ingest's batch starts": (ingests[0].start - start) * 1000}
+        row |= _phases("ingest", ingests)
+        row["bronze visible -> the join's batch starts"] = (joins[0].start - ingests[-1].visible) * 1000
+        row |= _phases("join", joins)
+        row["result visible -> seen by the reader"] = (seen - joins[-1].visible) * 1000
+        row["all: produce -> seen"] = (seen - start) * 1000
+        row["(ingest micro-batches)"], row["(join micro-batches)"] = len(ingests), len(joins)
+        rows.append(row)
+    names = list(dict.fromkeys(k for r in rows for k in r))
+    return {k: float(np.median([r.get(k, 0.0) for r in rows])) for k in names}
+
+
+def start_lake(log: Path, root: Path, config_path: Path, *args: str) -> subprocess.Popen:
+    out = log.open("wb")  # lives as long as the job
     return subprocess.Popen(
         [sys.executable, "-m", "spark_jobs.cli", "--root", str(root), "--config", str(config_path), *args],
-        stdout=log, stderr=log, start_new_session=True,
+        stdout=out, stderr=out, start_new_session=True, env={**os.environ, "LAKE_PROFILE": "1"},
     )  # fmt: skip
 
 
+def run_scenario(
+    name: str, scenario: Scenario, tmp: Path, bootstrap: str, cluster, config, figures, finals
+) -> dict:
+    from peerkit import Peer, tree_usage
+
+    work = scenario.workload
+    # --- the peer, alone ---------------------------------------------------------------------
+    seen, final, stop = Seen(), {}, threading.Event()
+    out = f"peer_{work.join}"
+    follower = threading.Thread(
+        target=follow_topic, args=(bootstrap, out, scenario.topic_tokens, seen, final, stop)
+    )
+    follower.start()
+    peer = Peer(scenario.topology, cluster, "peer_" + work.left, "peer_" + work.right, out, tmp / "peer")
+    try:
+        work(cluster, config, "peer_").run(seen, peer.__enter__, figures["peer"])
+        cpu, peak = peer.usage()
+        figures["peer"][f"{name}: CPU, s"], figures["peer"][f"{name}: peak memory, MB"] = cpu, peak / 1e6
+    finally:
+        peer.__exit__(None, None, None)
+        stop.set()
+        follower.join()
+    finals[name] = final
+    print(
+        f"peer, {name}:",
+        {k: round(v, 2) for k, v in figures["peer"].items() if k.startswith(name)},
+        flush=True,
+    )
+
+    # --- the product, alone ------------------------------------------------------------------
+    root = tmp / "lake"
+    lake = Lake(root)
+    seen, stop, jobs = Seen(), threading.Event(), []
+    args = (lake, work.join, scenario.table_columns, scenario.table_tokens, seen, stop)
+    follower = threading.Thread(target=follow_table, args=args)
+    follower.start()
+    logs = [tmp / f"ingest-{name}.log", tmp / f"run-{name}.log"]
+
+    def start_product() -> None:
+        config_path = tmp / "peer_bench.yaml"
+        jobs.append(
+            start_lake(
+                logs[0],
+                root,
+                config_path,
+                "ingest",
+                work.left,
+                work.right,
+                "--continuous",
+                "--trigger",
+                TRIGGER,
+            )
+        )
+        jobs.append(
+            start_lake(logs[1], root, config_path, "run", work.join, "--continuous", "--trigger", TRIGGER)
+        )
+
+    workload = work(cluster, config, "")
+    try:
+        workload.run(seen, start_product, figures["product"])
+        cpu, peak = tree_usage([j.pid for j in jobs])
+        figures["product"][f"{name}: CPU, s"], figures["product"][f"{name}: peak memory, MB"] = (
+            cpu,
+            peak / 1e6,
+        )
+    finally:
+        stop.set()
+        follower.join()
+        for job in jobs:
+            job.send_signal(signal.SIGTERM)
+        for job in jobs:
+            job.wait(timeout=180)
+    print(
+        f"product, {name}:",
+        {k: round(v, 2) for k, v in figures["product"].items() if k.startswith(name)},
+        flush=True,
+    )
+    return {"batches": read_batches(*logs), "windows": workload.windows}
+
+
 def main() -> None:
-    from peerkit import Peer, clean, differences, table_results, tree_usage
+    from peerkit import clean, differences, table_results
 
     with tempfile.TemporaryDirectory() as tmp, embedded_broker(Path(tmp) / "kafka") as bootstrap:
         tmp = Path(tmp)
         os.environ["LAKE_KAFKA_TOPIC_PREFIX"] = ""
         (tmp / "peer_bench.yaml").write_text(PIPELINE)
         config = load_config(tmp / "peer_bench.yaml")
-        root = tmp / "lake"
-        cluster = connect(config, root)
+        cluster = connect(config, tmp / "lake")
         ensure_topics(cluster, config.topics.values())
         copies = [replace(s, name="peer_" + s.name) for s in config.topics.values()]
-        out = replace(copies[0], name="peer_out", compacted=False)
-        ensure_topics(cluster, [*copies, out])
+        outs = [replace(copies[0], name=f"peer_{j}", compacted=False) for j in config.joins]
+        ensure_topics(cluster, [*copies, *outs])
         figures: dict[str, dict] = {"peer": {}, "product": {}}
         print(
-            f"{PRODUCTS:,} products, {MERCHANTS:,} merchants, 4 partitions; machine: {os.cpu_count()} cores"
+            f"fk: {PRODUCTS:,} products, {MERCHANTS:,} merchants; list: {PERSONS:,} persons x {LIST} of "
+            f"{ADDRESSES:,} addresses, one list of {BIG:,}; 4 partitions; machine: {os.cpu_count()} cores"
         )
+        finals: dict[str, dict] = {}
+        chosen = {name: SCENARIOS[name] for name in sys.argv[1:] or SCENARIOS}  # e.g. "list" only
+        profiles = {
+            name: run_scenario(name, s, tmp, bootstrap, cluster, config, figures, finals)
+            for name, s in chosen.items()
+        }
 
-        # --- the peer, alone -----------------------------------------------------------------
-        seen, final, stop = Seen(), {}, threading.Event()
-        follower = threading.Thread(target=follow_topic, args=(bootstrap, "peer_out", seen, final, stop))
-        follower.start()
-        peer = Peer("fk", cluster, "peer_products", "peer_merchants", "peer_out", tmp / "peer")
-        try:
-            run_workloads(Workload(cluster, config, "peer_"), seen, peer.__enter__, figures["peer"])
-            cpu, peak = peer.usage()
-            figures["peer"]["CPU, s"], figures["peer"]["peak memory, MB"] = cpu, peak / 1e6
-        finally:
-            peer.__exit__(None, None, None)
-            stop.set()
-            follower.join()
-        print("peer:", {k: round(v, 2) for k, v in figures["peer"].items()}, flush=True)
-
-        # --- the product, alone --------------------------------------------------------------
-        lake = Lake(root)
-        seen, stop, jobs = Seen(), threading.Event(), []
-        follower = threading.Thread(target=follow_table, args=(lake, "display_products", seen, stop))
-        follower.start()
-
-        def start_product() -> None:
-            config_path = tmp / "peer_bench.yaml"
-            jobs.append(start_lake(root, config_path, "ingest", "--continuous", "--trigger", TRIGGER))
-            jobs.append(
-                start_lake(root, config_path, "run", "display_products", "--continuous", "--trigger", TRIGGER)
-            )
-
-        try:
-            run_workloads(Workload(cluster, config, ""), seen, start_product, figures["product"])
-            cpu, peak = tree_usage([j.pid for j in jobs])
-            figures["product"]["CPU, s"], figures["product"]["peak memory, MB"] = cpu, peak / 1e6
-        finally:
-            stop.set()
-            follower.join()
-            for job in jobs:
-                job.send_signal(signal.SIGTERM)
-            for job in jobs:
-                job.wait(timeout=180)
-
-        # --- the same final result per key ------------------------------------------------------
-        ours = table_results(lake, "display_products")
-        peer_final = {k.decode(): clean(json.loads(v, parse_float=Decimal)) for k, v in final.items()}
-        diff = differences(ours, peer_final)
-        print(f"\nfinal results: product {len(ours):,} keys, peer {len(final):,} keys: "
-              + ("equal" if not diff else "DIFFERENT\n  " + "\n  ".join(diff)))  # fmt: skip
+        # --- the same final result per key ----------------------------------------------------------
+        lake, different = Lake(tmp / "lake"), False
+        for name, scenario in chosen.items():
+            ours = table_results(lake, scenario.workload.join)
+            theirs = {k.decode(): clean(json.loads(v, parse_float=Decimal)) for k, v in finals[name].items()}
+            diff = differences(ours, theirs)
+            different = different or bool(diff)
+            print(f"\n{name}: final results: product {len(ours):,} keys, peer {len(theirs):,} keys: "
+                  + ("equal" if not diff else "DIFFERENT\n  " + "\n  ".join(diff)))  # fmt: skip
 
         print("\n| workload | Kafka Streams | product | product / peer |\n|---|---|---|---|")
         for name, theirs in figures["peer"].items():
             mine = figures["product"][name]
             print(f"| {name} | {theirs:,.2f} | {mine:,.2f} | {mine / theirs:.2f}x |")
-        if diff:
+
+        if "fk" in profiles:
+            fk = profiles["fk"]
+            profile = wave_profile(
+                fk["batches"], fk["windows"].get("wave", []), "ingest_products", "join_display_products"
+            )
+            print(f"\nwhere a product wave of {WAVE:,} goes (median of {WAVES} waves, ms):")
+            print("| part | ms |\n|---|---|")
+            for part, ms in profile.items():
+                print(f"| {part} | {ms:,.0f} |")
+        if different:
             raise SystemExit(1)
 
 

@@ -206,15 +206,15 @@ public final class Peer {
                 Grouped.with("by-person", KEYS, JSON_SERDE))
             .aggregate(
                 JSON::createObjectNode,
+                // the aggregate is a fresh object per call (the store and its cache keep bytes), so
+                // it is updated in place: a copy would cost a long list's size per element
                 (person, e, agg) -> {
-                  ObjectNode next = (ObjectNode) agg.deepCopy();
-                  next.set(e.get("i").asText(), e);
-                  return next;
+                  ((ObjectNode) agg).set(e.get("i").asText(), e);
+                  return agg;
                 },
                 (person, e, agg) -> {
-                  ObjectNode next = (ObjectNode) agg.deepCopy();
-                  next.remove(e.get("i").asText());
-                  return next;
+                  ((ObjectNode) agg).remove(e.get("i").asText());
+                  return agg;
                 },
                 Materialized.with(KEYS, JSON_SERDE));
     people

@@ -55,11 +55,12 @@ def profile_line(progress: Any) -> str:
     )
 
 
-def watch_queries(spark: Any, log: Callable[[str], None]) -> None:
+def watch_queries(spark: Any, log: Callable[[str], None]) -> Any:
     """With ``$LAKE_PROFILE=1``: log a profile line for every micro-batch that read records, of every
-    streaming query of ``spark``. Without it, nothing."""
+    streaming query of ``spark``; returns the listener (``spark.streams.removeListener`` ends it).
+    Without it, nothing (None)."""
     if not profiling():
-        return
+        return None
     from pyspark.sql.streaming import StreamingQueryListener
 
     class Listener(StreamingQueryListener):
@@ -76,4 +77,6 @@ def watch_queries(spark: Any, log: Callable[[str], None]) -> None:
         def onQueryTerminated(self, event: Any) -> None:
             pass
 
-    spark.streams.addListener(Listener())
+    listener = Listener()
+    spark.streams.addListener(listener)
+    return listener

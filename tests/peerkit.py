@@ -45,6 +45,7 @@ class Peer:
         name = f"peer-{topology}-{os.getpid()}-{time.monotonic_ns()}"
         java = {k.removeprefix("kafka."): v for k, v in cluster.spark_options().items()}  # Java names
         java.pop("bootstrap.servers")
+        java.pop("fetch.max.wait.ms")  # Spark's read of a known range; the peer keeps Kafka's default
         settings = [a for k, v in java.items() for a in ("-X", f"{k}={v}")]
         self.cmd = [
             shutil.which("java") or "java",

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -13,6 +15,7 @@ import pyarrow as pa
 from spark_jobs.config import load_config
 from spark_jobs.ingest import mirrored_records, run_ingest
 from spark_jobs.kafka import connect, produce, read
+from spark_jobs.profile import watch_queries
 
 PIPELINE = "topics:\n  events: {partitions: 3}\n  other: {partitions: 2, value: string}\n"
 
@@ -57,6 +60,32 @@ def test_ingest_mirrors_records_tombstones_and_headers_exactly(spark, lake, tmp_
     produce(cluster, spec, [(pa.array([b"d"]), pa.array([b'{"n":4}']))], timestamp_ms=2_000)
     assert run_ingest(spark, lake, config, ["events"]).topics == {"events": 1}
     assert bronze_records(lake, "events") == kafka_records(cluster, spec)
+
+
+def test_with_lake_profile_each_micro_batch_logs_its_spark_phases(spark, lake, tmp_path, monkeypatch):
+    (tmp_path / "p.yaml").write_text(PIPELINE)
+    config = load_config(tmp_path / "p.yaml")
+    spec = config.topic("events")
+    produce(connect(config, lake.root), spec, [(pa.array([b"a", b"b"]), pa.array([b"{}", b"{}"]))])
+    monkeypatch.setenv("LAKE_PROFILE", "1")
+    lines: list[str] = []
+    listener = watch_queries(spark, lines.append)
+    try:
+        run_ingest(spark, lake, config, ["events"])
+        deadline = time.monotonic() + 30  # the listener hears of the batch after it ends
+        while not lines and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        spark.streams.removeListener(listener)
+    assert len(lines) == 1, lines
+    found = re.fullmatch(r"profile ingest_events batch 0 at (\d+\.\d{3}) rows 2 ms (\{.*\})", lines[0])
+    assert found, lines[0]
+    phases = json.loads(found.group(2))
+    assert {"latestOffset", "walCommit", "getBatch", "queryPlanning", "addBatch", "commitOffsets"} <= set(
+        phases
+    )
+    assert phases["triggerExecution"] >= phases["addBatch"] > 0
+    assert abs(float(found.group(1)) - time.time()) < 120
 
 
 def test_ingest_is_exactly_once_across_kill_9(spark, lake, tmp_path):

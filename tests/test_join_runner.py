@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -105,7 +106,11 @@ def test_run_once_resumes_where_it_stopped_and_status_and_audit_see_it(spark, se
 def test_a_stopped_run_restarts_mid_stream_exactly_once(spark, setup):
     cfg, lake, _ = setup
     produce(lake, cfg, "L", [("a", "a0", T0)])
-    assert run_join(spark, lake, cfg, "t_left", once=True).batches == 1  # the snapshot
+    lines: list[str] = []
+    assert run_join(spark, lake, cfg, "t_left", once=True, log=lines.append).batches == 1  # the snapshot
+    # each batch's line says where its time went (spark_jobs.profile)
+    phases = r"read\+state \d+, write \d+, publish \d+, metrics \d+"
+    assert re.fullmatch(rf"join t_left batch 0: in 1\+0, .* \((\d+) ms: {phases}\)", lines[-1]), lines
     # three more commits per topic, one micro-batch each with --max-files 1 (Delta's source admits
     # data files, not commits: the keys a and x1..x3 share partition 0, so each commit is one file)
     for i in range(1, 4):

@@ -263,6 +263,15 @@ class Workload:
         self.windows.setdefault(name, []).append((started, started + took))
         return took
 
+    def load(self, seen: Seen, start_system: Callable[[], None]) -> float:
+        """The initial load: the topics filled, then the system started; until all is visible."""
+        expected = self.initial()
+        started = time.time()
+        start_system()
+        took = seen.wait(expected, started, f"{self.join}: initial load")
+        self.windows["initial load"] = [(started, started + took)]
+        return took
+
 
 class FkWorkload(Workload):
     left, right, join = "products", "merchants", "display_products"
@@ -302,13 +311,10 @@ class FkWorkload(Workload):
         return f"Renamed{m}" if m == self.renamed else f"M{m}"
 
     def run(self, seen: Seen, start_system: Callable[[], None], figures: dict) -> None:
-        expected = self.initial()
-        started = time.time()
-        start_system()
-        figures["fk: initial load, s"] = seen.wait(expected, started, "initial load")
+        figures["fk: initial load, s"] = self.load(seen, start_system)
         waves = []
         for n in range(1, WAVES + 1):
-            waves.append(self.timed(seen, "wave", lambda n=n: self.wave(n)))
+            waves.append(self.timed(seen, "waves", lambda n=n: self.wave(n)))
             time.sleep(0.5)
         figures["fk: waves of 1,000: p50, s"] = float(np.percentile(waves, 50))
         figures["fk: waves of 1,000: max, s"] = max(waves)
@@ -343,15 +349,12 @@ class ListWorkload(Workload):
         return tokens + [f"big|R{a}" for a in changed.tolist() if a <= BIG]
 
     def run(self, seen: Seen, start_system: Callable[[], None], figures: dict) -> None:
-        expected = self.initial()
-        started = time.time()
-        start_system()
-        figures["list: initial load, s"] = seen.wait(expected, started, "list initial load")
+        figures["list: initial load, s"] = self.load(seen, start_system)
         time.sleep(0.5)
-        figures[f"list: +1 element to a {BIG:,} list, s"] = self.timed(seen, "grow", self.grow)
+        figures[f"list: +1 element to a {BIG:,} list, s"] = self.timed(seen, "+1 element", self.grow)
         time.sleep(0.5)
         name = f"list: {ADDRESS_UPDATES:,} address updates, s"
-        figures[name] = self.timed(seen, "addresses", self.update_addresses)
+        figures[name] = self.timed(seen, "address updates", self.update_addresses)
 
 
 @dataclass
@@ -429,18 +432,16 @@ def _phases(label: str, batches: list[Batch]) -> dict[str, float]:
     return out
 
 
-def wave_profile(
-    batches: list[Batch], windows: list[tuple[float, float]], ingest: str, join: str
-) -> dict[str, float]:
-    """Per wave (produce start -> all visible), where its time went: the median over the waves, in ms.
-    Its ingest batches are those of the ingest query that start in its window before its last join
-    batch; its join batches those of the join query. The gaps between them are trigger waits and the
-    sources' polling."""
+def profile(batches: list[Batch], windows: list[tuple[float, float]], join: str) -> dict[str, float]:
+    """Per window (produce start -> all visible), where its time went; the median over the windows, in
+    ms. Its ingest batches are those of the ingest's queries (one per topic) that start in it before its
+    last join batch; its join batches those of the join's query. The gaps between them are trigger
+    waits and the sources' polling (for an initial load, also the jobs' start)."""
     rows = []
     for start, seen in windows:
         mine = [b for b in batches if start <= b.start <= seen]
         joins = [b for b in mine if b.query == join]
-        ingests = [b for b in mine if b.query == ingest and joins and b.start < joins[-1].start]
+        ingests = [b for b in mine if b.query.startswith("ingest_") and joins and b.start < joins[-1].start]
         if not ingests or not joins:
             continue
         row = {"produce -> the ingest's batch starts": (ingests[0].start - start) * 1000}
@@ -540,7 +541,11 @@ def run_scenario(
         {k: round(v, 2) for k, v in figures["product"].items() if k.startswith(name)},
         flush=True,
     )
-    return {"batches": read_batches(*logs), "windows": workload.windows}
+    batches = read_batches(*logs)
+    return {
+        f"{name}: {workload_name}": profile(batches, windows, f"join_{work.join}")
+        for workload_name, windows in workload.windows.items()
+    }
 
 
 def main() -> None:
@@ -583,15 +588,18 @@ def main() -> None:
             mine = figures["product"][name]
             print(f"| {name} | {theirs:,.2f} | {mine:,.2f} | {mine / theirs:.2f}x |")
 
-        if "fk" in profiles:
-            fk = profiles["fk"]
-            profile = wave_profile(
-                fk["batches"], fk["windows"].get("wave", []), "ingest_products", "join_display_products"
+        parts = {name: p for by_join in profiles.values() for name, p in by_join.items()}
+        rows = list(dict.fromkeys(k for p in parts.values() for k in p))
+        print(
+            "\nwhere the product's time goes, ms (from its jobs' logs; a workload run more than once: the median)"
+        )
+        print("| part | " + " | ".join(parts) + " |\n|---|" + "---|" * len(parts))
+        for row in rows:
+            print(
+                f"| {row} | "
+                + " | ".join(f"{p[row]:,.0f}" if row in p else "" for p in parts.values())
+                + " |"
             )
-            print(f"\nwhere a product wave of {WAVE:,} goes (median of {WAVES} waves, ms):")
-            print("| part | ms |\n|---|---|")
-            for part, ms in profile.items():
-                print(f"| {part} | {ms:,.0f} |")
         if different:
             raise SystemExit(1)
 

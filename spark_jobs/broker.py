@@ -20,7 +20,6 @@ import base64
 import json
 import os
 import signal
-import socket
 import subprocess
 import time
 import uuid
@@ -32,9 +31,9 @@ from typing import Any
 from spark_jobs.errors import UserError
 from spark_jobs.jvm import locked_jars
 from spark_jobs.layout import Layout
+from spark_jobs.processes import HOST, alive, free_port, last_line, port_free, reap, tail
 
 DEFAULT_PORT = 9092
-HOST = "127.0.0.1"
 START_TIMEOUT_S = 60
 STOP_TIMEOUT_S = 30
 HEAP = os.environ.get("LAKE_KAFKA_HEAP", "1g")
@@ -86,25 +85,13 @@ class BrokerStatus:
         )
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except OSError:
-        return False
-    try:  # a zombie (exited, not yet reaped by its parent) is not running
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return True
-
-
 def status(root: Path) -> BrokerStatus:
     """The broker's state from ``broker.json``; a file left by a dead broker reads as not running."""
     try:
         info = json.loads((home(root) / "broker.json").read_text())
     except (OSError, ValueError):
         return BrokerStatus(False)
-    if not _alive(int(info.get("pid", 0))):
+    if not alive(int(info.get("pid", 0))):
         return BrokerStatus(False)
     return BrokerStatus(
         True,
@@ -115,22 +102,6 @@ def status(root: Path) -> BrokerStatus:
         info.get("data_dir"),
         info.get("log"),
     )
-
-
-def _port_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((HOST, port))
-        except OSError:
-            return False
-    return True
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((HOST, 0))
-        return int(s.getsockname()[1])
 
 
 def _server_properties(
@@ -201,7 +172,7 @@ def start(
     for what, p in (("port", port), ("SASL port", sasl_port)):
         if p is not None and not (0 < p < 65536):
             raise UserError(f"{what} {p} is not a TCP port (1..65535)")
-        if p is not None and not _port_free(p):
+        if p is not None and not port_free(p):
             raise UserError(
                 f"{what} {p} on {HOST} is already taken by another process; choose another with "
                 f"--{'sasl-' if what != 'port' else ''}port"
@@ -210,7 +181,7 @@ def start(
     folder = home(root)
     data = folder / "data"
     data.mkdir(parents=True, exist_ok=True)
-    controller = _free_port()
+    controller = free_port()
     props = folder / "server.properties"
     props.write_text(_server_properties(data, port, controller, sasl_port, sasl_users))
     broker_log = folder / "broker.log"
@@ -235,7 +206,7 @@ def start(
         )
         if formatted.returncode != 0:
             raise UserError(
-                f"formatting the broker's storage in {data} failed: {_last_line(formatted.stderr)}"
+                f"formatting the broker's storage in {data} failed: {last_line(formatted.stderr)}"
             )
     log(f"starting the embedded Kafka broker on {HOST}:{port} (data {data}) ...")
     with open(folder / "broker.out", "w") as out:
@@ -261,7 +232,7 @@ def start(
         if proc.poll() is not None:
             raise UserError(
                 f"the embedded Kafka broker exited during start-up (code {proc.returncode}): "
-                f"{_last_line(_tail(broker_log) or _tail(folder / 'broker.out'))} (log {broker_log})"
+                f"{last_line(tail(broker_log) or tail(folder / 'broker.out'))} (log {broker_log})"
             )
         if time.monotonic() > deadline:
             proc.kill()
@@ -292,30 +263,11 @@ def stop(root: Path, log=lambda _: None) -> bool:
     log(f"stopping the embedded Kafka broker (pid {current.pid}) ...")
     os.kill(current.pid, signal.SIGTERM)
     deadline = time.monotonic() + STOP_TIMEOUT_S
-    while _alive(current.pid):
+    while alive(current.pid):
         if time.monotonic() > deadline:
             os.kill(current.pid, signal.SIGKILL)
             break
         time.sleep(0.2)
-    _reap(current.pid)
+    reap(current.pid)
     (home(root) / "broker.json").unlink(missing_ok=True)
     return True
-
-
-def _reap(pid: int) -> None:
-    try:
-        os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        pass
-
-
-def _tail(path: Path, lines: int = 40) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return ""
-
-
-def _last_line(text: str) -> str:
-    interesting = [ln for ln in text.splitlines() if "ERROR" in ln or "Exception" in ln] or text.splitlines()
-    return interesting[-1].strip() if interesting else "no output"

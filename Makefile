@@ -5,7 +5,7 @@ BIN   := $(VENV)/bin
 export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 
 .DEFAULT_GOAL := help
-.PHONY: help setup demo pipeline airflow kafka-start kafka-stop cluster-start cluster-stop test lint bench bench-cluster bench-peer lock lock-jvm clean
+.PHONY: help setup demo pipeline airflow kafka-start kafka-stop up down cluster-start cluster-stop test lint bench bench-cluster bench-peer lock lock-jvm clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -29,6 +29,12 @@ kafka-start: setup ## start the embedded single-node Kafka broker (KRaft) of the
 
 kafka-stop: ## stop the embedded Kafka broker
 	@$(BIN)/lake kafka stop
+
+up: setup ## the services: the embedded broker and the Spark Connect server (a quick 'lake show'), unless they run
+	@$(BIN)/lake up
+
+down: ## stop the Spark Connect server and the embedded broker
+	@$(BIN)/lake down
 
 pipeline: setup kafka-start ## the bundled pipelines through Airflow only: pipeline DAG, joins, health check, stop
 	@bash infra/airflow-pipeline.sh
@@ -57,6 +63,7 @@ bench: setup ## benchmarks (minutes); figures go to bench-results/ and belong in
 	@$(BIN)/python tests/bench/bench_keyed.py --hot-million | tee bench-results/keyed.txt
 	@$(BIN)/python tests/bench/bench_state.py | tee bench-results/state.txt
 	@$(BIN)/python tests/bench/bench_diagnose.py | tee bench-results/diagnose.txt
+	@$(BIN)/python tests/bench/bench_cli.py | tee bench-results/cli.txt
 	@LAKE_FAULT_KILLS=20 $(BIN)/python -m pytest -q tests/test_join_runner.py -k sigkill | tee bench-results/join-faults.txt
 
 bench-cluster: setup ## the table-join benchmark on the standalone cluster (2 workers on this machine)
@@ -82,5 +89,5 @@ lock: ## re-resolve requirements.lock from pyproject.toml (needs network)
 	  --generate-hashes -q -o requirements.lock --custom-compile-command "make lock"
 
 clean: ## remove the demo lake and caches (keeps .venv)
-	-@$(BIN)/lake kafka stop 2>/dev/null
+	-@$(BIN)/lake down 2>/dev/null
 	rm -rf lakehouse bench-results .pytest_cache .hypothesis .airflow

@@ -11,6 +11,7 @@
   _locks/<name>.lock              cross-process locks (topic producers, ingest, catalog, ...)
   _repair/<topic>.json            a topic repartition in progress
   _kafka/                         the embedded broker: data, log, broker.json
+  _connect/                       the Spark Connect server: server.json, server.log
   _airflow/<dag>/<run>/           what one DAG run's tasks hand each other
   reports/quality/                the report pages, Data Docs and run pages
   catalog/                        the Spark catalog's metastore (embedded Derby)
@@ -79,6 +80,10 @@ class Layout:
     @property
     def kafka(self) -> Path:
         return self.root / "_kafka"
+
+    @property
+    def connect(self) -> Path:
+        return self.root / "_connect"
 
     def airflow_run(self, dag_id: str, run_id: str) -> Path:
         return self.root / "_airflow" / dag_id / run_id

@@ -104,6 +104,7 @@ def test_demo_dump_holds_all_ten_accounts():
         (["health", "nope"], None, "unknown join 'nope'"),
         (["health", "--max-behind", "-1"], None, "--max-behind must not be negative"),
         (["dbt"], None, "give a dbt command, e.g. 'lake dbt build'"),
+        (["connect", "start", "--connect-port", "70000"], None, "port 70000 is not a TCP port (1..65535)"),
     ],
 )  # fmt: skip
 def test_user_errors_are_one_line_exit_2_and_write_nothing(tmp_path, args, stdin, message):

@@ -1,5 +1,5 @@
-"""``lake``: the product's command line, one module per area (topics, kafka, lookups, quality, joins,
-lake, demo), each registering its commands.
+"""``lake``: the product's command line, one module per area (topics, kafka, services, lookups, quality,
+joins, lake, demo), each registering its commands.
 
 User mistakes (unknown topic, bad config, bad input line) print one line ``lake: error: …`` and exit
 2; nothing is written in that case. Anything else is a bug and keeps its traceback.
@@ -13,11 +13,11 @@ import sys
 from collections.abc import Callable, Sequence
 
 from spark_jobs import __version__
-from spark_jobs.cli import demo, joins, kafka, lake, lookups, quality, topics
+from spark_jobs.cli import demo, joins, kafka, lake, lookups, quality, services, topics
 from spark_jobs.cli.common import Parser, global_options
 from spark_jobs.errors import UserError
 
-AREAS = (topics, kafka, lookups, quality, joins, lake, demo)
+AREAS = (topics, kafka, services, lookups, quality, joins, lake, demo)
 
 
 def build_parser() -> argparse.ArgumentParser:

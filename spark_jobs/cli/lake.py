@@ -54,7 +54,7 @@ def cmd_show(args) -> int:
     from spark_jobs.lake import Lake
     from spark_jobs.show import render, table_rows
 
-    lake = Lake(args.root)
+    lake = Lake(args.root, quick=True, log=stderr)  # on the Spark Connect server when it runs (lake up)
     columns, rows = table_rows(lake, args.table, changes=args.changes)
     for line in render(columns, rows, args.json):
         print(line)

@@ -147,16 +147,26 @@ class Lake:
     """All Delta tables of one lake root. ``spark``: the session to read and write with (by default
     the process's, from :func:`spark_jobs.session.get_spark`, built on first use)."""
 
-    def __init__(self, root: str | os.PathLike[str] | None = None, spark: SparkSession | None = None):
+    def __init__(
+        self,
+        root: str | os.PathLike[str] | None = None,
+        spark: SparkSession | None = None,
+        *,
+        quick: bool = False,
+        log: Callable[[str], None] = lambda _: None,
+    ):
+        """``quick``: a lake that only reads takes the root's Spark Connect server when it runs
+        (:func:`spark_jobs.session.quick_session`), built on first use like the local session."""
         self.root = resolve_root(root)
         self._spark = spark
+        self._quick, self._log = quick, log
 
     @property
     def spark(self) -> SparkSession:
         if self._spark is None:
-            from spark_jobs.session import get_spark
+            from spark_jobs.session import get_spark, quick_session
 
-            self._spark = get_spark()
+            self._spark = quick_session(self.root, log=self._log) if self._quick else get_spark()
         return self._spark
 
     # --- locations ------------------------------------------------------------------------------

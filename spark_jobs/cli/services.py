@@ -1,0 +1,101 @@
+"""``lake up`` / ``lake down``: the product's services on this machine, the embedded broker and the
+Spark Connect server that quick commands use; ``lake connect start|stop|status`` for the server alone
+(the broker alone: ``lake kafka``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from spark_jobs.cli.common import Parser
+
+
+def register(sub, common) -> None:
+    up = sub.add_parser(
+        "up",
+        parents=[common],
+        help="start the embedded Kafka broker and the Spark Connect server (quick 'lake show')",
+    )
+    up.add_argument(
+        "--port", type=int, default=None, help="the broker's port (default $LAKE_KAFKA_PORT or 9092)"
+    )
+    up.add_argument(
+        "--connect-port", type=int, default=None, help="the Spark Connect server's port (default 15002)"
+    )
+    up.set_defaults(run=cmd_up)
+    down = sub.add_parser(
+        "down", parents=[common], help="stop the Spark Connect server and the embedded broker"
+    )
+    down.set_defaults(run=cmd_down)
+
+    c = sub.add_parser("connect", parents=[common], help="the Spark Connect server of the lake root alone")
+    csub = c.add_subparsers(dest="connect_command", metavar="ACTION", parser_class=Parser)
+    cs = csub.add_parser("start", parents=[common], help="start it; returns once it accepts connections")
+    cs.add_argument("--connect-port", type=int, default=None, help="its port (default 15002)")
+    cs.set_defaults(run=cmd_connect_start)
+    ct = csub.add_parser("stop", parents=[common], help="stop it")
+    ct.set_defaults(run=cmd_connect_stop)
+    cst = csub.add_parser("status", parents=[common], help="is it running, and where")
+    cst.add_argument("--json", action="store_true", help='{"running": ..., "url": ...}')
+    cst.set_defaults(run=cmd_connect_status)
+
+
+def _log(message: str) -> None:
+    print(message, file=sys.stderr)
+
+
+def _root(args):
+    from spark_jobs.config import resolve_root
+
+    return resolve_root(args.root)
+
+
+def _connect_port(args) -> int:
+    from spark_jobs import connect
+
+    return args.connect_port or int(os.environ.get("LAKE_CONNECT_PORT", connect.DEFAULT_PORT))
+
+
+def cmd_up(args) -> int:
+    from spark_jobs import broker, connect
+
+    root = _root(args)
+    port = args.port or int(os.environ.get("LAKE_KAFKA_PORT", broker.DEFAULT_PORT))
+    print(broker.start(root, port, log=_log).text())
+    print(connect.start(root, _connect_port(args), log=_log).text())
+    return 0
+
+
+def cmd_down(args) -> int:
+    from spark_jobs import broker, connect
+
+    root = _root(args)
+    stopped = connect.stop(root, log=_log)
+    print("Spark Connect server: stopped" if stopped else "Spark Connect server: was not running")
+    stopped = broker.stop(root, log=_log)
+    print("embedded Kafka broker: stopped" if stopped else "embedded Kafka broker: was not running")
+    return 0
+
+
+def cmd_connect_start(args) -> int:
+    from spark_jobs import connect
+
+    print(connect.start(_root(args), _connect_port(args), log=_log).text())
+    return 0
+
+
+def cmd_connect_stop(args) -> int:
+    from spark_jobs import connect
+
+    stopped = connect.stop(_root(args), log=_log)
+    print("Spark Connect server: stopped" if stopped else "Spark Connect server: was not running")
+    return 0
+
+
+def cmd_connect_status(args) -> int:
+    from spark_jobs import connect
+
+    state = connect.status(_root(args))
+    print(json.dumps(state.as_dict()) if args.json else state.text())
+    return 0

@@ -1,0 +1,182 @@
+"""The lake's Spark Connect server: a long-lived Spark driver that quick commands talk to, ``lake up`` /
+``lake down`` (with the embedded broker), ``lake connect start | stop | status``.
+
+Starting a local Spark session costs a command about 10 s on a small machine (a JVM, the jars, the
+session); a command that only reads (``lake show``) then does a fraction of a second of work. The
+server is Spark's own ``SparkConnectServer`` (its jar ships in the pyspark wheel), started with
+``spark-submit`` and the product's session settings (:func:`spark_jobs.session.submit_conf`: the
+locked jars, Delta, the state store), listening on loopback. A command that can run on it
+(:func:`spark_jobs.session.quick_session`) connects when the server of its lake root runs, and
+builds a local session otherwise. The joins, the ingest and the catalog's commands (``lake sql``,
+``lake dbt``: embedded Derby serves one process) always run their own session.
+
+State under ``<root>/_connect/``: ``server.json`` (pid, port, while it runs), ``server.log``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from spark_jobs.errors import UserError
+from spark_jobs.layout import Layout
+from spark_jobs.processes import HOST, alive, last_line, port_free, reap, tail
+
+DEFAULT_PORT = 15002  # Spark Connect's own default
+SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
+START_TIMEOUT_S = 120
+STOP_TIMEOUT_S = 30
+
+
+@dataclass(frozen=True)
+class ConnectStatus:
+    running: bool
+    url: str | None = None
+    pid: int | None = None
+    started_at: str | None = None
+    log: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+    def text(self) -> str:
+        if not self.running:
+            return "Spark Connect server: not running"
+        return (
+            f"Spark Connect server: running at {self.url} (pid {self.pid}, since {self.started_at}); "
+            f"log {self.log}"
+        )
+
+
+def home(root: Path) -> Path:
+    return Layout(root).connect
+
+
+def status(root: Path) -> ConnectStatus:
+    """The server's state from ``server.json``; a file left by a dead server reads as not running."""
+    try:
+        info = json.loads((home(root) / "server.json").read_text())
+    except (OSError, ValueError):
+        return ConnectStatus(False)
+    if not alive(int(info.get("pid", 0))):
+        return ConnectStatus(False)
+    return ConnectStatus(True, info["url"], int(info["pid"]), info.get("started_at"), info.get("log"))
+
+
+def _spark_submit() -> str:
+    import pyspark
+
+    return str(Path(pyspark.__file__).parent / "bin" / "spark-submit")
+
+
+def _answers(port: int) -> bool:
+    """True when something accepts connections on the port (a Connect client would otherwise retry
+    for minutes before giving up)."""
+    try:
+        with socket.create_connection((HOST, port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+def answering(state: ConnectStatus) -> bool:
+    """A running server that accepts connections now."""
+    return state.running and state.url is not None and _answers(int(state.url.rsplit(":", 1)[1]))
+
+
+def start(root: Path, port: int = DEFAULT_PORT, log=lambda _: None) -> ConnectStatus:
+    """Start the server unless it runs; returns once it accepts connections."""
+    from spark_jobs.session import DEFAULT_MASTER, submit_conf
+
+    current = status(root)
+    if current.running:
+        return current
+    if not (0 < port < 65536):
+        raise UserError(f"port {port} is not a TCP port (1..65535)")
+    if not port_free(port):
+        raise UserError(
+            f"port {port} on {HOST} is already taken by another process; choose another with --connect-port"
+        )
+    folder = home(root)
+    folder.mkdir(parents=True, exist_ok=True)
+    server_log = folder / "server.log"
+    conf = submit_conf() | {
+        "spark.connect.grpc.binding.address": HOST,
+        "spark.connect.grpc.binding.port": str(port),
+    }
+    master = os.environ.get("LAKE_SPARK_MASTER") or DEFAULT_MASTER
+    cmd = [_spark_submit(), "--master", master, "--name", "lake-connect", "--class", SERVER_CLASS]
+    cmd += [a for k, v in conf.items() for a in ("--conf", f"{k}={v}")]
+    log(f"starting the Spark Connect server on {HOST}:{port} ({master}) ...")
+    with open(server_log, "w") as out:
+        proc = subprocess.Popen(
+            cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+        )
+    url = f"sc://{HOST}:{port}"
+    info = {
+        "pid": proc.pid,
+        "url": url,
+        "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "log": str(server_log),
+    }
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while not _answers(port):
+        if proc.poll() is not None:
+            raise UserError(
+                f"the Spark Connect server exited during start-up (code {proc.returncode}): "
+                f"{last_line(tail(server_log))} (log {server_log})"
+            )
+        if time.monotonic() > deadline:
+            proc.kill()
+            raise UserError(
+                f"the Spark Connect server did not answer on {HOST}:{port} within {START_TIMEOUT_S} s "
+                f"(log {server_log})"
+            )
+        time.sleep(0.25)
+    _warm_up(url, folder)
+    tmp = folder / "server.json.tmp"
+    tmp.write_text(json.dumps(info))
+    tmp.replace(folder / "server.json")
+    return status(root)
+
+
+def _warm_up(url: str, folder: Path) -> None:
+    """The server's first query loads and compiles what every later one reuses (Delta's reader, Arrow
+    batches to the client): about 7 s. Paid here, by ``lake up``, not by the user's first command."""
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.builder.remote(url).getOrCreate()
+    try:
+        table = str(folder / "warm-up")
+        spark.range(3).write.format("delta").mode("overwrite").save(table)
+        spark.read.format("delta").load(table).orderBy("id").toArrow()
+    finally:
+        spark.stop()
+
+
+def stop(root: Path, log=lambda _: None) -> bool:
+    """Stop the server (SIGTERM: Spark stops its context, then SIGKILL after 30 s); False when it was
+    not running."""
+    current = status(root)
+    if not current.running or current.pid is None:
+        (home(root) / "server.json").unlink(missing_ok=True)  # what a dead server left behind
+        return False
+    log(f"stopping the Spark Connect server (pid {current.pid}) ...")
+    os.kill(current.pid, signal.SIGTERM)
+    deadline = time.monotonic() + STOP_TIMEOUT_S
+    while alive(current.pid):
+        if time.monotonic() > deadline:
+            os.kill(current.pid, signal.SIGKILL)
+            break
+        time.sleep(0.2)
+    reap(current.pid)
+    (home(root) / "server.json").unlink(missing_ok=True)
+    return True

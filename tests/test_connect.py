@@ -1,0 +1,71 @@
+"""``lake up`` / ``lake down``: the embedded broker and the Spark Connect server that quick commands
+(``lake show``) use while it runs, with the same output as a local session's, and a local session
+when it is down or does not answer (README, "A quick CLI")."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pyarrow as pa
+import pytest
+
+from spark_jobs.connect import status
+from spark_jobs.layout import Layout
+from spark_jobs.processes import free_port
+
+SHOWN = "key\tname\tn\na\tAda\t1\nb\tBob\t2\n"
+
+
+def lake_cli(root, *args: str) -> tuple[int, str, str]:
+    proc = subprocess.run(
+        [sys.executable, "-m", "spark_jobs.cli", "--root", str(root), *args], capture_output=True, text=True
+    )
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_lake_show_runs_on_the_connect_server_while_it_is_up_and_locally_otherwise(lake):
+    schema = pa.schema([("key", pa.binary()), ("name", pa.string()), ("n", pa.int64())])
+    lake.create("people", schema)
+    lake.append("people", pa.table({"key": [b"b", b"a"], "name": ["Bob", "Ada"], "n": [2, 1]}, schema=schema))
+    root = lake.root
+    kafka_port, connect_port = free_port(), free_port()
+    code, out, err = lake_cli(root, "up", "--port", str(kafka_port), "--connect-port", str(connect_port))
+    try:
+        assert code == 0, err
+        assert f"embedded Kafka broker: running at 127.0.0.1:{kafka_port}" in out
+        assert f"Spark Connect server: running at sc://127.0.0.1:{connect_port}" in out
+        code, out, err = lake_cli(root, "connect", "status", "--json")
+        assert code == 0 and json.loads(out)["url"] == f"sc://127.0.0.1:{connect_port}"
+        # twice: the server keeps serving after a client leaves
+        for _ in range(2):
+            code, out, err = lake_cli(root, "show", "people")
+            assert (code, out) == (0, SHOWN), err
+            assert f"(on the Spark Connect server at sc://127.0.0.1:{connect_port})" in err
+        code, out, err = lake_cli(root, "show", "people", "--changes")
+        assert (
+            code == 0
+            and out.splitlines()[0] == "_change_type\t_commit_version\t_commit_timestamp\tkey\tname\tn"
+        )
+        assert [line.split("\t")[0:2] for line in out.splitlines()[1:]] == [["insert", "1"], ["insert", "1"]]
+        # a user mistake is the same one line on the server as locally
+        code, out, err = lake_cli(root, "show", "nobody")
+        assert code == 2 and err.startswith("lake: error: unknown table 'nobody'") and "Traceback" not in err
+    finally:
+        code, out, err = lake_cli(root, "down")
+    assert code == 0 and out == "Spark Connect server: stopped\nembedded Kafka broker: stopped\n", err
+    assert not status(root).running
+    code, out, err = lake_cli(root, "show", "people")  # down: a local session, the same rows
+    assert (code, out) == (0, SHOWN) and "Spark Connect" not in err
+    # a server that does not answer (its pid alive, nothing on its port): a local session, said so
+    folder = Layout(root).connect
+    (folder / "server.json").write_text(
+        json.dumps({"pid": os.getpid(), "url": f"sc://127.0.0.1:{free_port()}"})
+    )
+    code, out, err = lake_cli(root, "show", "people")
+    assert (code, out) == (0, SHOWN)
+    assert "does not answer; starting a local Spark" in err and "Traceback" not in err

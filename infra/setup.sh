@@ -107,35 +107,35 @@ say "ready: $ROOT/.venv ($(.venv/bin/python -c 'import pyspark; print("pyspark",
 }
 python_env
 
-# --- The join operators (spark_jobs/joins/java): compiled against the Spark of .venv -------------
-# Spark's state operators of the joins are Java (a Python stateful processor pays a Python call and
-# state-server round trips per key). javac builds them against the jars of the installed pyspark, so
-# nothing more is fetched; the jar is rebuilt when a source or the Spark version changes.
-ops_src=spark_jobs/joins/java
-ops_jar=build/jvm/lake-joins.jar
-ops_stamp=$( (find "$ops_src" -name '*.java' | sort | xargs cat; .venv/bin/python -c 'import pyspark; print(pyspark.__version__)') | sha256sum | cut -d' ' -f1)
-if ! [ -f "$ops_jar" ] || [ "$(cat build/jvm/.stamp 2>/dev/null)" != "$ops_stamp" ]; then
-  command -v javac >/dev/null 2>&1 || apt_install openjdk-17-jdk-headless "javac is missing (it builds the join operators)" \
-    || die "javac (a JDK 17+) is needed to build the join operators. Install it, e.g. 'sudo apt-get install openjdk-17-jdk-headless', then rerun."
-  spark_jars=$(.venv/bin/python -c 'import os, pyspark; print(os.path.join(pyspark.__path__[0], "jars"))')
-  rm -rf build/jvm && mkdir -p build/jvm/classes
-  javac -nowarn -Xlint:none -d build/jvm/classes -cp "$spark_jars/*" $(find "$ops_src" -name '*.java' | sort) \
-    || die "javac could not build the join operators in $ops_src (see above)"
-  jar cf "$ops_jar" -C build/jvm/classes .
-  echo "$ops_stamp" > build/jvm/.stamp
-  say "join operators built: $ops_jar"
-fi
+# --- Java built here with javac: the join operators and the Kafka Streams peer ---------------------
+# build_jar NAME SOURCES JAR CLASSPATH VERSION: compile SOURCES' .java files against CLASSPATH into
+# JAR (its folder holds the classes and a stamp), again only when a source or VERSION (what they are
+# compiled against) changes.
+build_jar() {
+  local name=$1 src=$2 jar=$3 classpath=$4 version=$5
+  local out stamp
+  out=$(dirname "$jar")
+  stamp=$( (find "$src" -name '*.java' | sort | xargs cat; echo "$version") | sha256sum | cut -d' ' -f1)
+  if [ -f "$jar" ] && [ "$(cat "$out/.stamp" 2>/dev/null)" = "$stamp" ]; then
+    return 0
+  fi
+  rm -rf "$out" && mkdir -p "$out/classes"
+  javac -nowarn -Xlint:none -d "$out/classes" -cp "$classpath" $(find "$src" -name '*.java' | sort) \
+    || die "javac could not build the $name in $src (see above)"
+  jar cf "$jar" -C "$out/classes" .
+  echo "$stamp" > "$out/.stamp"
+  say "$name built: $jar"
+}
 
-# --- The Kafka Streams peer (tests/bench/peer): compiled against the locked .jvm/streams jars ----
-# The benchmarks' peer (README, "Benchmarks") and the test that its outputs equal the product's.
-peer_src=tests/bench/peer/src/main/java
-peer_jar=build/peer/lake-peer.jar
-peer_stamp=$( (find "$peer_src" -name '*.java' | sort | xargs cat; cat .jvm/.stamp) | sha256sum | cut -d' ' -f1)
-if ! [ -f "$peer_jar" ] || [ "$(cat build/peer/.stamp 2>/dev/null)" != "$peer_stamp" ]; then
-  rm -rf build/peer && mkdir -p build/peer/classes
-  javac -nowarn -Xlint:none -d build/peer/classes -cp ".jvm/streams/*" $(find "$peer_src" -name '*.java' | sort) \
-    || die "javac could not build the Kafka Streams peer in $peer_src (see above)"
-  jar cf "$peer_jar" -C build/peer/classes .
-  echo "$peer_stamp" > build/peer/.stamp
-  say "Kafka Streams peer built: $peer_jar"
-fi
+# The join operators (spark_jobs/joins/java): Spark's state operators of the joins are Java (a Python
+# stateful processor pays a Python call and state-server round trips per key), built against the
+# jars of the installed pyspark, so nothing more is fetched.
+command -v javac >/dev/null 2>&1 || apt_install openjdk-17-jdk-headless "javac is missing (it builds the join operators)" \
+  || die "javac (a JDK 17+) is needed to build the join operators. Install it, e.g. 'sudo apt-get install openjdk-17-jdk-headless', then rerun."
+spark_jars=$(.venv/bin/python -c 'import os, pyspark; print(os.path.join(pyspark.__path__[0], "jars"))')
+build_jar "join operators" spark_jobs/joins/java build/jvm/lake-joins.jar "$spark_jars/*" \
+  "$(.venv/bin/python -c 'import pyspark; print(pyspark.__version__)')"
+# The Kafka Streams peer (tests/bench/peer): the benchmarks' peer (README, "Against Kafka Streams") and
+# the test that its outputs equal the product's, built against the locked .jvm/streams jars.
+build_jar "Kafka Streams peer" tests/bench/peer/src/main/java build/peer/lake-peer.jar ".jvm/streams/*" \
+  "$(cat .jvm/.stamp)"

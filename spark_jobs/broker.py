@@ -19,9 +19,7 @@ from __future__ import annotations
 import base64
 import json
 import os
-import signal
 import subprocess
-import time
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -31,7 +29,16 @@ from typing import Any
 from spark_jobs.errors import UserError
 from spark_jobs.jvm import locked_jars
 from spark_jobs.layout import Layout
-from spark_jobs.processes import HOST, alive, free_port, last_line, port_free, reap, tail
+from spark_jobs.processes import (
+    HOST,
+    alive,
+    await_answer,
+    free_port,
+    last_line,
+    port_free,
+    terminate,
+    write_state,
+)
 
 DEFAULT_PORT = 9092
 START_TIMEOUT_S = 60
@@ -227,23 +234,11 @@ def start(
         "data_dir": str(data),
         "log": str(broker_log),
     }
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while not _answers(bootstrap):
-        if proc.poll() is not None:
-            raise UserError(
-                f"the embedded Kafka broker exited during start-up (code {proc.returncode}): "
-                f"{last_line(tail(broker_log) or tail(folder / 'broker.out'))} (log {broker_log})"
-            )
-        if time.monotonic() > deadline:
-            proc.kill()
-            raise UserError(
-                f"the embedded Kafka broker did not answer on {bootstrap} within {START_TIMEOUT_S} s "
-                f"(log {broker_log})"
-            )
-        time.sleep(0.25)
-    tmp = folder / "broker.json.tmp"
-    tmp.write_text(json.dumps(info))
-    tmp.replace(folder / "broker.json")
+    logs = [broker_log, folder / "broker.out"]  # broker.out: what a JVM that never got to log4j printed
+    await_answer(
+        proc, lambda: _answers(bootstrap), "the embedded Kafka broker", bootstrap, logs, START_TIMEOUT_S
+    )
+    write_state(folder / "broker.json", info)
     return status(root)
 
 
@@ -261,13 +256,6 @@ def stop(root: Path, log=lambda _: None) -> bool:
         (home(root) / "broker.json").unlink(missing_ok=True)  # what a dead broker left behind
         return False
     log(f"stopping the embedded Kafka broker (pid {current.pid}) ...")
-    os.kill(current.pid, signal.SIGTERM)
-    deadline = time.monotonic() + STOP_TIMEOUT_S
-    while alive(current.pid):
-        if time.monotonic() > deadline:
-            os.kill(current.pid, signal.SIGKILL)
-            break
-        time.sleep(0.2)
-    reap(current.pid)
+    terminate(current.pid, STOP_TIMEOUT_S)
     (home(root) / "broker.json").unlink(missing_ok=True)
     return True

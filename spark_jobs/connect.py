@@ -17,10 +17,8 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
 import subprocess
-import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -28,7 +26,7 @@ from typing import Any
 
 from spark_jobs.errors import UserError
 from spark_jobs.layout import Layout
-from spark_jobs.processes import HOST, alive, last_line, port_free, reap, tail
+from spark_jobs.processes import HOST, alive, await_answer, port_free, terminate, write_state
 
 DEFAULT_PORT = 15002  # Spark Connect's own default
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
@@ -127,24 +125,16 @@ def start(root: Path, port: int = DEFAULT_PORT, log=lambda _: None) -> ConnectSt
         "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "log": str(server_log),
     }
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while not _answers(port):
-        if proc.poll() is not None:
-            raise UserError(
-                f"the Spark Connect server exited during start-up (code {proc.returncode}): "
-                f"{last_line(tail(server_log))} (log {server_log})"
-            )
-        if time.monotonic() > deadline:
-            proc.kill()
-            raise UserError(
-                f"the Spark Connect server did not answer on {HOST}:{port} within {START_TIMEOUT_S} s "
-                f"(log {server_log})"
-            )
-        time.sleep(0.25)
+    await_answer(
+        proc,
+        lambda: _answers(port),
+        "the Spark Connect server",
+        f"{HOST}:{port}",
+        [server_log],
+        START_TIMEOUT_S,
+    )
     _warm_up(url, folder)
-    tmp = folder / "server.json.tmp"
-    tmp.write_text(json.dumps(info))
-    tmp.replace(folder / "server.json")
+    write_state(folder / "server.json", info)
     return status(root)
 
 
@@ -170,13 +160,6 @@ def stop(root: Path, log=lambda _: None) -> bool:
         (home(root) / "server.json").unlink(missing_ok=True)  # what a dead server left behind
         return False
     log(f"stopping the Spark Connect server (pid {current.pid}) ...")
-    os.kill(current.pid, signal.SIGTERM)
-    deadline = time.monotonic() + STOP_TIMEOUT_S
-    while alive(current.pid):
-        if time.monotonic() > deadline:
-            os.kill(current.pid, signal.SIGKILL)
-            break
-        time.sleep(0.2)
-    reap(current.pid)
+    terminate(current.pid, STOP_TIMEOUT_S)
     (home(root) / "server.json").unlink(missing_ok=True)
     return True

@@ -1,11 +1,20 @@
 """What the product's background services (the embedded broker, the Spark Connect server) share:
-is a pid alive, is a loopback port free, a free port, reaping a child, the tail of a log."""
+is a pid alive, is a loopback port free, a free port, waiting for a started service to answer, its
+state file, stopping it, the tail of its log."""
 
 from __future__ import annotations
 
+import json
 import os
+import signal
 import socket
+import subprocess
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
+
+from spark_jobs.errors import UserError
 
 HOST = "127.0.0.1"
 
@@ -56,3 +65,47 @@ def last_line(text: str) -> str:
     """The last error-looking line of a log (else its last line)."""
     interesting = [ln for ln in text.splitlines() if "ERROR" in ln or "Exception" in ln] or text.splitlines()
     return interesting[-1].strip() if interesting else "no output"
+
+
+def await_answer(
+    proc: subprocess.Popen,
+    answers: Callable[[], bool],
+    what: str,
+    where: str,
+    logs: Sequence[Path],
+    timeout: float,
+) -> None:
+    """Wait until a just-started service ``answers()``; a one-line error naming ``what`` (with the last
+    line of the first of its ``logs`` that has any, and naming the first) when it exits first or
+    stays silent for ``timeout`` seconds (then killed)."""
+    log = logs[0]
+    deadline = time.monotonic() + timeout
+    while not answers():
+        if proc.poll() is not None:
+            said = next((text for text in map(tail, logs) if text), "")
+            raise UserError(
+                f"{what} exited during start-up (code {proc.returncode}): {last_line(said)} (log {log})"
+            )
+        if time.monotonic() > deadline:
+            proc.kill()
+            raise UserError(f"{what} did not answer on {where} within {timeout:g} s (log {log})")
+        time.sleep(0.25)
+
+
+def write_state(path: Path, info: dict[str, Any]) -> None:
+    """A running service's state file (pid, address, log), replaced atomically."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(info))
+    tmp.replace(path)
+
+
+def terminate(pid: int, timeout: float) -> None:
+    """SIGTERM (the service's own clean shutdown), SIGKILL after ``timeout`` seconds; reaped."""
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while alive(pid):
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            break
+        time.sleep(0.2)
+    reap(pid)

@@ -13,8 +13,9 @@ import pyarrow as pa
 import pytest
 
 from spark_jobs.connect import status
+from spark_jobs.errors import UserError
 from spark_jobs.layout import Layout
-from spark_jobs.processes import free_port
+from spark_jobs.processes import await_answer, free_port
 
 SHOWN = "key\tname\tn\na\tAda\t1\nb\tBob\t2\n"
 
@@ -69,3 +70,20 @@ def test_lake_show_runs_on_the_connect_server_while_it_is_up_and_locally_otherwi
     code, out, err = lake_cli(root, "show", "people")
     assert (code, out) == (0, SHOWN)
     assert "does not answer; starting a local Spark" in err and "Traceback" not in err
+
+
+def test_a_service_that_dies_or_stays_silent_at_start_up_is_one_line_naming_its_log(tmp_path):
+    log, out = tmp_path / "service.log", tmp_path / "service.out"
+    with out.open("w") as sink:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", "print('starting'); print('ERROR port taken'); raise SystemExit(3)"],
+            stdout=sink,
+        )
+    with pytest.raises(UserError) as err:  # its own log is empty: the last error line of the other
+        await_answer(proc, lambda: False, "the service", "127.0.0.1:1", [log, out], 30)
+    assert str(err.value) == f"the service exited during start-up (code 3): ERROR port taken (log {log})"
+    silent = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    with pytest.raises(UserError) as err:
+        await_answer(silent, lambda: False, "the service", "127.0.0.1:1", [log], 0.5)
+    assert str(err.value) == f"the service did not answer on 127.0.0.1:1 within 0.5 s (log {log})"
+    assert silent.wait(10) != 0  # killed

@@ -36,6 +36,10 @@ class Story:
     def config(self) -> PipelineConfig:
         return load_config(bundled_config_path(self.pipeline))
 
+    def topics(self) -> list[str]:
+        """The topics the story writes, before the gate and in its steps."""
+        return sorted({t for step in [self.before, *self.steps] for t in step.records})
+
 
 def _merchant(name: str, city: str) -> dict:
     return {"name": name, "city": city}
@@ -168,14 +172,14 @@ def run_story(
     (None); then run the joins after each step and print them."""
     config = story.config()
     cluster = connect(config, lake.root)
-    fresh = write_story_topics(story, lake)
+    fresh = write_story_topics(story, cluster, config)
     if fresh:
         out(f"\n-- {story.name}: {story.before.title}")
         if story.before.note:
             out(story.before.note)
     else:
         out(f"the {story.name} topics already have records: the gate, then the joins' current results")
-    sync(config, sorted({t for step in [story.before, *story.steps] for t in step.records}))
+    sync(config, story.topics())
     if not gate(config):
         return None
     for i, step in enumerate(story.steps if fresh else [], 1):
@@ -191,14 +195,11 @@ def run_story(
     return config
 
 
-def write_story_topics(story: Story, lake: Lake) -> bool:
-    """Produce the records the story starts from (before the gate), unless its topics already have
-    records (then nothing is written). True when they were written now."""
-    config = story.config()
-    cluster = connect(config, lake.root)
+def write_story_topics(story: Story, cluster: Cluster, config: PipelineConfig) -> bool:
+    """Produce the records the story starts from (before the gate) to ``cluster``, unless its topics
+    already have records (then nothing is written). True when they were written now."""
     ensure_topics(cluster, config.topics.values())
-    topics = sorted({t for step in [story.before, *story.steps] for t in step.records})
-    if not all(is_empty(cluster, config.topic(t)) for t in topics):
+    if not all(is_empty(cluster, config.topic(t)) for t in story.topics()):
         return False
     _produce(cluster, config, story.before.records, DEMO_TIMESTAMP_MS)
     return True

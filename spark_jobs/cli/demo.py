@@ -39,10 +39,12 @@ def cmd_demo(args) -> int:
     keyed = [STORIES[s] for s in stories if s != "consents"]
     if keyed and args.topics_only:
         from spark_jobs.demo_stories import write_story_topics
+        from spark_jobs.kafka import connect
 
         lake = context(args)[1]
         for story in keyed:
-            written = write_story_topics(story, lake)
+            config = story.config()
+            written = write_story_topics(story, connect(config, lake.root), config)
             print(
                 f"{story.name}: "
                 + ("topics written" if written else "topics already have records, left as they are")

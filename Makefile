@@ -65,6 +65,7 @@ bench: setup ## benchmarks (minutes); figures go to bench-results/ and belong in
 	@$(BIN)/python tests/bench/bench_diagnose.py | tee bench-results/diagnose.txt
 	@$(BIN)/python tests/bench/bench_cli.py | tee bench-results/cli.txt
 	@LAKE_FAULT_KILLS=20 $(BIN)/python -m pytest -q tests/test_join_runner.py -k sigkill | tee bench-results/join-faults.txt
+	@LAKE_PROPERTY_EXAMPLES=40 $(BIN)/python -m pytest -q tests/test_join_properties.py | tee bench-results/join-properties.txt
 
 bench-cluster: setup ## the table-join benchmark on the standalone cluster (2 workers on this machine)
 	@mkdir -p bench-results

@@ -37,7 +37,7 @@ from spark_jobs.joins.runner import reset_join
 from spark_jobs.lake import Lake
 
 SETTINGS = settings(
-    max_examples=int(os.environ.get("LAKE_PROPERTY_EXAMPLES", "8")),  # more for a longer hunt
+    max_examples=int(os.environ.get("LAKE_PROPERTY_EXAMPLES", "4")),  # make bench: 40
     deadline=None,
     database=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],

@@ -45,12 +45,22 @@ def cmd_kafka_start(args) -> int:
         if not sep or not user or not password:
             raise UserError(f"--sasl-user must be USER:PASSWORD, got {item!r}")
         users[user] = password
-    port = args.port or int(os.environ.get("LAKE_KAFKA_PORT", broker.DEFAULT_PORT))
     state = broker.start(
-        resolve_root(args.root), port, args.sasl_port, users, log=lambda m: print(m, file=sys.stderr)
+        resolve_root(args.root),
+        broker_port(args),
+        args.sasl_port,
+        users,
+        log=lambda m: print(m, file=sys.stderr),
     )
     print(state.text())
     return 0
+
+
+def broker_port(args) -> int:
+    """The broker's port: --port, else $LAKE_KAFKA_PORT, else 9092."""
+    from spark_jobs import broker
+
+    return args.port or int(os.environ.get("LAKE_KAFKA_PORT", broker.DEFAULT_PORT))
 
 
 def cmd_kafka_stop(args) -> int:

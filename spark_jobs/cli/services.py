@@ -9,6 +9,7 @@ import os
 import sys
 
 from spark_jobs.cli.common import Parser
+from spark_jobs.cli.kafka import broker_port, cmd_kafka_stop
 
 
 def register(sub, common) -> None:
@@ -58,24 +59,15 @@ def _connect_port(args) -> int:
 
 
 def cmd_up(args) -> int:
-    from spark_jobs import broker, connect
+    from spark_jobs import broker
 
-    root = _root(args)
-    port = args.port or int(os.environ.get("LAKE_KAFKA_PORT", broker.DEFAULT_PORT))
-    print(broker.start(root, port, log=_log).text())
-    print(connect.start(root, _connect_port(args), log=_log).text())
-    return 0
+    print(broker.start(_root(args), broker_port(args), log=_log).text())
+    return cmd_connect_start(args)
 
 
 def cmd_down(args) -> int:
-    from spark_jobs import broker, connect
-
-    root = _root(args)
-    stopped = connect.stop(root, log=_log)
-    print("Spark Connect server: stopped" if stopped else "Spark Connect server: was not running")
-    stopped = broker.stop(root, log=_log)
-    print("embedded Kafka broker: stopped" if stopped else "embedded Kafka broker: was not running")
-    return 0
+    cmd_connect_stop(args)
+    return cmd_kafka_stop(args)
 
 
 def cmd_connect_start(args) -> int:

@@ -35,6 +35,7 @@ from joinkit import (
 )
 
 from spark_jobs.cli import main
+from spark_jobs.errors import UserError
 from spark_jobs.joins.runner import run_join, status
 from spark_jobs.lake import Lake
 
@@ -109,7 +110,7 @@ def test_a_stopped_run_restarts_mid_stream_exactly_once(spark, setup):
     lines: list[str] = []
     assert run_join(spark, lake, cfg, "t_left", once=True, log=lines.append).batches == 1  # the snapshot
     # each batch's line says where its time went (spark_jobs.profile)
-    phases = r"read\+state \d+, write \d+, publish \d+, metrics \d+"
+    phases = r"read\+state \d+, publish \d+, write \d+, metrics \d+"
     assert re.fullmatch(rf"join t_left batch 0: in 1\+0, .* \((\d+) ms: {phases}\)", lines[-1]), lines
     # three more commits per topic, one micro-batch each with --max-files 1 (Delta's source admits
     # data files, not commits: the keys a and x1..x3 share partition 0, so each commit is one file)
@@ -373,3 +374,72 @@ def test_fk_list_and_derive_restart_mid_stream_exactly_once(spark, tmp_path, nam
     assert main(["audit", name, *opts]) == 0
     assert "identical" in capsys.readouterr().out
     assert main(["status", *opts]) == 0
+
+
+def _published(lake, cfg) -> dict:
+    """The changelog's last value per key (None: a tombstone)."""
+    last: dict = {}
+    try:
+        records = changelog(lake, cfg, "t_left_changelog")
+    except UserError:  # the job creates the topic with its first batch
+        return last
+    for r in sorted(records, key=lambda r: (r["partition"], r["offset"])):
+        last[r["key"].decode()] = json.loads(r["value"]) if r["value"] is not None else None
+    return last
+
+
+@pytest.mark.slow
+def test_table_every_publishes_first_writes_the_table_behind_and_loses_nothing_on_a_kill(spark, setup):
+    """--table-every: each micro-batch publishes and parks its rows in t_left__pending; the result table
+    catches up at most every SECONDS and when the job stops. A job killed with rows parked leaves them
+    for the next run, which folds them in before its own writes."""
+    cfg, lake, opts = setup
+    produce(lake, cfg, "L", [("a", "a1", T0)])
+    proc = _start(opts, "--table-every", "600")
+    try:
+        assert _wait(lambda: _published(lake, cfg) == {"a": {"lv": "a1", "rv": None}}, 120, proc)
+        produce(lake, cfg, "R", [("a", "r1", T0 + 1)])
+        produce(lake, cfg, "L", [("b", "b1", T0 + 1)])
+        want = {"a": {"lv": "a1", "rv": "r1"}, "b": {"lv": "b1", "rv": None}}
+        assert _wait(lambda: _published(lake, cfg) == want, 60, proc)
+        assert result_rows(lake, "t_left") == []  # behind: the first fold is 600 s away
+        assert lake.read_arrow("t_left__pending").num_rows == 3  # a, then a and b
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err[-2000:]
+    assert "join t_left: result table caught up with 2 pending row(s)" in err
+    assert result_rows(lake, "t_left") == [("a", "a1", "r1"), ("b", "b1", None)]
+    assert lake.read_arrow("t_left__pending").num_rows == 0
+
+    proc = _start(opts, "--table-every", "600")
+    try:
+        produce(lake, cfg, "L", [("a", None, T0 + 2)])  # a deleted: parked, then the job is killed
+        assert _wait(lambda: _published(lake, cfg).get("a", "?") is None, 120, proc)
+        assert _wait(lambda: lake.read_arrow("t_left__pending").num_rows == 1, 30, proc)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert result_rows(lake, "t_left") == [("a", "a1", "r1"), ("b", "b1", None)]  # a is still parked
+    produce(lake, cfg, "R", [("b", "r2", T0 + 3)])
+    run_join(spark, lake, cfg, "t_left", once=True)  # writes the table itself, after the parked rows
+    want = model_table(topic_history(lake, "L"), topic_history(lake, "R"), "left")
+    assert result_rows(lake, "t_left") == want == [("b", "b1", "r2")]
+    assert _published(lake, cfg) == {"a": None, "b": {"lv": "b1", "rv": "r2"}}
+    assert lake.read_arrow("t_left__pending").num_rows == 0
+    no_noop_changes(lake, "t_left")
+
+
+def test_table_every_is_for_keyed_continuous_runs(spark, setup, capsys):
+    _, _, opts = setup
+    assert main(["run", "st_left", "--continuous", "--table-every", "5", *opts]) == 2
+    assert (
+        "join st_left: --table-every applies to the keyed kinds (table, fk, list, derive), not to "
+        "stream-table" in capsys.readouterr().err
+    )
+    assert main(["run", "t_left", "--once", "--table-every", "5", *opts]) == 2
+    assert "join t_left: --table-every applies to --continuous runs" in capsys.readouterr().err

@@ -23,6 +23,14 @@ def register(sub, common) -> None:
     mode.add_argument("--continuous", action="store_true", help="run until SIGTERM / Ctrl-C")
     r.add_argument("--trigger", type=float, default=5.0, metavar="SECONDS", help="micro-batch interval")
     r.add_argument("--max-files", type=int, metavar="N", help="at most N data files per topic per batch")
+    r.add_argument(
+        "--table-every",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="a keyed join with --continuous: publish every micro-batch, write the result table behind "
+        "it at most every SECONDS (default: every micro-batch writes it)",
+    )
     r.add_argument("--reset", action="store_true", help="forget the join's state and result first")
     r.set_defaults(run=cmd_run)
 
@@ -66,16 +74,19 @@ def register(sub, common) -> None:
 
 
 def cmd_run(args) -> int:
-    from spark_jobs.joins.runner import reset_join, run_join
+    from spark_jobs.joins.runner import check_table_every, reset_join, run_join
     from spark_jobs.profile import watch_queries
     from spark_jobs.session import get_spark
 
     config, lake = context(args)
-    config.join(args.join)  # fail fast, before Spark starts
+    spec = config.join(args.join)  # fail fast, before Spark starts
     if args.trigger <= 0:
         raise UserError("--trigger must be a positive number of seconds")
     if args.max_files is not None and args.max_files < 1:
         raise UserError("--max-files must be at least 1")
+    if args.table_every < 0:
+        raise UserError("--table-every must be a positive number of seconds")
+    check_table_every(spec, args.once, args.table_every)
     if args.reset:
         for item in reset_join(lake, config, args.join):
             stderr(f"reset: removed {item}")
@@ -91,6 +102,7 @@ def cmd_run(args) -> int:
         trigger_seconds=args.trigger,
         max_files=args.max_files,
         log=stderr,
+        table_every=args.table_every,
     )
     print(summary.text())
     return 0

@@ -11,8 +11,8 @@ holds its engine class, and ``registry`` maps each kind of ``kinds.KINDS`` to it
 3. finds the affected result keys / the events that can be decided now, recomputes exactly those, and
    merges (keyed results, on the executors: ``state_store``) or appends (stream kinds) them into the
    result;
-4. publishes the result's changes as a topic when configured (the keyed kinds: the result commit's
-   change feed), and records a metrics row (buffered:
+4. publishes the result's changes as a topic when configured (the keyed kinds: every key the batch
+   answered, before the result's commit), and records a metrics row (buffered:
    ``join_metrics`` gets the rows every ``METRICS_FLUSH_SECONDS`` and when the job stops).
 
 This module holds what every kind shares: the projection (``select`` with Spark), the diff against
@@ -217,8 +217,8 @@ class JoinJob:
     tombstones_follow_left = True
     # The kind's state is in Spark's state store, under the query's checkpoint (not in Delta tables).
     state_in_checkpoint = False
-    # The changelog is the projection's rows (``__json``, the stream kinds' events), not a commit's
-    # change feed.
+    # The changelog is the projection's rows with ``__json`` (the stream kinds' events); the state-store
+    # kinds publish the rows their operator answered instead.
     publishes_projection = True
 
     @classmethod

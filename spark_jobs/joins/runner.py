@@ -37,6 +37,7 @@ from spark_jobs.jobs import (
 )
 from spark_jobs.joins.engine import BatchMetrics, side_records
 from spark_jobs.joins.registry import JOBS, job_for
+from spark_jobs.joins.state_store import StateStoreJob
 from spark_jobs.kafka import connect, delete_topics
 from spark_jobs.lake import Lake
 from spark_jobs.layout import Layout
@@ -129,16 +130,22 @@ def run_join(
     max_files: int | None = None,
     log: Callable[[str], None] = lambda _: None,
     stop: threading.Event | None = None,
+    table_every: float = 0.0,
 ) -> RunSummary:
     """Run a join: ``once`` processes everything available and returns; otherwise it runs until
-    ``stop`` is set or SIGTERM / SIGINT arrives, then stops after the current micro-batch."""
+    ``stop`` is set or SIGTERM / SIGINT arrives, then stops after the current micro-batch.
+    ``table_every`` > 0 (a keyed kind, continuous): the result table is written behind the
+    changelog topic, at most every that many seconds (:mod:`spark_jobs.joins.behind`)."""
     spec = config.join(name)
+    check_table_every(spec, once, table_every)
     checkpoint = checkpoint_dir(lake, spec)
     _check_checkpoint(checkpoint, spec)
     stop = stop or threading.Event()
     summary = RunSummary(spec.name)
     with registered(lake, join_job(spec), "once" if once else "continuous") as beat:
         job = job_for(spark, lake, config, spec, lambda: query_id(checkpoint), log)
+        if isinstance(job, StateStoreJob):
+            job.table_every = table_every
         guard = threading.Lock()
         stopping = [False]
         done = [-1]  # the last micro-batch this run processed
@@ -189,6 +196,12 @@ def run_join(
                         query.stop()
                         break
                     query.awaitTermination(1)
+                    if isinstance(job, StateStoreJob) and table_every and job.behind.due(table_every):
+                        if guard.acquire(blocking=False):  # between micro-batches only
+                            try:
+                                job.fold()
+                            finally:
+                                guard.release()
                     if time.monotonic() - last_beat[0] >= HEARTBEAT_SECONDS:  # alive, even when idle
                         beat({})
                         last_beat[0] = time.monotonic()
@@ -196,6 +209,8 @@ def run_join(
                 pass  # reported below, from query.exception()
             finally:
                 job.flush_metrics()
+                if isinstance(job, StateStoreJob) and job.behind.waiting:  # the table catches up
+                    job.fold()
         summary.stopped_by_signal = stopping[0]
         error = query.exception()
         if error is not None and not (stopping[0] and STOP_MARKER in str(error)):
@@ -204,6 +219,17 @@ def run_join(
                 raise UserError(cause)
             raise RuntimeError(f"join {spec.name} failed: {str(error).strip().splitlines()[0]}") from error
     return summary
+
+
+def check_table_every(spec: JoinSpec, once: bool, table_every: float) -> None:
+    """``--table-every`` is for continuous runs of the keyed kinds (their state is in the state store)."""
+    if table_every and not issubclass(JOBS[spec.kind], StateStoreJob):
+        raise UserError(
+            f"join {spec.name}: --table-every applies to the keyed kinds (table, fk, list, derive), "
+            f"not to {spec.kind}"
+        )
+    if table_every and once:
+        raise UserError(f"join {spec.name}: --table-every applies to --continuous runs")
 
 
 def _await_commit(query: Any, batch_id: int, timeout: float = 60.0) -> None:

@@ -1,8 +1,9 @@
 """The kinds whose state is in Spark's state store: the join's plan groups the records into the kind's
 Java operator (``lake.joins.<operator>``, under ``spark_jobs/joins/java``), which emits one row per
 key whose joined row the batch changed; ``foreachBatch`` (:class:`StateStoreJob`) evaluates ``select``
-over those rows and writes them into the result on the executors, in one commit, then publishes
-that commit's change feed.
+over those rows, publishes them (a join with ``publish``) and then writes them into the result on the
+executors, in one commit. The topic comes first because it is where a change is seen soonest: the
+result's commit (a ``MERGE``) is the batch's most expensive step.
 
 The write is one ``MERGE`` whose source is the operator's rows after ``select`` (a row equal to the
 result's leaves it untouched; a key without a joined row deletes it), or an append while the result
@@ -22,6 +23,7 @@ import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from spark_jobs.joins.behind import DELETE, TableBehind
 from spark_jobs.joins.engine import (
     BatchMetrics,
     Changes,
@@ -46,7 +48,7 @@ class StateStoreJob(JoinJob):
     the valid records, and each batch writes the rows it emits for changed keys."""
 
     state_in_checkpoint = True
-    publishes_projection = False  # the changelog is the result commit's change feed
+    publishes_projection = False  # it publishes its operator's answers (:meth:`_publish_answers`)
 
     operator: str  # the Java operator: lake.joins.<operator>.apply(records, join type)
     # the operator's columns that ``select`` is evaluated over (besides live, changed, left_deleted)
@@ -55,6 +57,10 @@ class StateStoreJob(JoinJob):
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self._result_empty = self.lake.never_written(self.spec.name)  # a first load appends
+        self._published = False  # the batch in progress has sent its changelog
+        # > 0: the result table is written behind the topic, at most this often (spark_jobs.joins.behind)
+        self.table_every = 0.0
+        self.behind = TableBehind(self.lake, self.spec.name, self.result_schema, self.log)
 
     def plan(self, records: DataFrame) -> DataFrame:
         prepared = self._prepared(records)
@@ -65,6 +71,8 @@ class StateStoreJob(JoinJob):
         return joined.unionByName(invalid, allowMissingColumns=True)
 
     def _step(self, frame: DataFrame, txn: tuple[str, int], at: datetime, m: BatchMetrics) -> None:
+        if self.behind.waiting and not self.table_every:  # rows a run with --table-every left behind
+            self.fold()
         rows = frame.persist()  # read by several jobs below, and the state operator runs once
         try:
             self._keys(rows, txn, at, m)
@@ -93,58 +101,94 @@ class StateStoreJob(JoinJob):
         if not changed:
             return
         keys = rows.filter(valid & F.col("changed")).select(*self.row_columns, "live", "left_deleted")
+        self._published = False
         version = None
-        if n_live or not self._result_empty:  # into an empty result, no joined row writes nothing
+        if n_live or n_deleted or not self._result_empty:  # into an empty result, no live row: nothing
             try:
-                with _quiet(), m.phases("write"):
-                    version = self._write_on_executors(keys, txn)
+                with _quiet():
+                    live = self.result_frame(keys.filter(F.col("live")))
+                    if self.spec.publish:  # first: the topic is where a change is seen soonest
+                        live = live.persist()  # published, then written: select evaluated once
+                        with m.phases("publish"):
+                            self._publish_answers(live, keys, n_live < changed, txn, at)
+                    try:
+                        if self.table_every:
+                            with m.phases("write"):
+                                self.behind.add(self._source(keys, live), txn)
+                        elif n_live or not self._result_empty:
+                            with m.phases("write"):
+                                version = self._write_on_executors(keys, live, txn)
+                    finally:
+                        live.unpersist()
             except Exception as exc:
                 if not is_data_error(exc):
                     raise
                 self.log(f"join {self.spec.name} batch {txn[1]}: select failed on some record; finding it")
                 version = self._write_on_driver(keys, m.affected_keys, txn, at, m)
-        if version is None and self._replay:  # a replayed batch whose commit is in already
+        if version is None and self._replay and not self.table_every:  # its commit is in already
             version = self.lake.committed_version(self.spec.name, txn)
-        with m.phases("publish"):
-            left_deleted = pa.array([], pa.binary())
-            if n_deleted and self.spec.publish and self.tombstones_follow_left:
-                deleted = keys.filter(F.col("left_deleted")).select("key").toArrow()
-                left_deleted = deleted["key"].combine_chunks()
-            self._publish_commit(version, left_deleted, txn, at, m)
+        self._count_commit(version, m)
+        if self.table_every and self.behind.due(self.table_every):
+            with m.phases("write"):
+                self.fold(m)
+
+    def fold(self, m: BatchMetrics | None = None) -> None:
+        """Bring the result table up to date with the pending rows (``--table-every``); the commit's
+        counts go into ``m`` (the batch that folded) when given."""
+        version, _ = self.behind.fold(self.query_id, self._result_empty)
+        if version is not None:
+            self._result_empty = False
+            if m is not None:
+                self._count_commit(version, m)
 
     # --- the executors' pass --------------------------------------------------------------------
     def result_frame(self, keys: DataFrame) -> DataFrame:
         """The result's rows (``select`` evaluated, by Spark) of the operator's rows ``keys``."""
         return self.projection.frame(keys.select(self.row_columns))
 
-    def _write_on_executors(self, keys: DataFrame, txn: tuple[str, int]) -> int | None:
-        live = self.result_frame(keys.filter(F.col("live")))
+    def _write_on_executors(self, keys: DataFrame, live: DataFrame, txn: tuple[str, int]) -> int | None:
+        """Write the result rows ``live`` (of the operator's live rows) and delete the keys of its
+        rows that are not live: one commit."""
         if self._result_empty:  # nothing to update or delete: an append, far cheaper than a MERGE
             version = self.lake.append(self.spec.name, live, txn=txn)
         else:
-            deletes = keys.filter(~F.col("live")).select("key")
-            source = live.withColumn("__delete", F.lit(False)).unionByName(
-                deletes.withColumn("__delete", F.lit(True)), allowMissingColumns=True
-            )
+            source = self._source(keys, live)
             version = self.lake.merge(
-                self.spec.name, source, ["key"], delete_column="__delete", txn=txn, skip_unchanged=True
+                self.spec.name, source, ["key"], delete_column=DELETE, txn=txn, skip_unchanged=True
             )
         self._result_empty = False
         return version
+
+    @staticmethod
+    def _source(keys: DataFrame, live: DataFrame) -> DataFrame:
+        """The batch's result rows: ``live`` with ``__delete`` false, and a row with ``__delete``
+        true for the key of each operator row that is not live."""
+        deletes = keys.filter(~F.col("live")).select("key").withColumn(DELETE, F.lit(True))
+        return live.withColumn(DELETE, F.lit(False)).unionByName(deletes, allowMissingColumns=True)
 
     # --- the driver's pass (only for a batch whose select failed on some record) ---------------------
     def _write_on_driver(
         self, keys: DataFrame, affected: int, txn: tuple[str, int], at: datetime, m: BatchMetrics
     ) -> int | None:
         """Evaluate ``select`` with the failing records bisected out (quarantined), diff the rest
-        against the result and write the changes: the failing keys' results stay as they were."""
+        against the result, publish, and write the changes: the failing keys' results stay as they were."""
+        if self.behind.waiting:  # the diff below is against the result: bring it up to date first
+            self.fold()
         parts = -(-affected // CHUNK_KEYS)
-        changes = []
+        changes, answered, left_deleted = [], [], []
         for part in range(parts):
             chunk = keys if parts == 1 else keys.filter(F.pmod(F.xxhash64("key"), F.lit(parts)) == part)
             chunk_rows = chunk.toArrow()
             desired, failed = self._desired(chunk_rows.filter(chunk_rows["live"]), txn, at, m)
+            answered.append(desired)
             changes.append(self._changes(desired, _without(chunk_rows["key"].combine_chunks(), failed)))
+            if self.tombstones_follow_left:
+                left_deleted.append(chunk_rows.filter(chunk_rows["left_deleted"])["key"].combine_chunks())
+        if self.spec.publish and not self._published:  # a batch publishes once, before its write
+            rows = pa.concat_tables(answered)
+            upserts = self._json(self.lake.frame(rows)) if rows.num_rows else self._json_schema.empty_table()
+            gone = pa.concat_arrays([c.deletes for c in changes] + left_deleted)
+            self._send(upserts, pc.unique(gone) if len(gone) else gone, txn, at)
         return self._write_changes(changes, txn)
 
     def _desired(
@@ -168,40 +212,57 @@ class StateStoreJob(JoinJob):
         return self.lake.merge(self.spec.name, rows, ["key"], delete_column="__delete", txn=txn)
 
     # --- the changelog ----------------------------------------------------------------------------
-    def _publish_commit(
-        self, version: int | None, left_deleted: pa.Array, txn: tuple[str, int], at: datetime, m: BatchMetrics
-    ) -> None:
-        """Count the batch's commit (its operation metrics) and, for a join that publishes, send its
-        change feed: the upserted rows as JSON, a tombstone per deleted key, and one for each left key
-        the batch deleted that the result did not hold (as Kafka Streams' foreign-key join does)."""
-        changed = pa.array([], pa.binary())
-        values = pa.array([], pa.binary())
-        if version is not None:
-            stats = self.lake.commit(self.spec.name, version).metrics or {}
-            inserted = int(stats.get("numTargetRowsInserted", stats.get("numOutputRows", 0)))
-            m.upserted = inserted + int(stats.get("numTargetRowsUpdated", 0))
-            m.deleted = int(stats.get("numTargetRowsDeleted", 0))
-            if self.spec.publish and (m.upserted or m.deleted):
-                changed, values = self._commit_changes(version)
-        silent = _without(left_deleted, changed)
-        if len(changed) or len(silent):
-            keys = pa.concat_arrays([changed, silent])
-            self._publish(keys, pa.concat_arrays([values, pa.nulls(len(silent), pa.binary())]), txn, at)
+    _json_schema = pa.schema([("key", pa.binary()), ("v", pa.binary())])
 
-    def _commit_changes(self, version: int) -> tuple[pa.Array, pa.Array]:
-        """The keys a result commit changed and their new values as JSON (null: deleted), upserts
-        first, each group by key."""
+    def _publish_answers(
+        self, live: DataFrame, keys: DataFrame, some_dead: bool, txn: tuple[str, int], at: datetime
+    ) -> None:
+        """Publish the batch's answers before the result is written, so that the topic shows a change
+        one Delta commit sooner: every live row the operator answered (as JSON; a left update whose
+        row did not change is published again, as Kafka Streams' foreign-key join does), then a
+        tombstone for every key that lost its row: each left key the batch deleted (also when the
+        result held nothing for it, as Kafka Streams does) and each other key the result holds."""
+        dead = pa.array([], pa.binary())
+        if some_dead:
+            gone = keys.filter(~F.col("live")).select("key", "left_deleted").toArrow()
+            keys_gone = gone["key"].combine_chunks()
+            follow = gone["left_deleted"].combine_chunks()
+            if not self.tombstones_follow_left:
+                follow = pa.array(np.zeros(len(keys_gone), dtype=bool))
+            others = keys_gone.filter(pc.invert(follow))
+            held = pa.array([], pa.binary())
+            if len(others) and not self._result_empty:
+                held = self.lake.read_keys(self.spec.name, "key", others, ["key"])["key"].combine_chunks()
+            live_behind, dead_behind = self.behind.latest(others)  # rows not in the table yet
+            if len(live_behind) or len(dead_behind):
+                held = _without(pa.concat_arrays([held, live_behind]), dead_behind)
+                held = pc.unique(held)
+            dead = pa.concat_arrays([keys_gone.filter(follow), held])
+        self._send(self._json(live), dead, txn, at)
+
+    def _json(self, rows: DataFrame) -> pa.Table:
+        """``key`` and ``v`` (the row's select columns as a JSON object) of result rows, by key."""
         meta = set(self.spec.join_kind.meta_columns)
         columns = [F.col(f"`{c}`") for c in self.result_schema.names if c not in meta]
         as_json = F.to_json(F.struct(*columns), {"ignoreNullFields": "false"}).cast("binary")
-        deleted = F.col("_change_type") == "delete"
-        feed = self.lake.changes(self.spec.name, version, version)
-        out = (
-            feed.filter(F.col("_change_type") != "update_preimage")
-            .select("key", F.when(deleted, F.lit(None).cast("binary")).otherwise(as_json).alias("v"))
-            .toArrow()
-        )
-        out = out.sort_by([("key", "ascending")]) if out.num_rows else out
-        gone = pc.is_null(out["v"])
-        ordered = pa.concat_tables([out.filter(pc.invert(gone)), out.filter(gone)])
-        return ordered["key"].combine_chunks(), ordered["v"].combine_chunks()
+        out = rows.select("key", as_json.alias("v")).toArrow()
+        return out.sort_by([("key", "ascending")]) if out.num_rows else self._json_schema.empty_table()
+
+    def _send(self, upserts: pa.Table, dead: pa.Array, txn: tuple[str, int], at: datetime) -> None:
+        """The batch's changelog: the upserts, then a tombstone per ``dead`` key (in key order)."""
+        self._published = True
+        if not upserts.num_rows and not len(dead):
+            return
+        dead = dead.take(pc.sort_indices(dead)) if len(dead) else dead
+        keys = pa.concat_arrays([upserts["key"].combine_chunks(), dead])
+        values = pa.concat_arrays([upserts["v"].combine_chunks(), pa.nulls(len(dead), pa.binary())])
+        self._publish(keys, values, txn, at)
+
+    def _count_commit(self, version: int | None, m: BatchMetrics) -> None:
+        """The batch's upserted and deleted rows, from its result commit's operation metrics."""
+        if version is None:
+            return
+        stats = self.lake.commit(self.spec.name, version).metrics or {}
+        inserted = int(stats.get("numTargetRowsInserted", stats.get("numOutputRows", 0)))
+        m.upserted = inserted + int(stats.get("numTargetRowsUpdated", 0))
+        m.deleted = int(stats.get("numTargetRowsDeleted", 0))

@@ -24,14 +24,17 @@ each, PERSONS addresses (each on 10 lists), and one person with a 10,000-element
 
 And for each join and system: CPU seconds and peak resident memory of its processes.
 
-"Visible" is where a user reads the result: for the peer its output topic (read committed), for the
-product its Delta result table (each commit's change-data or data files read with pyarrow; no Spark
-job in this process). Arguments name the joins to run (``fk``, ``list``; default both). The product runs as a user runs it: ``lake ingest --continuous`` (Kafka ->
+"Visible" is where a user reads the result: for the peer its output topic (read committed); for the
+product its changelog topic (read committed, the same reader) and, beside it, its Delta result table
+(each commit's change-data or data files read with pyarrow; no Spark job in this process), which
+``--table-every TABLE_EVERY`` writes behind the topic. A workload starts when the previous one is
+visible in both. Arguments name the joins to run (``fk``, ``list``; default both). The product runs as a user runs it: ``lake ingest --continuous`` (Kafka ->
 bronze) and ``lake run <join> --continuous``, both with TRIGGER seconds, and ``LAKE_PROFILE=1``: the
 profile of the fk waves (where a wave's time goes, from the jobs' logs: ``spark_jobs.profile``) is
-printed after the table. At the end the final result per key of both systems must be equal (the
-first differing keys are printed otherwise). Run with ``make bench-peer``; PEER_PRODUCTS and
-PEER_PERSONS set the sizes, PEER_TRIGGER the product's trigger.
+printed after the table. At the end the final result per key of the peer must equal the product's
+result table and its changelog topic (the first differing keys are printed otherwise). Run with
+``make bench-peer``; PEER_PRODUCTS and PEER_PERSONS set the sizes, PEER_TRIGGER the product's trigger,
+PEER_TABLE_EVERY its ``--table-every`` (default 5 s).
 """
 
 from __future__ import annotations
@@ -69,6 +72,7 @@ ADDRESSES = PERSONS  # each address on LIST persons' lists
 BIG = min(10_000, ADDRESSES - 1)  # the long list: a0 .. a<BIG-1>, then + a<BIG>
 ADDRESS_UPDATES = min(1000, ADDRESSES)
 TRIGGER = os.environ.get("PEER_TRIGGER", "0.1")
+TABLE_EVERY = os.environ.get("PEER_TABLE_EVERY", "5")
 TIMEOUT = 900
 
 PIPELINE = """
@@ -85,6 +89,7 @@ joins:
     right: merchants
     foreign_key: merchant_id
     type: left
+    publish: true
     select:
       title: left.title
       price: cast(left.price AS decimal(10,2))
@@ -96,6 +101,7 @@ joins:
     left: persons
     right: addresses
     list: address_ids
+    publish: true
     select:
       name: left.name
     elements:
@@ -257,20 +263,40 @@ class Workload:
             "murmur2",
         )
 
-    def timed(self, seen: Seen, name: str, records: Callable[[], list[str]]) -> float:
-        started = time.time()
-        took = seen.wait(records(), started, name)
-        self.windows.setdefault(name, []).append((started, started + took))
-        return took
+    def visible(self, seen: Seen, table: Seen | None) -> None:
+        """Where results are seen: ``seen`` (the output topic), and ``table`` (the product's result
+        table, which a run with --table-every writes behind its topic)."""
+        self.seen, self.table = seen, table
 
-    def load(self, seen: Seen, start_system: Callable[[], None]) -> float:
+    def timed(self, name: str, records: Callable[[], list[str]]) -> tuple[float, float | None]:
+        """Seconds from producing ``records()`` until all are on the topic, and in the table (None:
+        no table). A workload starts when the previous one is visible in both."""
+        started = time.time()
+        tokens = records()
+        took = self.seen.wait(tokens, started, name)
+        self.windows.setdefault(name, []).append((started, started + took))
+        return took, (self.table.wait(tokens, started, f"{name} (table)") if self.table else None)
+
+    def load(self, start_system: Callable[[], None]) -> tuple[float, float | None]:
         """The initial load: the topics filled, then the system started; until all is visible."""
         expected = self.initial()
         started = time.time()
         start_system()
-        took = seen.wait(expected, started, f"{self.join}: initial load")
+        took = self.seen.wait(expected, started, f"{self.join}: initial load")
         self.windows["initial load"] = [(started, started + took)]
-        return took
+        behind = (
+            self.table.wait(expected, started, f"{self.join}: initial load (table)") if self.table else None
+        )
+        return took, behind
+
+
+def record(figures: dict[str, dict], name: str, times, reduce=lambda t: t) -> None:
+    """A figure for the topic (``figures["topic"]``) and, when measured, for the table."""
+    pairs = times if isinstance(times, list) else [times]
+    for i, where in enumerate(("topic", "table")):
+        values = [pair[i] for pair in pairs if pair[i] is not None]
+        if values and where in figures:
+            figures[where][name] = reduce(values if isinstance(times, list) else values[0])
 
 
 class FkWorkload(Workload):
@@ -310,16 +336,21 @@ class FkWorkload(Workload):
         m = int(self.merchant_of[i])
         return f"Renamed{m}" if m == self.renamed else f"M{m}"
 
-    def run(self, seen: Seen, start_system: Callable[[], None], figures: dict) -> None:
-        figures["fk: initial load, s"] = self.load(seen, start_system)
+    def run(self, start_system: Callable[[], None], figures: dict[str, dict]) -> None:
+        record(figures, "fk: initial load, s", self.load(start_system))
         waves = []
         for n in range(1, WAVES + 1):
-            waves.append(self.timed(seen, "waves", lambda n=n: self.wave(n)))
+            waves.append(self.timed("waves", lambda n=n: self.wave(n)))
             time.sleep(0.5)
-        figures["fk: waves of 1,000: p50, s"] = float(np.percentile(waves, 50))
-        figures["fk: waves of 1,000: max, s"] = max(waves)
-        figures["fk: fan-out of one merchant, s"] = self.timed(seen, "fan-out", self.fan_out)
-        figures[f"fk: burst of {BURST:,}: changes/s"] = BURST / self.timed(seen, "burst", self.burst)
+        record(figures, "fk: waves of 1,000: p50, s", waves, lambda v: float(np.percentile(v, 50)))
+        record(figures, "fk: waves of 1,000: max, s", waves, max)
+        record(figures, "fk: fan-out of one merchant, s", self.timed("fan-out", self.fan_out))
+        record(
+            figures,
+            f"fk: burst of {BURST:,}: changes/s",
+            self.timed("burst", self.burst),
+            lambda t: BURST / t,
+        )
 
 
 class ListWorkload(Workload):
@@ -348,13 +379,13 @@ class ListWorkload(Workload):
         ]
         return tokens + [f"big|R{a}" for a in changed.tolist() if a <= BIG]
 
-    def run(self, seen: Seen, start_system: Callable[[], None], figures: dict) -> None:
-        figures["list: initial load, s"] = self.load(seen, start_system)
+    def run(self, start_system: Callable[[], None], figures: dict[str, dict]) -> None:
+        record(figures, "list: initial load, s", self.load(start_system))
         time.sleep(0.5)
-        figures[f"list: +1 element to a {BIG:,} list, s"] = self.timed(seen, "+1 element", self.grow)
+        record(figures, f"list: +1 element to a {BIG:,} list, s", self.timed("+1 element", self.grow))
         time.sleep(0.5)
         name = f"list: {ADDRESS_UPDATES:,} address updates, s"
-        figures[name] = self.timed(seen, "address updates", self.update_addresses)
+        record(figures, name, self.timed("address updates", self.update_addresses))
 
 
 @dataclass
@@ -479,7 +510,9 @@ def run_scenario(
     follower.start()
     peer = Peer(scenario.topology, cluster, "peer_" + work.left, "peer_" + work.right, out, tmp / "peer")
     try:
-        work(cluster, config, "peer_").run(seen, peer.__enter__, figures["peer"])
+        peer_work = work(cluster, config, "peer_")
+        peer_work.visible(seen, None)
+        peer_work.run(peer.__enter__, {"topic": figures["peer"]})
         cpu, peak = peer.usage()
         figures["peer"][f"{name}: CPU, s"], figures["peer"][f"{name}: peak memory, MB"] = cpu, peak / 1e6
     finally:
@@ -496,10 +529,18 @@ def run_scenario(
     # --- the product, alone ------------------------------------------------------------------
     root = tmp / "lake"
     lake = Lake(root)
-    seen, stop, jobs = Seen(), threading.Event(), []
-    args = (lake, work.join, scenario.table_columns, scenario.table_tokens, seen, stop)
-    follower = threading.Thread(target=follow_table, args=args)
-    follower.start()
+    seen, table_seen, stop, jobs = Seen(), Seen(), threading.Event(), []
+    args = (lake, work.join, scenario.table_columns, scenario.table_tokens, table_seen, stop)
+    followers = [threading.Thread(target=follow_table, args=args)]
+    changelog = f"{work.join}_changelog"
+    published: dict = {}
+    followers.append(
+        threading.Thread(
+            target=follow_topic, args=(bootstrap, changelog, scenario.topic_tokens, seen, published, stop)
+        )
+    )
+    for follower in followers:
+        follower.start()
     logs = [tmp / f"ingest-{name}.log", tmp / f"run-{name}.log"]
 
     def start_product() -> None:
@@ -518,12 +559,24 @@ def run_scenario(
             )
         )
         jobs.append(
-            start_lake(logs[1], root, config_path, "run", work.join, "--continuous", "--trigger", TRIGGER)
+            start_lake(
+                logs[1],
+                root,
+                config_path,
+                "run",
+                work.join,
+                "--continuous",
+                "--trigger",
+                TRIGGER,
+                "--table-every",
+                TABLE_EVERY,
+            )  # fmt: skip
         )
 
     workload = work(cluster, config, "")
     try:
-        workload.run(seen, start_product, figures["product"])
+        workload.visible(seen, table_seen)
+        workload.run(start_product, {"topic": figures["product"], "table": figures["table"]})
         cpu, peak = tree_usage([j.pid for j in jobs])
         figures["product"][f"{name}: CPU, s"], figures["product"][f"{name}: peak memory, MB"] = (
             cpu,
@@ -531,7 +584,8 @@ def run_scenario(
         )
     finally:
         stop.set()
-        follower.join()
+        for follower in followers:
+            follower.join()
         for job in jobs:
             job.send_signal(signal.SIGTERM)
         for job in jobs:
@@ -541,6 +595,7 @@ def run_scenario(
         {k: round(v, 2) for k, v in figures["product"].items() if k.startswith(name)},
         flush=True,
     )
+    finals[f"{name} changelog"] = published
     batches = read_batches(*logs)
     return {
         f"{name}: {workload_name}": profile(batches, windows, f"join_{work.join}")
@@ -561,7 +616,7 @@ def main() -> None:
         copies = [replace(s, name="peer_" + s.name) for s in config.topics.values()]
         outs = [replace(copies[0], name=f"peer_{j}", compacted=False) for j in config.joins]
         ensure_topics(cluster, [*copies, *outs])
-        figures: dict[str, dict] = {"peer": {}, "product": {}}
+        figures: dict[str, dict] = {"peer": {}, "product": {}, "table": {}}
         print(
             f"fk: {PRODUCTS:,} products, {MERCHANTS:,} merchants; list: {PERSONS:,} persons x {LIST} of "
             f"{ADDRESSES:,} addresses, one list of {BIG:,}; 4 partitions; machine: {os.cpu_count()} cores"
@@ -575,18 +630,31 @@ def main() -> None:
 
         # --- the same final result per key ----------------------------------------------------------
         lake, different = Lake(tmp / "lake"), False
-        for name, scenario in chosen.items():
-            ours = table_results(lake, scenario.workload.join)
-            theirs = {k.decode(): clean(json.loads(v, parse_float=Decimal)) for k, v in finals[name].items()}
-            diff = differences(ours, theirs)
-            different = different or bool(diff)
-            print(f"\n{name}: final results: product {len(ours):,} keys, peer {len(theirs):,} keys: "
-                  + ("equal" if not diff else "DIFFERENT\n  " + "\n  ".join(diff)))  # fmt: skip
 
-        print("\n| workload | Kafka Streams | product | product / peer |\n|---|---|---|---|")
+        def decoded(records: dict) -> dict:
+            return {k.decode(): clean(json.loads(v, parse_float=Decimal)) for k, v in records.items()}
+
+        for name, scenario in chosen.items():
+            theirs = decoded(finals[name])
+            for where, ours in (
+                ("result table", table_results(lake, scenario.workload.join)),
+                ("changelog topic", decoded(finals[f"{name} changelog"])),
+            ):
+                diff = differences(ours, theirs)
+                different = different or bool(diff)
+                print(f"\n{name}: final results: product's {where} {len(ours):,} keys, peer {len(theirs):,} "
+                      "keys: " + ("equal" if not diff else "DIFFERENT\n  " + "\n  ".join(diff)))  # fmt: skip
+
+        print(
+            "\n| workload | Kafka Streams | product, topic | product / peer | product, result table | "
+            "product / peer |\n|---|---|---|---|---|---|"
+        )
         for name, theirs in figures["peer"].items():
-            mine = figures["product"][name]
-            print(f"| {name} | {theirs:,.2f} | {mine:,.2f} | {mine / theirs:.2f}x |")
+            cells = [f"{theirs:,.2f}"]
+            for where in ("product", "table"):
+                mine = figures[where].get(name)
+                cells += [f"{mine:,.2f}", f"{mine / theirs:.2f}x"] if mine is not None else ["", ""]
+            print(f"| {name} | " + " | ".join(cells) + " |")
 
         parts = {name: p for by_join in profiles.values() for name, p in by_join.items()}
         rows = list(dict.fromkeys(k for p in parts.values() for k in p))

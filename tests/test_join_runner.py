@@ -164,6 +164,14 @@ def _wait(predicate, timeout, proc=None):
     return False
 
 
+def _terminate(proc) -> tuple[str, str]:
+    """SIGTERM a job; it must end cleanly. Its stdout and stderr."""
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err[-2000:]
+    return out, err
+
+
 def _heartbeat(lake):
     entry = lake.root / "_jobs" / "t_left.json"
     try:
@@ -184,12 +192,10 @@ def test_continuous_run_stops_gracefully_on_sigterm_and_refuses_a_second_copy(sp
         assert next(r for r in status(lake, cfg) if r["join"] == "t_left")["running"]
         produce(lake, cfg, "R", [("a", "r1", T0 + 1)])
         assert _wait(lambda: result_rows(lake, "t_left") == [("a", "a1", "r1")], 60, proc)
-        proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=60)
+        out, _ = _terminate(proc)
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 0, err[-2000:]
     assert "join t_left: stopped on request after" in out
     assert not (lake.root / "_jobs" / "t_left.json").exists()
     assert not next(r for r in status(lake, cfg) if r["join"] == "t_left")["running"]
@@ -404,12 +410,10 @@ def test_table_every_publishes_first_writes_the_table_behind_and_loses_nothing_o
         assert _wait(lambda: _published(lake, cfg) == want, 60, proc)
         assert result_rows(lake, "t_left") == []  # behind: the first fold is 600 s away
         assert lake.read_arrow("t_left__pending").num_rows == 3  # a, then a and b
-        proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=60)
+        _, err = _terminate(proc)
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 0, err[-2000:]
     assert "join t_left: result table caught up with 2 pending row(s)" in err
     assert result_rows(lake, "t_left") == [("a", "a1", "r1"), ("b", "b1", None)]
     assert lake.read_arrow("t_left__pending").num_rows == 0
@@ -443,3 +447,7 @@ def test_table_every_is_for_keyed_continuous_runs(spark, setup, capsys):
     )
     assert main(["run", "t_left", "--once", "--table-every", "5", *opts]) == 2
     assert "join t_left: --table-every applies to --continuous runs" in capsys.readouterr().err
+    assert main(["start", "ss_left", "--table-every", "5", *opts]) == 2  # before anything starts
+    assert "join ss_left: --table-every applies to the keyed kinds" in capsys.readouterr().err
+    assert main(["run", "t_left", "--continuous", "--table-every", "-1", *opts]) == 2
+    assert "--table-every must be a positive number of seconds" in capsys.readouterr().err

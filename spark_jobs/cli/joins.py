@@ -41,6 +41,9 @@ def register(sub, common) -> None:
     )
     sj.add_argument("join")
     sj.add_argument("--trigger", type=float, default=5.0, metavar="SECONDS", help="micro-batch interval")
+    sj.add_argument(
+        "--table-every", type=float, default=0.0, metavar="SECONDS", help="as for lake run --continuous"
+    )
     sj.set_defaults(run=cmd_start)
 
     sp = sub.add_parser("stop", parents=[common], help="stop a join's continuous job after its current batch")
@@ -74,7 +77,7 @@ def register(sub, common) -> None:
 
 
 def cmd_run(args) -> int:
-    from spark_jobs.joins.runner import check_table_every, reset_join, run_join
+    from spark_jobs.joins.runner import reset_join, run_join
     from spark_jobs.profile import watch_queries
     from spark_jobs.session import get_spark
 
@@ -84,9 +87,7 @@ def cmd_run(args) -> int:
         raise UserError("--trigger must be a positive number of seconds")
     if args.max_files is not None and args.max_files < 1:
         raise UserError("--max-files must be at least 1")
-    if args.table_every < 0:
-        raise UserError("--table-every must be a positive number of seconds")
-    check_table_every(spec, args.once, args.table_every)
+    _check_table_every(spec, args.once, args.table_every)
     if args.reset:
         for item in reset_join(lake, config, args.join):
             stderr(f"reset: removed {item}")
@@ -108,6 +109,14 @@ def cmd_run(args) -> int:
     return 0
 
 
+def _check_table_every(spec, once: bool, every: float) -> None:
+    from spark_jobs.joins.runner import check_table_every
+
+    if every < 0:
+        raise UserError("--table-every must be a positive number of seconds")
+    check_table_every(spec, once, every)
+
+
 def cmd_start(args) -> int:
     from spark_jobs.config import resolve_config_path
     from spark_jobs.joins.supervise import start_ingest, start_join
@@ -116,11 +125,12 @@ def cmd_start(args) -> int:
     spec = config.join(args.join)
     if args.trigger <= 0:
         raise UserError("--trigger must be a positive number of seconds")
+    _check_table_every(spec, once=False, every=args.table_every)
     config_path = str(resolve_config_path(args.config).resolve())
     ingest = start_ingest(lake, config_path, config)  # the join sees new Kafka records only through it
     if ingest.changed:
         print(f"{ingest.label}: started (pid {ingest.pid}); log: {ingest.log}")
-    state = start_join(lake, config_path, spec, args.trigger)
+    state = start_join(lake, config_path, spec, args.trigger, table_every=args.table_every)
     verb = "started" if state.changed else "already running"
     print(f"{state.label}: {verb} (pid {state.pid}); log: {state.log}")
     return 0

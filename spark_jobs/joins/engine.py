@@ -70,8 +70,11 @@ RECORD_COLUMNS = [name for name, _ in RECORD_FIELDS]
 BATCH_HEADER = "lake.batch"  # on every changelog record: "<query id>:<batch id>" that published it
 TAIL_DEPTH = 8  # records read back per changelog partition to recognize a replayed batch
 # join_metrics is appended at most this often (and when the job stops): a Delta commit per micro-batch
-# for a row of counters would cost as much as the batch's result write
+# for a row of counters would cost as much as the batch's result write. A continuous run appends them
+# between micro-batches (spark_jobs.joins.runner); a micro-batch does only when they are this many
+# intervals overdue (a stream that never idles)
 METRICS_FLUSH_SECONDS = 30.0
+OVERDUE = 4
 
 
 @dataclass
@@ -426,8 +429,12 @@ class JoinJob:
                 **{f.name: getattr(m, f.name) for f in JOIN_METRICS_SCHEMA if hasattr(m, f.name)},
             }
         )
-        if time.monotonic() - self._metrics_flushed >= METRICS_FLUSH_SECONDS:
+        if self.metrics_due(OVERDUE * METRICS_FLUSH_SECONDS):
             self.flush_metrics()
+
+    def metrics_due(self, after: float = METRICS_FLUSH_SECONDS) -> bool:
+        """Buffered metrics rows waited ``after`` seconds since the last flush."""
+        return bool(self._metric_rows) and time.monotonic() - self._metrics_flushed >= after
 
     def flush_metrics(self) -> None:
         """Append the buffered metrics rows to ``join_metrics`` in one commit, under the txn of the

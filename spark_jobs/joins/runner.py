@@ -44,6 +44,7 @@ from spark_jobs.layout import Layout
 from spark_jobs.stopping import stop_on_signals
 
 STOP_MARKER = "lake: stop requested, this micro-batch is left for the next run"
+IDLE_SECONDS = 0.5  # a continuous run does its upkeep once no micro-batch ran for this long
 REWRITTEN = (
     r"DELTA_SOURCE_TABLE_IGNORE_CHANGES\]? Detected a data update \(for example (\w+)[^)]*\)+ "
     r"in the source table at version (\d+)"
@@ -149,6 +150,7 @@ def run_join(
         guard = threading.Lock()
         stopping = [False]
         done = [-1]  # the last micro-batch this run processed
+        ended = [time.monotonic()]  # when the last micro-batch ended
 
         def batch(frame: DataFrame, batch_id: int) -> None:
             with guard:
@@ -175,6 +177,7 @@ def run_join(
                     },
                 )
                 beat({"last_batch_id": batch_id, "last_batch": metrics.text()})
+                ended[0] = time.monotonic()
 
         stream = job.plan(input_stream(spark, lake, spec, max_files))
         writer = stream.writeStream.queryName(f"join_{spec.name}").foreachBatch(batch)
@@ -195,13 +198,9 @@ def run_join(
                         _await_commit(query, done[0])  # a stop before it would replay the batch
                         query.stop()
                         break
-                    query.awaitTermination(1)
-                    if isinstance(job, StateStoreJob) and table_every and job.behind.due(table_every):
-                        if guard.acquire(blocking=False):  # between micro-batches only
-                            try:
-                                job.fold()
-                            finally:
-                                guard.release()
+                    query.awaitTermination(0.25)  # type: ignore[arg-type]  # seconds, a float is fine
+                    if time.monotonic() - ended[0] >= IDLE_SECONDS:
+                        _between_batches(job, guard, table_every)
                     if time.monotonic() - last_beat[0] >= HEARTBEAT_SECONDS:  # alive, even when idle
                         beat({})
                         last_beat[0] = time.monotonic()
@@ -219,6 +218,21 @@ def run_join(
                 raise UserError(cause)
             raise RuntimeError(f"join {spec.name} failed: {str(error).strip().splitlines()[0]}") from error
     return summary
+
+
+def _between_batches(job: Any, guard: threading.Lock, table_every: float) -> None:
+    """The work a continuous run keeps off its micro-batches, done while the query idles: the
+    buffered ``join_metrics`` rows, and the result table's catch-up (``--table-every``)."""
+    fold = isinstance(job, StateStoreJob) and bool(table_every) and job.behind.due(table_every)
+    if not (fold or job.metrics_due()) or not guard.acquire(blocking=False):
+        return
+    try:
+        if fold:
+            job.fold()
+        if job.metrics_due():
+            job.flush_metrics()
+    finally:
+        guard.release()
 
 
 def check_table_every(spec: JoinSpec, once: bool, table_every: float) -> None:

@@ -25,6 +25,7 @@ from pyspark.sql import functions as F
 
 from spark_jobs.joins.behind import DELETE, TableBehind
 from spark_jobs.joins.engine import (
+    OVERDUE,
     BatchMetrics,
     Changes,
     JoinJob,
@@ -128,7 +129,7 @@ class StateStoreJob(JoinJob):
         if version is None and self._replay and not self.table_every:  # its commit is in already
             version = self.lake.committed_version(self.spec.name, txn)
         self._count_commit(version, m)
-        if self.table_every and self.behind.due(self.table_every):
+        if self.table_every and self.behind.due(OVERDUE * self.table_every):  # a stream that never idles
             with m.phases("write"):
                 self.fold(m)
 

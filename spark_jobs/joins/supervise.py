@@ -50,17 +50,18 @@ def start_ingest(
 
 
 def start_join(
-    lake: Lake, config_path: str, spec: JoinSpec, trigger_seconds: float, env: dict[str, str] | None = None
+    lake: Lake,
+    config_path: str,
+    spec: JoinSpec,
+    trigger_seconds: float,
+    env: dict[str, str] | None = None,
+    table_every: float = 0.0,
 ) -> JobState:
     """Start the join's continuous job unless it runs."""
-    command = [
-        "run",
-        spec.name,
-        "--continuous",
-        "--trigger",
-        f"{trigger_seconds:g}",
-        *_where(lake, config_path),
-    ]
+    command = ["run", spec.name, "--continuous", "--trigger", f"{trigger_seconds:g}"]
+    command += _where(lake, config_path)
+    if table_every:
+        command += ["--table-every", f"{table_every:g}"]
     return start_detached(lake, join_job(spec), command, env=env)
 
 

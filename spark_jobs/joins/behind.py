@@ -6,7 +6,8 @@ changes on its changelog topic first (``state_store``); with ``--table-every`` e
 appends its result rows to ``<join>__pending`` (an append costs a few tenths of a second) and the
 result table catches up with one ``MERGE`` of everything pending at most every SECONDS (and when the
 job stops or idles). So micro-batches stay short and a burst pays one ``MERGE`` per interval, not per
-batch; the result table lags the topic by up to SECONDS plus one ``MERGE``.
+batch; the result table lags the topic by up to SECONDS plus one ``MERGE``. A first load into an
+empty result (nothing parked) is appended to the table at once: there is nothing to merge.
 
 Nothing is lost on a crash: the pending rows are in Delta before the micro-batch commits, each
 append carries the batch's transaction ``(query id, batch id)``, and the fold's ``MERGE`` carries the

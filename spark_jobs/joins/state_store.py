@@ -112,8 +112,10 @@ class StateStoreJob(JoinJob):
                         live = live.persist()  # published, then written: select evaluated once
                         with m.phases("publish"):
                             self._publish_answers(live, keys, n_live < changed, txn, at)
+                    # parked for the table's next catch-up; a first load (nothing to merge) goes in
+                    park = self.table_every and (self.behind.waiting or not self._result_empty)
                     try:
-                        if self.table_every:
+                        if park:
                             with m.phases("write"):
                                 self.behind.add(self._source(keys, live), txn)
                         elif n_live or not self._result_empty:

@@ -77,7 +77,7 @@ def register(sub, common) -> None:
 
 
 def cmd_run(args) -> int:
-    from spark_jobs.joins.runner import reset_join, run_join
+    from spark_jobs.joins.runner import check_table_every, reset_join, run_join
     from spark_jobs.profile import watch_queries
     from spark_jobs.session import get_spark
 
@@ -87,7 +87,7 @@ def cmd_run(args) -> int:
         raise UserError("--trigger must be a positive number of seconds")
     if args.max_files is not None and args.max_files < 1:
         raise UserError("--max-files must be at least 1")
-    _check_table_every(spec, args.once, args.table_every)
+    check_table_every(spec, args.once, args.table_every)
     if args.reset:
         for item in reset_join(lake, config, args.join):
             stderr(f"reset: removed {item}")
@@ -109,23 +109,16 @@ def cmd_run(args) -> int:
     return 0
 
 
-def _check_table_every(spec, once: bool, every: float) -> None:
-    from spark_jobs.joins.runner import check_table_every
-
-    if every < 0:
-        raise UserError("--table-every must be a positive number of seconds")
-    check_table_every(spec, once, every)
-
-
 def cmd_start(args) -> int:
     from spark_jobs.config import resolve_config_path
+    from spark_jobs.joins.runner import check_table_every
     from spark_jobs.joins.supervise import start_ingest, start_join
 
     config, lake = context(args)
     spec = config.join(args.join)
     if args.trigger <= 0:
         raise UserError("--trigger must be a positive number of seconds")
-    _check_table_every(spec, once=False, every=args.table_every)
+    check_table_every(spec, once=False, table_every=args.table_every)
     config_path = str(resolve_config_path(args.config).resolve())
     ingest = start_ingest(lake, config_path, config)  # the join sees new Kafka records only through it
     if ingest.changed:

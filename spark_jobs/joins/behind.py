@@ -59,35 +59,33 @@ class TableBehind:
     def due(self, every: float) -> bool:
         return self.waiting and time.monotonic() - self.folded_at >= every
 
+    def _newest(self) -> DataFrame:
+        """The newest parked row of each key (the one the table must end up with)."""
+        order = Window.partitionBy("key").orderBy(F.col(BATCH).desc())
+        rows = self.lake.read(self.table).withColumn("__n", F.row_number().over(order))
+        return rows.filter("__n = 1").drop("__n")
+
     def latest(self, keys: pa.Array) -> tuple[pa.Array, pa.Array]:
-        """Among ``keys``, those whose newest pending row is live and those whose is a delete."""
+        """Among ``keys``, those whose newest parked row is live and those whose is a delete."""
         empty = pa.array([], pa.binary())
-        if not self.waiting or not len(keys) or not self.lake.exists(self.table):
+        if not self.waiting or not len(keys):
             return empty, empty
-        rows = self.lake.read_keys(self.table, "key", keys, ["key", DELETE, BATCH])
-        if not rows.num_rows:
-            return empty, empty
-        rows = rows.sort_by([("key", "ascending"), (BATCH, "descending")])
-        key = rows["key"].combine_chunks()
-        first = pa.concat_arrays([pa.array([True]), pc.not_equal(key.slice(1), key.slice(0, len(key) - 1))])
-        newest = rows.filter(first)
+        wanted = F.broadcast(self.lake.frame(pa.table({"key": keys})))
+        newest = self._newest().join(wanted, "key", "left_semi").select("key", DELETE).toArrow()
         gone, keys_of = newest[DELETE].combine_chunks(), newest["key"].combine_chunks()
         return keys_of.filter(pc.invert(gone)), keys_of.filter(gone)
 
-    def fold(self, app_id: str, empty_result: bool) -> tuple[int | None, int]:
-        """Merge every pending row of a batch not folded yet into the result (the newest row per key),
-        then empty the pending table. Returns the result's new version (None: nothing to write) and
-        the number of pending rows it folded."""
-        if not self.waiting or not self.lake.exists(self.table):
-            self.waiting = False
-            return None, 0
+    def fold(self, app_id: str, empty_result: bool) -> int | None:
+        """Merge the newest parked row of each key whose batch is not folded yet into the result, then
+        empty the pending table. Returns the result's new version (None: nothing to write)."""
+        if not self.waiting:
+            return None
         started = time.perf_counter()
         done = self.lake.txn_version(self.join, app_id)
-        rows = self.lake.read(self.table)
-        if done is not None:
+        rows = self._newest()
+        if done is not None:  # a key's newest row is older only when all of its rows are folded
             rows = rows.filter(F.col(BATCH) > done)
-        newest = Window.partitionBy("key").orderBy(F.col(BATCH).desc())
-        rows = rows.withColumn("__n", F.row_number().over(newest)).filter("__n = 1").drop("__n").persist()
+        rows = rows.persist()
         try:
             last = rows.agg(F.max(BATCH), F.count("*")).first()
             version, n = None, 0
@@ -108,4 +106,4 @@ class TableBehind:
         if n:
             ms = (time.perf_counter() - started) * 1000
             self.log(f"join {self.join}: result table caught up with {n} pending row(s) ({ms:.0f} ms)")
-        return version, n
+        return version

@@ -237,6 +237,8 @@ def _between_batches(job: Any, guard: threading.Lock, table_every: float) -> Non
 
 def check_table_every(spec: JoinSpec, once: bool, table_every: float) -> None:
     """``--table-every`` is for continuous runs of the keyed kinds (their state is in the state store)."""
+    if table_every < 0:
+        raise UserError("--table-every must be a positive number of seconds")
     if table_every and not issubclass(JOBS[spec.kind], StateStoreJob):
         raise UserError(
             f"join {spec.name}: --table-every applies to the keyed kinds (table, fk, list, derive), "

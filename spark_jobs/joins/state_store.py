@@ -138,7 +138,7 @@ class StateStoreJob(JoinJob):
     def fold(self, m: BatchMetrics | None = None) -> None:
         """Bring the result table up to date with the pending rows (``--table-every``); the commit's
         counts go into ``m`` (the batch that folded) when given."""
-        version, _ = self.behind.fold(self.query_id, self._result_empty)
+        version = self.behind.fold(self.query_id, self._result_empty)
         if version is not None:
             self._result_empty = False
             if m is not None:

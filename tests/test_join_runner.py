@@ -18,7 +18,9 @@ import pyarrow as pa
 import pytest
 from joinkit import (
     KEYED_PIPELINE,
+    PIPELINE,
     T0,
+    Feeder,
     changelog,
     derive_rows,
     fk_rows,
@@ -453,3 +455,39 @@ def test_table_every_is_for_keyed_continuous_runs(spark, setup, capsys):
     assert "join ss_left: --table-every applies to the keyed kinds" in capsys.readouterr().err
     assert main(["run", "t_left", "--continuous", "--table-every", "-1", *opts]) == 2
     assert "--table-every must be a positive number of seconds" in capsys.readouterr().err
+
+
+def test_table_every_tombstones_a_key_whose_row_is_only_parked(spark, tmp_path):
+    """An inner join loses rows without a left delete: it publishes a tombstone for each key the table
+    holds (a) and for each key only parked rows hold (b), none for a key never joined (c); the
+    catch-up then leaves the table as the changelog says."""
+    text = PIPELINE.replace("t_inner: {kind: table,", "t_inner: {publish: true, kind: table,")
+    cfg = write_config(tmp_path, text)
+    lake = Lake(tmp_path / "lake")
+    f = Feeder(spark, lake, cfg, "t_inner")
+    f.job.table_every = 600.0  # every catch-up is by hand below
+    produce(lake, cfg, "L", [("a", "a1", T0)])
+    produce(lake, cfg, "R", [("a", "r1", T0)])
+    f.feed()  # the first load: straight into the empty table
+    produce(lake, cfg, "L", [("b", "b1", T0 + 1), ("d", "d1", T0 + 1)])
+    produce(lake, cfg, "R", [("b", "r1", T0 + 1), ("d", "r1", T0 + 1)])
+    f.feed()  # parked
+    assert result_rows(lake, "t_inner") == [("a", "a1", "r1")]
+    produce(lake, cfg, "R", [("a", None, T0 + 2), ("b", None, T0 + 2)])
+    produce(lake, cfg, "L", [("c", "c1", T0 + 2)])
+    f.feed()
+    records = [
+        (r["key"].decode(), json.loads(r["value"]) if r["value"] is not None else None)
+        for r in changelog(lake, cfg, "t_inner_changelog")
+    ]
+    published = sorted(records, key=lambda r: (r[0], r[1] is not None))
+    assert published == [
+        ("a", None),
+        ("a", {"lv": "a1", "rv": "r1"}),
+        ("b", None),
+        ("b", {"lv": "b1", "rv": "r1"}),
+        ("d", {"lv": "d1", "rv": "r1"}),
+    ]
+    f.job.fold()
+    assert result_rows(lake, "t_inner") == [("d", "d1", "r1")]
+    assert lake.read_arrow("t_inner__pending").num_rows == 0

@@ -24,13 +24,21 @@ import re
 import socket
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
 import pyarrow as pa
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import (
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicCollection,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from spark_jobs import partitioners
@@ -282,12 +290,47 @@ def require_topic(cluster: Cluster, spec: TopicSpec) -> None:
 
 def watermarks(cluster: Cluster, spec: TopicSpec) -> list[tuple[int, int]]:
     """(low, high) offset of every partition: the first offset still in the log and the next one."""
+    return offset_ranges(cluster, [spec])[spec.name]
+
+
+def offset_ranges(cluster: Cluster, specs: Iterable[TopicSpec]) -> dict[str, list[tuple[int, int]]]:
+    """Per declared topic, (low, high) of each of its Kafka partitions, asked of one consumer: the
+    first offset still in the log, and the end as ``read_committed`` readers see it (the last stable
+    offset: records of an open transaction are beyond it). A topic missing on the cluster has no
+    partitions; a partition beyond the declared count is listed too (the caller decides)."""
+    specs = list(specs)
+    names = [cluster.topic(s.name) for s in specs]
+    counts = partition_counts(cluster, names)
     consumer = _consumer(cluster)
     try:
-        name = cluster.topic(spec.name)
-        return [_watermark(cluster, consumer, TopicPartition(name, p)) for p in range(spec.partitions)]
+        return {
+            spec.name: [
+                _watermark(cluster, consumer, TopicPartition(name, p)) for p in range(counts.get(name, 0))
+            ]
+            for spec, name in zip(specs, names, strict=True)
+        }
     finally:
         consumer.close()
+
+
+def topic_ids(cluster: Cluster, names: Iterable[str]) -> dict[str, str]:
+    """Kafka name -> the topic's id (a UUID the cluster gives a topic when it is created: a topic
+    deleted and created again under the same name has a new one). Missing topics are left out."""
+    names = list(names)
+    existing = partition_counts(cluster, names)
+    wanted = [n for n in names if n in existing]
+    if not wanted:
+        return {}
+    admin = _admin(cluster)
+    out = {}
+    for name, future in admin.describe_topics(TopicCollection(wanted), request_timeout=TIMEOUT_S).items():
+        try:
+            out[name] = str(future.result().topic_id)
+        except KafkaException as exc:
+            if exc.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART:  # deleted meanwhile
+                continue
+            raise cluster.error(f"cannot describe topic {name}", exc) from None
+    return out
 
 
 _TRANSIENT = (
@@ -534,6 +577,9 @@ def _consumer(cluster: Cluster) -> Consumer:
                     # a fetch refused right after a topic was (re)created must not jump to the end
                     "auto.offset.reset": "earliest",
                     "fetch.max.bytes": 52428800,
+                    # a fetch at a partition's end waits this long for more (500 ms by default), and the
+                    # next partition's first fetch waits behind it
+                    "fetch.wait.max.ms": 10,
                 }
             )
         )
@@ -547,25 +593,33 @@ def read(
     start: Callable[[int, int], int] | None = None,
     partitions: Iterable[int] | None = None,
     batch: int = 10_000,
+    after: Sequence[int] | None = None,
 ) -> Iterator[list[Message]]:
     """The committed records of a topic up to its end as the call starts, partition by partition in
     offset order, in lists of at most ``batch``. ``start(low, high)`` gives each partition's first
-    offset (default: the beginning). No consumer group offsets are read or written."""
+    offset (default: the beginning), or ``after`` the first offset of each partition. No consumer
+    group offsets are read or written."""
     name = cluster.topic(spec.name)
     require_topic(cluster, spec)
     consumer = _consumer(cluster)
     try:
-        for p in range(spec.partitions) if partitions is None else partitions:
-            low, high = _watermark(cluster, consumer, TopicPartition(name, p))
+        wanted = list(range(spec.partitions) if partitions is None else partitions)
+        # every partition's range first: asked between assignments, each took a quarter second
+        ranges = {p: _watermark(cluster, consumer, TopicPartition(name, p)) for p in wanted}
+        for p in wanted:
+            low, high = ranges[p]
             first = low if start is None else max(start(low, high), low)
+            if after is not None and p < len(after):
+                first = max(first, int(after[p]))
             if first >= high:
                 continue
             consumer.assign([TopicPartition(name, p, first)])
             done = False
             deadline = time.monotonic() + TIMEOUT_S
             while not done:
-                # consume() waits until it has ``batch`` records or the timeout passes: keep it short
-                messages = consumer.consume(num_messages=batch, timeout=0.1)
+                # consume() waits until it has ``batch`` records or the timeout passes: keep it short,
+                # librdkafka fetches ahead meanwhile (0.1 s cost 0.2 s per partition of a small topic)
+                messages = consumer.consume(num_messages=batch, timeout=0.01)
                 if not messages:
                     # past the last record there may only be transaction markers (or aborted records)
                     position = consumer.position([TopicPartition(name, p)])[0].offset

@@ -99,7 +99,8 @@ class AirflowSpec:
     schedule: str | None = "@daily"  # the pipeline DAG: backfill -> quality gate -> joins
     quality_schedule: str | None = "@hourly"  # the quality DAG (also runs when a lookup changes)
     health_schedule: str | None = "*/15 * * * *"  # the streams DAG's health check
-    max_versions_behind: int = 10  # health fails when a join's input is further behind than this
+    # health fails when a join's input topic has more records (offsets) it has not processed
+    max_records_behind: int = 10_000
     owner: str = "data-platform"
     retries: int = 2  # Spark tasks; the delay doubles from retry_delay_seconds on each retry
     retry_delay_seconds: int = 60
@@ -126,6 +127,9 @@ class JoinSpec:
     element_id: str | None = None  # list: the id's path inside object elements (scalars: the element)
     elements: dict[str, str] = field(default_factory=dict)  # list: column -> expr over element/right
     list_as: str = "elements"  # list: the enriched list's column
+    # the keyed kinds: a continuous run writes the result table behind the changelog topic, at most
+    # this often (seconds; 0: every micro-batch writes it). ``lake run --table-every`` overrides it.
+    table_every: float = 0.0
 
     @property
     def job(self) -> str:
@@ -449,6 +453,12 @@ def _quality(doc: LocatedYaml, raw: Any, base: Path) -> QualitySpec:
 
 def _airflow(doc: LocatedYaml, raw: Any) -> AirflowSpec:
     defaults = AirflowSpec()
+    if isinstance(raw, dict) and "max_versions_behind" in raw:
+        raise doc.error(
+            ("airflow", "max_versions_behind"),
+            "is now max_records_behind: the joins read Kafka, and health counts the records they have "
+            "not processed, not bronze versions",
+        )
     raw = mapping(doc, ("airflow",), raw, tuple(AirflowSpec.__dataclass_fields__))
     values: dict[str, Any] = {}
     for key, value in raw.items():
@@ -577,6 +587,14 @@ def _join(
             doc, path, "elements", spec.get("elements"), ("id", "matched"), "every element", required=True
         )
         where |= {f"elements.{c}": w for c, w in element_where.items()}
+    table_every = 0.0
+    if "table_every" in spec:
+        table_every = window_ms(doc, (*path, "table_every"), spec["table_every"]) / 1000
+        if not publish_set(spec):
+            raise doc.error(
+                (*path, "table_every"),
+                "writes the result table behind the changelog topic: it needs publish (true or a topic)",
+            )
     publish = spec.get("publish", False)
     if publish is True:
         publish = f"{name}_changelog"
@@ -602,7 +620,13 @@ def _join(
         element_id,
         elements,
         list_as,
+        table_every,
     )
+
+
+def publish_set(spec: dict[str, Any]) -> bool:
+    """The join publishes a changelog topic (``publish: true`` or a topic name)."""
+    return spec.get("publish", False) not in (False, None)
 
 
 def _expressions(

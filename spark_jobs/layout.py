@@ -4,7 +4,7 @@
 <root>/
   tables/<table>/                 Delta tables: bronze mirrors of the topics, lookups, join results
                                   and state, system tables (quarantine, quality runs, join metrics)
-  _checkpoints/<join>/            a join's Spark checkpoint
+  _checkpoints/<join>/            a join's Spark checkpoint (and lake-inputs.json: its topics' ids)
   _checkpoints/ingest/<topic>/    a topic's ingest checkpoint (and <topic>.start.json after a rebuild)
   _checkpoints/.driver/<join>/    a join's checkpoint under the pipeline test driver (spark_jobs.testing)
   _jobs/<job>.json|.lock|.log     long-running jobs: registry entry, lock, output
@@ -58,6 +58,10 @@ class Layout:
     # --- streaming progress -----------------------------------------------------------------------
     def join_checkpoint(self, join: str) -> Path:
         return self.root / "_checkpoints" / join
+
+    def join_inputs(self, join: str) -> Path:
+        """The Kafka topic ids a join's checkpoint has read (beside Spark's own files)."""
+        return self.join_checkpoint(join) / "lake-inputs.json"
 
     def driver_checkpoint(self, join: str) -> Path:
         return self.root / "_checkpoints" / ".driver" / join

@@ -15,17 +15,18 @@ with PipelineTestDriver("pipeline.yaml", root=tmp_path) as d:   # one Spark sess
 
 The driver runs each join as ``lake run`` does: a Spark streaming query of the join's plan
 (``JoinJob.plan``: its state operator in Spark's state store) with ``foreachBatch(JoinJob.process)``
-(:class:`JoinQuery`); only the Kafka ends are swapped. ``pipe`` stands in for a producer and the
-ingest: at ``advance`` the piped records are written to their topics' bronze tables as ``lake ingest``
-mirrors Kafka (placed by the topic's partitioner, offsets continuing per partition), then each join
-gets everything new on its inputs as one micro-batch, from an in-memory source instead of Kafka. A
-join's published changelog is kept in memory instead of going to Kafka, and piped into its topic, so
-a join reading it sees it at the next ``advance``.
+(:class:`JoinQuery`); only the Kafka ends are swapped. ``pipe`` stands in for a producer: at
+``advance`` the piped records join their topic's in-memory log (:class:`TopicLog`: placed by the
+topic's partitioner, offsets continuing per partition, as Kafka would), then each join gets everything
+new on its inputs as one micro-batch, from an in-memory source instead of Kafka. A join's published
+changelog is kept in memory instead of going to Kafka, and piped into its topic, so a join reading it
+sees it at the next ``advance``.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -36,121 +37,82 @@ import pyarrow.compute as pc
 from spark_jobs import partitioners
 from spark_jobs.config import PipelineConfig, TopicSpec, load_config
 from spark_jobs.errors import UserError
-from spark_jobs.ingest import TOPIC_SCHEMA, ensure_bronze, next_offsets
-from spark_jobs.joins.engine import BatchMetrics, Changelog
-from spark_jobs.lake import Lake, read_commit
+from spark_jobs.joins.engine import RECORD_FIELDS, BatchMetrics, Changelog, Inputs
+from spark_jobs.lake import Lake
 from spark_jobs.layout import QUARANTINE, Layout
 
 Record = tuple[str, dict | None]
+RECORDS_SCHEMA = pa.schema(RECORD_FIELDS)  # key, value, timestamp, partition, offset
 
 
-def append_bronze(
-    lake: Lake,
-    spec: TopicSpec,
-    keys: pa.Array,
-    values: pa.Array,
-    timestamp_ms: int | np.ndarray = 0,
-    partitioner: str | None = None,
-) -> int | None:
-    """Append records (binary keys and values, null value = tombstone) to a topic's bronze table in
-    one Delta commit, as ``lake ingest`` mirrors them: Kafka's columns, placed by ``partitioner``
-    (default: the topic's), offsets continuing each partition. Returns the table version."""
-    ensure_bronze(lake, spec)
-    before = _journal.rows(lake, spec.name)
-    nxt = next_offsets(lake, spec) if before is None else _next_offsets(before, spec.partitions)
-    part = partitioners.partitions(keys, spec.partitions, partitioner or spec.partitioner)
-    offsets = np.empty(len(part), dtype=np.int64)
-    for p in range(spec.partitions):
-        mask = part == p
-        offsets[mask] = np.arange(nxt[p], nxt[p] + int(mask.sum()))
-    n = len(keys)
-    stamps = np.broadcast_to(np.asarray(timestamp_ms, dtype=np.int64) * 1000, (n,))
-    table = pa.table(
-        {
-            "key": keys.cast(pa.binary()),
-            "value": values.cast(pa.binary()),
-            "topic": pa.array([spec.name] * n, pa.string()),
-            "partition": pa.array(part, pa.int32()),
-            "offset": pa.array(offsets, pa.int64()),
-            "timestamp": pa.array(stamps).cast(TOPIC_SCHEMA.field("timestamp").type),
-            "timestampType": pa.array(np.zeros(n, dtype=np.int32)),
-            "headers": pa.array([[]] * n, TOPIC_SCHEMA.field("headers").type),
-        },
-        schema=TOPIC_SCHEMA,
-    )
-    version = lake.append(spec.name, table)
-    _journal.appended(lake, spec.name, before, table, version)
-    return version
+class TopicLog:
+    """A topic's records kept in memory the way Kafka keeps them: each placed by the topic's
+    partitioner, offsets continuing in each partition."""
+
+    def __init__(self, spec: TopicSpec):
+        self.spec = spec
+        self._parts: list[pa.Table] = []
+        self._next = np.zeros(spec.partitions, dtype=np.int64)
+
+    def append(self, keys: pa.Array, values: pa.Array, timestamp_ms: int | np.ndarray = 0) -> pa.Table:
+        """Add records (binary keys and values, null value = tombstone) in order; returns them with
+        their partitions and offsets."""
+        part = partitioners.partitions(keys, self.spec.partitions, self.spec.partitioner)
+        offsets = np.empty(len(part), dtype=np.int64)
+        for p in range(self.spec.partitions):
+            mask = part == p
+            offsets[mask] = np.arange(self._next[p], self._next[p] + int(mask.sum()))
+            self._next[p] += int(mask.sum())
+        stamps = np.broadcast_to(np.asarray(timestamp_ms, dtype=np.int64) * 1000, (len(keys),))
+        rows = pa.table(
+            {
+                "key": keys.cast(pa.binary()),
+                "value": values.cast(pa.binary()),
+                "timestamp": pa.array(stamps).cast(RECORDS_SCHEMA.field("timestamp").type),
+                "partition": pa.array(part, pa.int32()),
+                "offset": pa.array(offsets, pa.int64()),
+            },
+            schema=RECORDS_SCHEMA,
+        )
+        self._parts.append(rows)
+        return rows
+
+    @property
+    def rows(self) -> pa.Table:
+        return pa.concat_tables(self._parts) if self._parts else RECORDS_SCHEMA.empty_table()
+
+    def ends(self) -> np.ndarray:
+        """The next offset of each partition."""
+        return self._next.copy()
 
 
-def bronze_rows(lake: Lake, spec: TopicSpec) -> pa.Table:
-    """Every record of a topic's bronze table: what :func:`append_bronze` wrote in this process when
-    that is all the table holds (no Spark job), else read from Delta."""
-    ensure_bronze(lake, spec)
-    rows = _journal.rows(lake, spec.name)
-    return rows if rows is not None else lake.read_arrow(spec.name)
+class MemoryInputs(Inputs):
+    """A :class:`JoinQuery`'s inputs: how far each micro-batch has read is what had been fed to the
+    query by then (per side and partition, the offset after the last record fed); how far the
+    topics go is ``ends`` (the caller's records)."""
 
+    def __init__(self, ends: Callable[[TopicSpec], np.ndarray]):
+        self._ends = ends
+        self.fed: dict[str, dict[int, int]] = {}  # side -> partition -> next offset, of all rows fed
+        self._by_batch: dict[int, dict[str, np.ndarray]] = {}
 
-def _next_offsets(rows: pa.Table, partitions: int) -> np.ndarray:
-    nxt = np.zeros(partitions, dtype=np.int64)
-    if rows.num_rows:
-        ends = rows.group_by("partition").aggregate([("offset", "max")])
-        for p, o in zip(ends["partition"].to_pylist(), ends["offset_max"].to_pylist(), strict=True):
-            if p < partitions:
-                nxt[p] = o + 1
-    return nxt
-
-
-class _Journal:
-    """The rows :func:`append_bronze` wrote per bronze table, kept while they are all the table
-    holds: its log has only their commits since it was created (the table's identity is its path
-    and the time of its first commit, so a table removed and made again starts over). A table past
-    ``MAX_ROWS`` is not kept: a benchmark's million rows would stay in the driver's memory."""
-
-    MAX_ROWS = 100_000
-
-    def __init__(self) -> None:
-        # uri -> ((first commit's time, version), the rows)
-        self._tables: dict[str, tuple[tuple[int, int], list[pa.Table]]] = {}
-
-    @staticmethod
-    def _state(lake: Lake, name: str) -> tuple[int, int] | None:
-        """(the time of the table's first commit, its version); -1 for the version of a table that
-        was only created (its first commit added no rows). None: no first commit to go by."""
-        try:
-            first = read_commit(lake.path(name), 0)
-        except OSError:
-            return None
-        version = lake.version(name)
-        return first.timestamp_ms, (-1 if version == 0 and first.added_files == 0 else version)
-
-    def rows(self, lake: Lake, name: str) -> pa.Table | None:
-        state = self._state(lake, name)
-        if state is not None and state[1] == -1:
-            return TOPIC_SCHEMA.empty_table()
-        entry = self._tables.get(lake.uri(name))
-        if entry is None or state != entry[0]:
-            return None
-        return pa.concat_tables(entry[1]) if entry[1] else TOPIC_SCHEMA.empty_table()
-
-    def appended(
-        self, lake: Lake, name: str, before: pa.Table | None, rows: pa.Table, version: int | None
-    ) -> None:
-        state = self._state(lake, name)
-        uri = lake.uri(name)
-        if (
-            before is None
-            or version is None
-            or state is None
-            or state[1] != version
-            or before.num_rows + rows.num_rows > self.MAX_ROWS
+    def feeding(self, rows: pa.Table) -> None:
+        for side, p, o in zip(
+            rows["side"].to_pylist(), rows["partition"].to_pylist(), rows["offset"].to_pylist(), strict=True
         ):
-            self._tables.pop(uri, None)
-            return
-        self._tables[uri] = (state, [before, rows] if before.num_rows else [rows])
+            read = self.fed.setdefault(side, {})
+            read[p] = max(read.get(p, 0), o + 1)
 
+    def read_to(self, batch_id: int) -> dict[str, np.ndarray]:
+        if batch_id not in self._by_batch:  # a replayed batch read what it read the first time
+            self._by_batch[batch_id] = {
+                side: np.array([read.get(p, 0) for p in range(max(read, default=-1) + 1)], dtype=np.int64)
+                for side, read in self.fed.items()
+            }
+        return self._by_batch[batch_id]
 
-_journal = _Journal()
+    def ends(self, topic: TopicSpec) -> np.ndarray:
+        return self._ends(topic)
 
 
 # the records a join's plan reads: both topics' records with the side they come from
@@ -162,7 +124,17 @@ class JoinQuery:
     ``foreachBatch(JoinJob.process)`` and a checkpoint of its own, over an in-memory source
     the caller feeds instead of the topics. :meth:`feed` hands it records as one micro-batch."""
 
-    def __init__(self, spark: Any, lake: Lake, config: PipelineConfig, name: str, query_id: str):
+    def __init__(
+        self,
+        spark: Any,
+        lake: Lake,
+        config: PipelineConfig,
+        name: str,
+        query_id: str,
+        ends: Callable[[TopicSpec], np.ndarray] | None = None,
+    ):
+        """``ends(topic)``: how far the caller's records of a topic go (the next offset of each
+        partition), which the stream kinds compare with what they have read."""
         import shutil
 
         from pyspark.sql import DataFrame
@@ -171,6 +143,8 @@ class JoinQuery:
 
         self.spark, self.lake, self.name = spark, lake, name
         self.job = job_for(spark, lake, config, config.join(name), query_id)
+        self.inputs = MemoryInputs(ends or (lambda topic: np.zeros(topic.partitions, dtype=np.int64)))
+        self.job.inputs = self.inputs
         self.checkpoint = Layout(lake.root).driver_checkpoint(name)
         shutil.rmtree(self.checkpoint, ignore_errors=True)  # the source starts empty: so does the query
         empty = spark.createDataFrame([], RECORDS)
@@ -207,6 +181,7 @@ class JoinQuery:
 
         if self._query is None or not self._query.isActive:
             self.start()
+        self.inputs.feeding(rows)
         self._source.add(arrow_frame(self.spark, rows.select(self._columns))._jdf)
         self._wait()
         return self.metrics
@@ -294,15 +269,24 @@ class PipelineTestDriver:
         self.spark = spark or get_spark(app_name="pipeline-test-driver")
         self._piped: dict[str, list[tuple[bytes, bytes | None, int]]] = {}
         self._clock = 0  # the timestamp of a record piped without one: the latest seen
+        self._logs: dict[str, TopicLog] = {}  # topic -> what was piped into it, as Kafka would keep it
         self._seen: dict[tuple[str, str], np.ndarray] = {}  # (join, topic): next offset per partition
         self._changes: dict[str, list[Record]] = {}
         self._changelog: dict[str, list[Record]] = {}
         self._ran: dict[str, int] = {}  # join -> its last micro-batch, when the last advance ran one
         self.queries: dict[str, JoinQuery] = {}
         for name in self.config.joins:
-            query = JoinQuery(self.spark, self.lake, self.config, name, f"test-driver-{name}")
+            query = JoinQuery(self.spark, self.lake, self.config, name, f"test-driver-{name}", self._ends)
             query.job.changelog = _MemoryChangelog(self._changelog, name)
             self.queries[name] = query
+
+    def _log(self, topic: str) -> TopicLog:
+        if topic not in self._logs:
+            self._logs[topic] = TopicLog(self.config.topic(topic))
+        return self._logs[topic]
+
+    def _ends(self, topic: TopicSpec) -> np.ndarray:
+        return self._log(topic.name).ends()
 
     def __enter__(self) -> PipelineTestDriver:
         return self
@@ -328,14 +312,14 @@ class PipelineTestDriver:
         self._piped.setdefault(topic, []).append((raw_key, encoded, int(timestamp)))
 
     def advance(self) -> None:
-        """Mirror what was piped into bronze, then run every join once on everything new on its
+        """Add what was piped to its topics, then run every join once on everything new on its
         inputs (one micro-batch each, in the pipeline's order)."""
         piped, self._piped = self._piped, {}
         for topic, records in piped.items():
             keys = pa.array([k for k, _, _ in records], pa.binary())
             values = pa.array([v for _, v, _ in records], pa.binary())
             stamps = np.array([t for _, _, t in records], dtype=np.int64)
-            append_bronze(self.lake, self.config.topic(topic), keys, values, stamps)
+            self._log(topic).append(keys, values, stamps)
         self._changes, self._ran = {}, {}
         for published in self._changelog.values():
             published.clear()
@@ -358,7 +342,7 @@ class PipelineTestDriver:
     def _unread(self, join: str, topic: str) -> pa.Table:
         """The records of ``topic`` that ``join`` has not read yet, in partition and offset order."""
         spec = self.config.topic(topic)
-        rows = bronze_rows(self.lake, spec).select(["key", "value", "timestamp", "partition", "offset"])
+        rows = self._log(topic).rows
         seen = self._seen.setdefault((join, topic), np.zeros(spec.partitions, dtype=np.int64))
         if rows.num_rows:
             start = pa.array(seen[rows["partition"].to_numpy(zero_copy_only=False)])

@@ -1,18 +1,21 @@
-"""Test helpers for joins: a pipeline with every kind and type, records with their own timestamps,
-feeding exact micro-batches to the engine, and a small independent model of each kind's semantics."""
+"""Test helpers for joins: a pipeline with every kind and type, records with their own timestamps
+produced to the session's Kafka broker, feeding exact micro-batches of them to the engine, and a small
+independent model of each kind's semantics."""
 
 from __future__ import annotations
 
 import json
+import uuid
 from collections import defaultdict
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
-from bronzekit import append_bronze
 
 from spark_jobs.config import load_config
 from spark_jobs.joins.oracle import audit
-from spark_jobs.testing import JoinQuery, bronze_rows
+from spark_jobs.kafka import TransactionalProducer, connect, ensure_topics, read
+from spark_jobs.testing import JoinQuery
 
 PIPELINE = """
 pipeline: joins-test
@@ -49,20 +52,63 @@ def val(v: str | None) -> bytes | None:
     return None if v is None else json.dumps({"v": v}).encode()
 
 
+_producers: dict[tuple[str, str], TransactionalProducer] = {}  # kept open: a transaction costs ~30 ms
+_configs: dict[str, object] = {}  # lake root -> the pipeline its records were produced for
+
+
 def produce(lake, config, topic: str, records: list[tuple]) -> None:
-    """Append (key, value, ts_ms) records in order to the topics' bronze tables (as the ingest would
-    mirror them); consecutive records with one timestamp share a commit. ``value`` None is a tombstone; bytes are written as they are."""
+    """Produce (key, value, ts_ms) records in order to the topic on Kafka, in one transaction (as
+    ``lake produce`` writes them, placed by the topic's partitioner). ``value`` None is a tombstone; a
+    str is written as ``{"v": value}``, bytes as they are."""
+    cluster = connect(config, lake.root)
     spec = config.topic(topic)
-    groups: list[tuple[int, list]] = []
-    for key, value, ts in records:
-        if groups and groups[-1][0] == ts:
-            groups[-1][1].append((key, value))
-        else:
-            groups.append((ts, [(key, value)]))
-    for ts, items in groups:
-        keys = pa.array([k.encode() if isinstance(k, str) else k for k, _ in items], pa.binary())
-        values = pa.array([val(v) if isinstance(v, str) or v is None else v for _, v in items], pa.binary())
-        append_bronze(lake, spec, keys, values, ts)
+    _configs[str(lake.root)] = config
+    writer = _producers.get((cluster.bootstrap_servers, cluster.topic(topic)))
+    if writer is None:
+        writer = TransactionalProducer(cluster, spec, None, f"joinkit-{uuid.uuid4().hex[:12]}")
+        _producers[(cluster.bootstrap_servers, cluster.topic(topic))] = writer
+    keys = pa.array([k.encode() if isinstance(k, str) else k for k, _, _ in records], pa.binary())
+    values = pa.array([val(v) if isinstance(v, str) or v is None else v for _, v, _ in records], pa.binary())
+    writer.produce([(keys, values, [int(ts) for _, _, ts in records], None)])
+
+
+def forget_producers() -> None:
+    """Open new producers next time (after a test deleted a topic their metadata still knows)."""
+    _producers.clear()
+
+
+RECORD_TYPES = pa.schema(
+    [
+        ("key", pa.binary()),
+        ("value", pa.binary()),
+        ("timestamp", pa.timestamp("us", tz="UTC")),
+        ("partition", pa.int32()),
+        ("offset", pa.int64()),
+    ]
+)
+
+
+def topic_records(lake, config, topic: str, after=None) -> pa.Table:
+    """The topic's committed records on Kafka (after ``after``: the first offset per partition), in
+    partition and offset order."""
+    cluster = connect(config, lake.root)
+    rows = {name: [] for name in RECORD_TYPES.names}
+    for batch in read(cluster, config.topic(topic), after=after):
+        for m in batch:
+            rows["key"].append(m.key())
+            rows["value"].append(m.value())
+            rows["timestamp"].append(m.timestamp()[1] * 1000)
+            rows["partition"].append(m.partition())
+            rows["offset"].append(m.offset())
+    return pa.table(
+        {
+            "key": pa.array(rows["key"], pa.binary()),
+            "value": pa.array(rows["value"], pa.binary()),
+            "timestamp": pa.array(rows["timestamp"], pa.int64()).cast(RECORD_TYPES.field("timestamp").type),
+            "partition": pa.array(rows["partition"], pa.int32()),
+            "offset": pa.array(rows["offset"], pa.int64()),
+        }
+    )
 
 
 def assert_oracle(spark, lake, config, name: str) -> None:
@@ -83,17 +129,39 @@ class Feeder:
 
     def __init__(self, spark, lake, config, name: str, query_id: str = "test-query"):
         self.spark, self.lake, self.config = spark, lake, config
+        _configs[str(lake.root)] = config
         self.spec = config.join(name)
-        self.query = JoinQuery(spark, lake, config, name, query_id)
+        # as lake run does: a join may start before its topics exist
+        ensure_topics(connect(config, lake.root), [config.topic(t) for _, t in self.spec.sides])
+        self.query = JoinQuery(spark, lake, config, name, query_id, self.ends)
         self.job = self.query.job
         self.seen: set[tuple[str, int, int]] = set()
+        self._read: dict[str, pa.Table] = {}  # topic -> its records read from Kafka so far
+
+    def records(self, topic: str) -> pa.Table:
+        """Every record of the topic on Kafka (read incrementally)."""
+        known = self._read.get(topic)
+        spec = self.config.topic(topic)
+        after = np.zeros(spec.partitions, dtype=np.int64)
+        if known is not None and known.num_rows:
+            for p, o in zip(known["partition"].to_pylist(), known["offset"].to_pylist(), strict=True):
+                after[p] = max(after[p], o + 1)
+        new = topic_records(self.lake, self.config, topic, after.tolist())
+        self._read[topic] = new if known is None else pa.concat_tables([known, new])
+        return self._read[topic]
+
+    def ends(self, topic_spec) -> np.ndarray:
+        """How far the topic's records go: the offset after each partition's last record."""
+        rows = self.records(topic_spec.name)
+        ends = np.zeros(topic_spec.partitions, dtype=np.int64)
+        for p, o in zip(rows["partition"].to_pylist(), rows["offset"].to_pylist(), strict=True):
+            ends[p] = max(ends[p], o + 1)
+        return ends
 
     def pending_records(self) -> pa.Table:
-        columns = ["key", "value", "timestamp", "partition", "offset"]
         parts = []
         for side, topic in self.spec.sides:
-            rows = bronze_rows(self.lake, self.config.topic(topic)).select(columns)
-            rows = rows.sort_by([("partition", "ascending"), ("offset", "ascending")])
+            rows = self.records(topic).sort_by([("partition", "ascending"), ("offset", "ascending")])
             keep = [
                 (side, p, o) not in self.seen
                 for p, o in zip(rows["partition"].to_pylist(), rows["offset"].to_pylist(), strict=True)
@@ -207,7 +275,8 @@ def _us(ts) -> int:
 
 
 def topic_history(lake, topic: str) -> list[dict]:
-    return lake.read_arrow(topic, columns=["key", "value", "timestamp", "partition", "offset"]).to_pylist()
+    """Every record of the topic on Kafka (key, value, timestamp, partition, offset)."""
+    return topic_records(lake, _configs[str(lake.root)], topic).to_pylist()
 
 
 # --- fk, list and derive -----------------------------------------------------------------------
@@ -325,13 +394,19 @@ def model_derive(master: list[dict]) -> list[tuple]:
 
 
 def changelog(lake, config, topic: str) -> list[dict]:
-    """The records a join published to its changelog topic on Kafka (key, value, partition, offset),
-    partition by partition in offset order."""
+    """The records a join published to its changelog topic on Kafka (key, value, partition, offset,
+    and the batch that published it), partition by partition in offset order."""
     from spark_jobs.kafka import connect, read
 
     cluster = connect(config, lake.root)
     return [
-        {"key": m.key(), "value": m.value(), "partition": m.partition(), "offset": m.offset()}
+        {
+            "key": m.key(),
+            "value": m.value(),
+            "partition": m.partition(),
+            "offset": m.offset(),
+            "batch": dict(m.headers() or []).get("lake.batch"),
+        }
         for batch in read(cluster, config.topic(topic))
         for m in batch
     ]

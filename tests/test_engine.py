@@ -17,7 +17,7 @@ from joinkit import (
 )
 
 from spark_jobs.errors import UserError
-from spark_jobs.joins.oracle import expected
+from spark_jobs.joins.oracle import consumed_records, expected
 from spark_jobs.joins.registry import job_for
 from spark_jobs.system_tables import QUARANTINE
 
@@ -88,4 +88,6 @@ def test_null_keys_and_unparseable_values_are_quarantined_and_counted(spark, lak
 
 def test_expected_matches_for_a_fresh_lake(spark, lake, cfg):
     Feeder(spark, lake, cfg, "t_outer")
-    assert expected(spark, lake, cfg, "t_outer").num_rows == 0
+    records, read = consumed_records(spark, lake, cfg, cfg.join("t_outer"))
+    assert read == "L up to offsets [0, 0], R up to offsets [0, 0]"
+    assert expected(spark, lake, cfg, "t_outer", records).num_rows == 0

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from confluent_kafka import TopicPartition
+from confluent_kafka.admin import AdminClient, NewPartitions
 from joinkit import (
     KEYED_PIPELINE,
     PIPELINE,
@@ -24,6 +26,7 @@ from joinkit import (
     changelog,
     derive_rows,
     fk_rows,
+    forget_producers,
     jv,
     list_rows,
     model_derive,
@@ -38,7 +41,8 @@ from joinkit import (
 
 from spark_jobs.cli import main
 from spark_jobs.errors import UserError
-from spark_jobs.joins.runner import run_join, status
+from spark_jobs.joins.runner import _batch_offsets, run_join, status
+from spark_jobs.kafka import connect, delete_topics, watermarks
 from spark_jobs.lake import Lake
 
 LAKE = str(Path(sys.executable).with_name("lake"))
@@ -87,18 +91,27 @@ def test_run_once_resumes_where_it_stopped_and_status_and_audit_see_it(spark, se
     no_noop_changes(lake, "t_left")
 
     row = next(r for r in status(lake, cfg) if r["join"] == "t_left")
-    assert (row["running"], row["versions_behind"], row["last_batch_in"], row["last_batch_out"]) == (
+    assert (row["running"], row["records_behind"], row["last_batch_in"], row["last_batch_out"]) == (
         False,
         {"left": 0, "right": 0},
         1,
         1,
     )
+    read = row["offsets"]
     produce(lake, cfg, "L", [("c", "c1", T0 + 2)])
     assert main(["status", *opts]) == 0
-    assert "t_left (table): stopped; versions behind: left 1, right 0; last batch" in capsys.readouterr().out
+    # Kafka's lag: the record and its transaction's commit marker
+    shown = (
+        f"t_left (table): stopped; records behind: L 2, R 0; read L up to offsets {read['left']}, "
+        f"R up to offsets {read['right']}; last batch"
+    )
+    assert shown in capsys.readouterr().out
 
     assert main(["audit", "t_left", *opts]) == 0
-    assert "identical" in capsys.readouterr().out
+    assert (
+        f"2 result rows, 2 expected by the batch join of L up to offsets {read['left']}, R up to offsets "
+        f"{read['right']}: identical" in capsys.readouterr().out
+    )
     # tamper with the result: the audit names the key and exits 1
     lake.merge("t_left", pa.table({"key": [b"b"], "lv": ["b1"], "rv": ["wrong"]}), ["key"])
     assert main(["audit", "t_left", *opts]) == 1
@@ -114,8 +127,7 @@ def test_a_stopped_run_restarts_mid_stream_exactly_once(spark, setup):
     # each batch's line says where its time went (spark_jobs.profile)
     phases = r"read\+state \d+, publish \d+, write \d+, metrics \d+"
     assert re.fullmatch(rf"join t_left batch 0: in 1\+0, .* \((\d+) ms: {phases}\)", lines[-1]), lines
-    # three more commits per topic, one micro-batch each with --max-files 1 (Delta's source admits
-    # data files, not commits: the keys a and x1..x3 share partition 0, so each commit is one file)
+    # three more transactions per topic (9 records, 6 commit markers), a few offsets per micro-batch
     for i in range(1, 4):
         produce(lake, cfg, "L", [("a", f"a{i}", T0 + i), (f"x{i}", "x", T0 + i)])
         produce(lake, cfg, "R", [("a", f"r{i}", T0 + i)])
@@ -125,11 +137,12 @@ def test_a_stopped_run_restarts_mid_stream_exactly_once(spark, setup):
         if " batch " in line:
             stop.set()  # ask to stop as soon as a micro-batch is done
 
-    first = run_join(spark, lake, cfg, "t_left", once=True, max_files=1, log=log, stop=stop)
-    assert first.stopped_by_signal and first.batches == 1 and first.input_rows == 3
-    assert result_rows(lake, "t_left") == [("a", "a1", "r1"), ("x1", "x", None)]
-    rest = run_join(spark, lake, cfg, "t_left", once=True, max_files=1)
-    assert (rest.batches, rest.input_rows) == (2, 6)
+    first = run_join(spark, lake, cfg, "t_left", once=True, max_records=4, log=log, stop=stop)
+    assert first.stopped_by_signal and first.batches == 1 and 0 < first.input_rows < 9
+    # the result holds exactly the records read so far: the batch join of the consumed offsets
+    assert main(["audit", "t_left", "--root", str(lake.root), "--config", cfg.source]) == 0
+    rest = run_join(spark, lake, cfg, "t_left", once=True, max_records=4)
+    assert rest.batches >= 2 and first.input_rows + rest.input_rows == 9
     want = model_table(topic_history(lake, "L"), topic_history(lake, "R"), "left")
     assert (
         result_rows(lake, "t_left")
@@ -144,8 +157,8 @@ def test_a_stopped_run_restarts_mid_stream_exactly_once(spark, setup):
     no_noop_changes(lake, "t_left")
 
 
-def _start(opts, *extra):
-    env = dict(os.environ, LAKE_SPARK_UI="false")
+def _start(opts, *extra, **env_vars):
+    env = dict(os.environ, LAKE_SPARK_UI="false", **env_vars)
     return subprocess.Popen(
         [LAKE, "run", "t_left", "--continuous", "--trigger", "0.5", *extra, *opts],
         stdout=subprocess.PIPE,
@@ -248,16 +261,62 @@ def test_sigkill_at_random_moments_then_restart_gives_the_oracle_and_no_duplicat
     assert sorted((k.decode(), v["lv"], v["rv"]) for k, v in published.items()) == want
 
 
-def test_a_rewritten_topic_asks_for_reset_and_reset_rebuilds(spark, setup, capsys):
+@pytest.mark.slow
+def test_kill_9_at_every_commit_point_loses_and_doubles_nothing(spark, setup):
+    """A continuous job killed with SIGKILL right after each commit point of a micro-batch in turn:
+    Spark wrote the batch's offsets, its changelog transaction committed, its rows were parked for
+    the table, a catch-up's MERGE went in, the result's commit went in. Each next run resumes. The
+    result table, its change feed and the changelog topic (read_committed) then hold exactly the
+    batch join of everything produced, and nothing twice."""
+    cfg, lake, opts = setup
+    produce(lake, cfg, "L", [(f"k{i}", "v0", T0) for i in range(6)])
+    produce(lake, cfg, "R", [(f"k{i}", "r0", T0) for i in range(0, 6, 2)])
+    run_join(spark, lake, cfg, "t_left", once=True)  # the first load: the table is not empty now
+    rounds = [("batch", ["--table-every", "1"]), ("publish", ["--table-every", "1"])]
+    rounds += [("park", ["--table-every", "1"]), ("fold", ["--table-every", "1"]), ("write", [])]
+    for n, (point, extra) in enumerate(rounds, 1):
+        produce(lake, cfg, "L", [(f"k{n}", f"v{n}", T0 + n), (f"n{n}", "new", T0 + n)])
+        produce(lake, cfg, "R", [(f"k{n + 1}", f"r{n}", T0 + n), (f"k{n - 1}", None, T0 + n)])
+        proc = _start(opts, *extra, LAKE_KILL_AT=point)
+        try:
+            assert proc.wait(timeout=240) == -signal.SIGKILL, f"{point}: {proc.stderr.read()[-2000:]}"
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    run_join(spark, lake, cfg, "t_left", once=True)  # resumes after the last kill
+    want = model_table(topic_history(lake, "L"), topic_history(lake, "R"), "left")
+    assert result_rows(lake, "t_left") == want
+    assert lake.read_arrow("t_left__pending").num_rows == 0
+    no_noop_changes(lake, "t_left")
+    # the changelog replays to the same table, and no batch's records went out twice
+    records = sorted(changelog(lake, cfg, "t_left_changelog"), key=lambda r: (r["partition"], r["offset"]))
+    last: dict = {}
+    for r in records:
+        last[r["key"]] = r["value"]
+    published = {k: json.loads(v) for k, v in last.items() if v is not None}
+    assert sorted((k.decode(), v["lv"], v["rv"]) for k, v in published.items()) == want
+    for partition in {r["partition"] for r in records}:  # one transaction per batch: one run of its tag
+        tags = [r["batch"] for r in records if r["partition"] == partition]
+        runs = [b for i, b in enumerate(tags) if i == 0 or b != tags[i - 1]]
+        assert len(runs) == len(set(runs)), f"a batch's changelog records went out twice: {tags}"
+
+
+def test_a_replaced_topic_asks_for_reset_and_reset_rebuilds(spark, setup, capsys):
     cfg, lake, opts = setup
     produce(lake, cfg, "L", [(f"k{i}", "x", T0) for i in range(8)])
     assert main(["run", "t_inner", "--once", *opts]) == 0
-    # what `lake topic repartition` does to the bronze table: one overwrite with renumbered records
-    lake.overwrite("L", lake.read_arrow("L"))
+    # what `lake topic repartition` does to a topic: deleted, created again, its records renumbered
+    cluster = connect(cfg, lake.root)
+    delete_topics(cluster, [cluster.topic("L")])
+    forget_producers()
+    produce(lake, cfg, "L", [(f"k{i}", "x", T0) for i in range(8)])
     assert main(["run", "t_inner", "--once", *opts]) == 2
     err = capsys.readouterr().err
-    assert "lake: error: join t_inner: topic L was rewritten at version 2 (WRITE" in err
-    assert "rerun with --reset" in err and "Traceback" not in err
+    assert err.strip().splitlines()[-1] == (
+        f"lake: error: join t_inner: topic {cluster.topic('L')} was replaced since the join last read it "
+        "(a new Kafka topic id: 'lake topic repartition', or deleted and created again), so its "
+        "checkpoint's offsets point into a topic that is gone; rerun with --reset"
+    )
     produce(lake, cfg, "R", [("k1", "r", T0 + 1)])
     assert main(["run", "t_inner", "--once", "--reset", *opts]) == 0
     assert result_rows(lake, "t_inner") == [("k1", "x", "r")]
@@ -290,7 +349,7 @@ def test_start_is_idempotent_and_stop_ends_the_detached_job(spark, setup, capsys
     try:
         assert main(["start", "t_left", "--trigger", "0.5", *opts]) == 0
         started = capsys.readouterr().out
-        # the join reads bronze, so starting it starts the pipeline's continuous ingest first
+        # the pipeline's bronze mirror starts beside the join (the join itself reads Kafka)
         assert "the continuous ingest of joins-test: started (pid " in started
         assert "join t_left: started (pid " in started
         pid = int(started.split("join t_left: started (pid ")[1].split(")")[0])
@@ -298,7 +357,7 @@ def test_start_is_idempotent_and_stop_ends_the_detached_job(spark, setup, capsys
         assert capsys.readouterr().out.endswith(
             f"join t_left: already running (pid {pid}); log: {lake.root / '_jobs' / 't_left.log'}\n"
         )
-        # a record produced to Kafka reaches the running join through the running ingest
+        # a record produced to Kafka reaches the running join
         update = _lines(lake.root / "r.txt", 'a;{"v": "r1"}')
         assert main(["produce", "R", "-K", ";", str(update), *opts]) == 0  # kcat's order of arguments
         assert _wait(
@@ -340,7 +399,7 @@ def test_fk_list_and_derive_restart_mid_stream_exactly_once(spark, tmp_path, nam
 
     commit(0)
     assert run_join(spark, lake, cfg, name, once=True).batches == 1  # the snapshot
-    for i in range(1, 4):  # three more commits per topic; --max-files 1 reads one per micro-batch
+    for i in range(1, 4):  # three more transactions per topic, read a few offsets per micro-batch
         commit(i)
     stop = threading.Event()
 
@@ -348,10 +407,10 @@ def test_fk_list_and_derive_restart_mid_stream_exactly_once(spark, tmp_path, nam
         if " batch " in line:
             stop.set()
 
-    first = run_join(spark, lake, cfg, name, once=True, max_files=1, log=log, stop=stop)
+    first = run_join(spark, lake, cfg, name, once=True, max_records=3, log=log, stop=stop)
     assert first.stopped_by_signal and first.batches == 1
-    rest = run_join(spark, lake, cfg, name, once=True, max_files=1)
-    assert rest.batches == 2 and first.input_rows + rest.input_rows == (3 if name == "derive" else 6)
+    rest = run_join(spark, lake, cfg, name, once=True, max_records=3)
+    assert rest.batches >= 1 and first.input_rows + rest.input_rows == (3 if name == "derive" else 6)
     if name == "fk_left":
         want = model_fk(topic_history(lake, "P"), topic_history(lake, "M"), "left")
         assert (
@@ -412,8 +471,12 @@ def test_table_every_publishes_first_writes_the_table_behind_and_loses_nothing_o
         assert _wait(lambda: _published(lake, cfg) == want, 60, proc)
         # parked after the publish: a and b; the first load went straight into the empty table, and
         # the rest waits for a catch-up 600 s away
-        assert _wait(lambda: lake.read_arrow("t_left__pending").num_rows == 2, 30, proc)
+        assert _wait(lambda: lake.exists("t_left__pending") and lake.read_arrow("t_left__pending").num_rows == 2, 30, proc)
         assert result_rows(lake, "t_left") == [("a", "a1", None)]
+        # lake status says how far the table is behind its changelog topic
+        assert _wait(
+            lambda: next(r for r in status(lake, cfg) if r["join"] == "t_left")["table_behind"] == 2, 30
+        )
         _, err = _terminate(proc)
     finally:
         if proc.poll() is None:
@@ -421,6 +484,7 @@ def test_table_every_publishes_first_writes_the_table_behind_and_loses_nothing_o
     assert "join t_left: result table caught up with 2 pending row(s)" in err
     assert result_rows(lake, "t_left") == [("a", "a1", "r1"), ("b", "b1", None)]
     assert lake.read_arrow("t_left__pending").num_rows == 0
+    assert next(r for r in status(lake, cfg) if r["join"] == "t_left")["table_behind"] == 0
 
     proc = _start(opts, "--table-every", "600")
     try:
@@ -491,3 +555,76 @@ def test_table_every_tombstones_a_key_whose_row_is_only_parked(spark, tmp_path):
     f.job.fold()
     assert result_rows(lake, "t_inner") == [("d", "d1", "r1")]
     assert lake.read_arrow("t_inner__pending").num_rows == 0
+
+
+def test_records_gone_from_kafka_before_the_join_read_them_stop_it_in_one_line(spark, setup, capsys):
+    """Retention deleted records the join never read: it stops, names them, and writes nothing."""
+    cfg, lake, opts = setup
+    produce(lake, cfg, "L", [("a", "a1", T0)])
+    assert main(["run", "t_left", "--once", *opts]) == 0
+    produce(lake, cfg, "L", [("b", "b1", T0 + 1), ("c", "c1", T0 + 1)])
+    cluster = connect(cfg, lake.root)
+    name = cluster.topic("L")
+    ends = {p: high for p, (_, high) in enumerate(watermarks(cluster, cfg.topic("L")))}
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    for future in admin.delete_records([TopicPartition(name, p, end) for p, end in ends.items()]).values():
+        future.result()  # what retention does: the partitions' records are gone up to their ends
+    capsys.readouterr()
+    version = lake.version("t_left")
+    assert main(["run", "t_left", "--once", *opts]) == 2
+    err = capsys.readouterr().err
+    line = err.strip().splitlines()[-1]
+    assert line.startswith(
+        "lake: error: join t_left: records it has not read are gone from Kafka (Could not read records in offset ["
+    )
+    assert f"for topic partition {name}-" in line and line.endswith(
+        "deleted by retention, or the topic was deleted and created again; the join stopped rather than skip "
+        "them: rerun with --reset to start over from what the topics hold now"
+    )
+    assert "Traceback" not in err and lake.version("t_left") == version
+
+
+def test_a_partition_added_on_kafka_stops_the_join_in_one_line(spark, setup, capsys, tmp_path):
+    cfg, lake, opts = setup
+    produce(lake, cfg, "L", [("a", "a1", T0)])
+    cluster = connect(cfg, lake.root)
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    for future in admin.create_partitions([NewPartitions(cluster.topic("L"), 3)]).values():
+        future.result()
+    assert main(["run", "t_left", "--once", *opts]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"lake: error: topic {cluster.topic('L')} has 3 partitions on Kafka at {cluster.bootstrap_servers} but "
+        "the pipeline declares 2 (topics.L.partitions); the product never changes a topic's partition count, "
+        "since that moves keys to other partitions: declare 3, or repartition into a new topic"
+    )
+    # a running join meets the new partition in its next micro-batch's offsets: it stops before reading it
+    checkpoint = tmp_path / "checkpoint"
+    (checkpoint / "offsets").mkdir(parents=True)
+    offsets = {cluster.topic("L"): {"0": 2, "1": 0, "2": 1}, cluster.topic("R"): {"0": 0, "1": 0}}
+    (checkpoint / "offsets" / "4").write_text(f"v1\n{{}}\n{json.dumps(offsets)}\n")
+    with pytest.raises(UserError) as error:
+        _batch_offsets(checkpoint, cluster, cfg, cfg.join("t_left"), 4)
+    assert str(error.value).startswith(
+        f"join t_left: topic {cluster.topic('L')} has partition(s) 2 beyond the 2 the pipeline declares "
+        "(topics.L.partitions): a partition was added on Kafka"
+    )
+
+
+@pytest.mark.slow
+def test_a_topic_deleted_under_a_running_join_stops_it_in_one_line(spark, setup):
+    cfg, lake, opts = setup
+    produce(lake, cfg, "L", [("a", "a1", T0)])
+    proc = _start(opts)
+    try:
+        assert _wait(lambda: _heartbeat(lake) is not None, 120, proc)
+        cluster = connect(cfg, lake.root)
+        delete_topics(cluster, [cluster.topic("R")])
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 2, err[-2000:]
+    assert err.strip().splitlines()[-1] == (
+        f"lake: error: join t_left: topic {cluster.topic('R')} was deleted from Kafka while the join read it; "
+        "it stopped. When the topic is back (a new topic: its offsets start over), rerun with --reset"
+    )

@@ -13,7 +13,6 @@ from peerkit import Peer, table_results, topic_results, wait_equal
 
 from spark_jobs.config import bundled_config_path, load_config
 from spark_jobs.demo import json_records
-from spark_jobs.ingest import sync_bronze
 from spark_jobs.joins.runner import run_join
 from spark_jobs.kafka import connect, ensure_topics, produce
 
@@ -100,7 +99,6 @@ def test_the_kafka_streams_peer_and_the_product_give_equal_fk_and_list_results(s
             write(market, market_wave)
             write(people, people_wave)
             for config, join in ((market, "display_products"), (people, "people_with_addresses")):
-                sync_bronze(spark, lake, config, list(config.topics))
                 run_join(spark, lake, config, join, once=True, log=lambda m: None)
             products = table_results(lake, "display_products")
             persons = table_results(lake, "people_with_addresses")

@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
+from spark_jobs import faults
 from spark_jobs.lake import Lake
 
 BATCH, DELETE = "__batch", "__delete"
@@ -39,22 +40,27 @@ def pending_schema(result: pa.Schema) -> pa.Schema:
 
 
 class TableBehind:
-    """A join's pending result rows and their fold into the result table."""
+    """A join's pending result rows and their fold into the result table; ``parked`` counts the rows
+    waiting (``lake status``: how far the table is behind the changelog topic)."""
 
     def __init__(self, lake: Lake, join: str, result: pa.Schema, log: Callable[[str], None]):
         self.lake, self.join, self.result, self.log = lake, join, result, log
         self.table = pending_table(join)
         self.folded_at = time.monotonic()
         # rows may be waiting: from a run that wrote behind and crashed before its last fold
-        self.waiting = lake.exists(self.table) and lake.read(self.table).limit(1).count() > 0
+        self.parked = lake.read(self.table).count() if lake.exists(self.table) else 0
+        self.waiting = self.parked > 0
 
     def add(self, rows: DataFrame, txn: tuple[str, int]) -> None:
         """Append a micro-batch's result rows (the result's columns and ``__delete``)."""
         self.lake.create(self.table, pending_schema(self.result), change_feed=False, description=(
             f"result rows of join {self.join} not yet in its table (lake run --table-every)"
         ))  # fmt: skip
-        self.lake.append(self.table, rows.withColumn(BATCH, F.lit(txn[1]).cast("long")), txn=txn)
+        version = self.lake.append(self.table, rows.withColumn(BATCH, F.lit(txn[1]).cast("long")), txn=txn)
+        if version is not None:
+            self.parked += int((self.lake.commit(self.table, version).metrics or {}).get("numOutputRows", 0))
         self.waiting = True
+        faults.point("park")
 
     def due(self, every: float) -> bool:
         return self.waiting and time.monotonic() - self.folded_at >= every
@@ -101,8 +107,9 @@ class TableBehind:
                     )
         finally:
             rows.unpersist()
+        faults.point("fold")
         self.lake.overwrite(self.table, pending_schema(self.result).empty_table())
-        self.waiting, self.folded_at = False, time.monotonic()
+        self.waiting, self.parked, self.folded_at = False, 0, time.monotonic()
         if n:
             ms = (time.perf_counter() - started) * 1000
             self.log(f"join {self.join}: result table caught up with {n} pending row(s) ({ms:.0f} ms)")

@@ -41,9 +41,9 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_type, to_arrow_schema
 from pyspark.sql.utils import AnalysisException
 
+from spark_jobs import faults
 from spark_jobs.config import JoinSpec, PipelineConfig, TopicSpec
 from spark_jobs.errors import UserError, spark_error
-from spark_jobs.ingest import ensure_bronze
 from spark_jobs.joins.poison import Guarded, fails, guarded
 from spark_jobs.kafka import Cluster, TransactionalProducer, connect, ensure_topics, producer_id, tail
 from spark_jobs.lake import Lake, conform
@@ -255,12 +255,12 @@ class JoinJob:
         self._metrics_flushed = time.monotonic()
         # where the changelog goes (spark_jobs.testing's driver keeps it in memory instead of Kafka)
         self.changelog: Changelog = KafkaChangelog(self)
+        # how far the inputs go (asked by the stream kinds): the runner's Kafka, or a test's records
+        self.inputs: Inputs | None = None
         self._create_tables()
 
     # --- setup ------------------------------------------------------------------------------
     def _create_tables(self) -> None:
-        for _, topic in self.spec.sides:
-            ensure_bronze(self.lake, self.config.topic(topic))
         for name, schema in self.tables.items():
             self.lake.create(name, schema, change_feed=False, description=f"state of join {self.spec.name}")
         ensure_quarantine(self.lake)
@@ -357,6 +357,7 @@ class JoinJob:
         if self._replay and self.changelog.has(tag):
             return
         self.changelog.send(keys, values, tag, at)
+        faults.point("publish")
 
     def _quarantine(self, bad: pa.Table, txn: tuple[str, int], at: datetime) -> None:
         if bad.num_rows == 0:
@@ -448,6 +449,18 @@ class JoinJob:
     def _metrics_txn(self, txn: tuple[str, int]) -> tuple[str, int]:
         """Every join appends to the one join_metrics table: its txn names the join too."""
         return f"{self.spec.name}:{txn[0]}", txn[1]
+
+
+class Inputs:
+    """How far a join's inputs go, as the stream kinds ask when they decide whether a side has read
+    everything its topic holds: ``read_to(batch_id)``, per side, the next offset of each partition
+    that micro-batch has read up to; ``ends(topic)``, the topic's end offsets now."""
+
+    def read_to(self, batch_id: int) -> dict[str, np.ndarray]:
+        raise NotImplementedError
+
+    def ends(self, topic: TopicSpec) -> np.ndarray:
+        raise NotImplementedError
 
 
 class Changelog:

@@ -25,7 +25,7 @@ class JoinKind:
         return "right" in self.settings
 
 
-TABLE = JoinKind("table", ("inner", "left", "outer"), ("right",), ("key",))
+TABLE = JoinKind("table", ("inner", "left", "outer"), ("right", "table_every"), ("key",))
 STREAM_TABLE = JoinKind(
     "stream-table", ("inner", "left"), ("right",), ("key", "timestamp", "partition", "offset"), events=True
 )
@@ -44,10 +44,16 @@ STREAM_STREAM = JoinKind(
     ),
     events=True,
 )
-FK = JoinKind("fk", ("inner", "left"), ("right", "foreign_key"), ("key",), keyed_by="foreign_key")
-LIST = JoinKind(
-    "list", ("left", "inner"), ("right", "list", "element_id", "elements", "as"), ("key",), keyed_by="list"
+FK = JoinKind(
+    "fk", ("inner", "left"), ("right", "foreign_key", "table_every"), ("key",), keyed_by="foreign_key"
 )
-DERIVE = JoinKind("derive", ("inner",), ("key",), ("key", "master_key"), keyed_by="key")
+LIST = JoinKind(
+    "list",
+    ("left", "inner"),
+    ("right", "list", "element_id", "elements", "as", "table_every"),
+    ("key",),
+    keyed_by="list",
+)
+DERIVE = JoinKind("derive", ("inner",), ("key", "table_every"), ("key", "master_key"), keyed_by="key")
 
 KINDS: dict[str, JoinKind] = {k.name: k for k in (TABLE, STREAM_TABLE, STREAM_STREAM, FK, LIST, DERIVE)}

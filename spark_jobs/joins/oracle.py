@@ -1,13 +1,15 @@
 """The oracle: each join kind recomputed as a plain batch join of the topics, with Spark SQL, apart
 from the engine's incremental code. ``lake audit`` and the tests compare a join's result with it.
 
-The topics are read as of the versions the job has consumed (its checkpoint), so a job that is
-behind is not reported as wrong; records the engine quarantines are left out the same way.
+``lake audit`` reads the topics from Kafka up to the offsets the join has consumed (its checkpoint),
+so a job that is behind is not reported as wrong, and says which offsets it compared; records the
+engine quarantines are left out the same way.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,35 +17,49 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from spark_jobs.config import PipelineConfig
+from spark_jobs.config import JoinSpec, PipelineConfig
 from spark_jobs.errors import UserError
 from spark_jobs.joins.derive import NEWEST
 from spark_jobs.joins.engine import Projection, prepare, side_records
 from spark_jobs.joins.keyed import LeftKeys
 from spark_jobs.joins.lists import ListProjection
-from spark_jobs.joins.runner import consumed_versions
+from spark_jobs.joins.runner import consumed_offsets, offsets_read
+from spark_jobs.kafka import connect
 from spark_jobs.lake import Lake, conform
+from spark_jobs.snapshots import records as kafka_records
+from spark_jobs.snapshots import take
 
 SAMPLE = 10
+Records = Callable[[str], DataFrame]  # a declared topic -> its records (Spark's Kafka columns)
 
 
 def _records(
-    spark: SparkSession,
-    lake: Lake,
-    config: PipelineConfig,
-    topic: str,
-    side: str,
-    version: int,
-    keys: LeftKeys | None = None,
+    config: PipelineConfig, frame: DataFrame, topic: str, side: str, keys: LeftKeys | None = None
 ) -> DataFrame:
-    """A topic's valid records (as the engine accepts them) as of ``version``; with ``keys``, the
-    left records' foreign / derived key (``by``) or list (``items``, ``ids``)."""
-    df = side_records(lake.read(topic, version), side)
-    formats = {side: config.topic(topic).value_format}
-    df = prepare(df, formats)
+    """A topic's valid records (as the engine accepts them); with ``keys``, the left records' foreign /
+    derived key (``by``) or list (``items``, ``ids``)."""
+    df = side_records(frame, side)
+    df = prepare(df, {side: config.topic(topic).value_format})
     if keys is not None:
         df = keys.add(df)
     return df.filter(F.col("reason").isNull()).drop("reason", "side")
+
+
+def consumed_records(
+    spark: SparkSession, lake: Lake, config: PipelineConfig, spec: JoinSpec
+) -> tuple[Records, str]:
+    """The join's topics as it has consumed them: a reader of each topic's records from Kafka up to
+    the offsets of its last committed micro-batch (the topics' end offsets now, when it has none),
+    and which offsets those are."""
+    cluster = connect(config, lake.root)
+    upto = consumed_offsets(lake, config, spec, cluster)
+    if upto is None:
+        snapshot = take(cluster, [config.topic(t) for _, t in spec.sides])
+        upto = {side: list(snapshot.ends[topic]) for side, topic in spec.sides}
+    ends = {topic: upto[side] for side, topic in spec.sides}
+    return (lambda topic: kafka_records(spark, cluster, config.topic(topic), ends[topic])), offsets_read(
+        spec, config, upto
+    )
 
 
 def _latest(records: DataFrame) -> DataFrame:
@@ -52,17 +68,13 @@ def _latest(records: DataFrame) -> DataFrame:
 
 
 def expected(
-    spark: SparkSession, lake: Lake, config: PipelineConfig, name: str, versions: dict[str, int] | None = None
+    spark: SparkSession, lake: Lake, config: PipelineConfig, name: str, records: Records
 ) -> pa.Table:
-    """The join's result as a batch join of its topics (as of ``versions``: default what the job
-    consumed, else the topics' current versions)."""
+    """The join's result as a batch join of its topics' ``records``."""
     spec = config.join(name)
-    versions = (
-        versions or consumed_versions(lake, spec) or {side: lake.version(topic) for side, topic in spec.sides}
-    )
     keys = LeftKeys(spark, config, spec) if spec.join_kind.keyed_by else None
-    left = _records(spark, lake, config, spec.left, "left", versions["left"], keys)
-    right = _records(spark, lake, config, spec.right, "right", versions["right"]) if spec.right else None
+    left = _records(config, records(spec.left), spec.left, "left", keys)
+    right = _records(config, records(spec.right), spec.right, "right") if spec.right else None
     if spec.join_kind.keyed_by:
         table = _keyed(spark, config, spec, left, right).toArrow()
         return conform(table, lake.schema(spec.name), f"oracle of {spec.name}")
@@ -194,6 +206,7 @@ class AuditReport:
     unexpected: list[dict] = field(default_factory=list)  # in the result, not expected (sample)
     differing_keys: list[Any] = field(default_factory=list)
     pending: int = 0
+    read: str = ""  # the topics' offsets the expected rows were computed up to
 
     @property
     def clean(self) -> bool:
@@ -202,7 +215,7 @@ class AuditReport:
     def text(self) -> str:
         head = (
             f"audit {self.join}: {self.actual_rows} result rows, {self.expected_rows} expected by the batch "
-            f"join of the consumed topic versions"
+            f"join of {self.read}"
         )
         if self.clean:
             return f"{head}: identical"
@@ -222,12 +235,22 @@ def _shown(key: Any) -> str:
     return key.decode("utf-8", "backslashreplace") if isinstance(key, bytes) else str(key)
 
 
-def audit(spark: SparkSession, lake: Lake, config: PipelineConfig, name: str) -> AuditReport:
-    """Diff a join's result against the oracle (as multisets of rows)."""
+def audit(
+    spark: SparkSession,
+    lake: Lake,
+    config: PipelineConfig,
+    name: str,
+    records: Records | None = None,
+    read: str = "the given records",
+) -> AuditReport:
+    """Diff a join's result against the oracle (as multisets of rows) of its topics as the join has
+    consumed them from Kafka, or of ``records`` (what ``read`` says they are)."""
     spec = config.join(name)
     if not lake.exists(spec.name):
         raise UserError(f"join {spec.name} has no result yet: run 'lake run {spec.name} --once' first")
-    want_table = expected(spark, lake, config, name)
+    if records is None:
+        records, read = consumed_records(spark, lake, config, spec)
+    want_table = expected(spark, lake, config, name, records)
     have_table = lake.read_arrow(spec.name).cast(want_table.schema)
     want = Counter(_hashable(r) for r in want_table.to_pylist())
     have = Counter(_hashable(r) for r in have_table.to_pylist())
@@ -235,6 +258,7 @@ def audit(spark: SparkSession, lake: Lake, config: PipelineConfig, name: str) ->
     unexpected = [dict(r) for r in (have - want).elements()]
     keys = sorted({r["key"] for r in missing + unexpected}, key=lambda k: (k is None, k or b""))
     report = AuditReport(spec.name, want_table.num_rows, have_table.num_rows, missing, unexpected, keys)
+    report.read = read
     if lake.exists(f"{spec.name}__pending"):
         report.pending = lake.read_arrow(f"{spec.name}__pending").num_rows
     return report

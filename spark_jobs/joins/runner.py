@@ -1,8 +1,13 @@
 """Running a join as a Spark Structured Streaming query, and what ``lake status`` / ``--reset`` see.
 
-Both topics' bronze tables are read with Delta's streaming source, unioned with a ``side`` column and
-handed to the engine by ``foreachBatch``. The checkpoint lives under ``<root>/_checkpoints/<join>``;
-a running job registers itself under ``<root>/_jobs`` (``spark_jobs.jobs``), so a second copy refuses
+The join reads its topics with Spark's Kafka source (``read_committed``; one source subscribed to
+both topics), tags each record with the side it comes from and hands the micro-batch to the engine
+by ``foreachBatch``: a record goes from Kafka through the join's state operator into its result and
+changelog topic in one micro-batch. The checkpoint under ``<root>/_checkpoints/<join>`` keeps each
+partition's next Kafka offset; beside Spark's files it keeps the ids of the Kafka topics it reads
+(``Layout.join_inputs``), so a topic replaced under the join (``lake topic repartition``, or deleted
+and created again) stops it with one line instead of being read from offsets of another topic. A
+running job registers itself under ``<root>/_jobs`` (``spark_jobs.jobs``), so a second copy refuses
 to start.
 """
 
@@ -19,11 +24,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
-from spark_jobs import ingest
-from spark_jobs.config import JoinSpec, PipelineConfig
+from spark_jobs import checkpoints, faults, ingest
+from spark_jobs.config import JoinSpec, PipelineConfig, TopicSpec
 from spark_jobs.errors import UserError
 from spark_jobs.jobs import (
     HEARTBEAT_SECONDS,
@@ -35,50 +42,89 @@ from spark_jobs.jobs import (
     registry,
     running_jobs,
 )
-from spark_jobs.joins.engine import BatchMetrics, side_records
+from spark_jobs.joins.engine import RECORD_COLUMNS, BatchMetrics, Inputs
 from spark_jobs.joins.registry import JOBS, job_for
 from spark_jobs.joins.state_store import StateStoreJob
-from spark_jobs.kafka import connect, delete_topics
+from spark_jobs.kafka import (
+    Cluster,
+    connect,
+    delete_topics,
+    ensure_topics,
+    offset_ranges,
+    partition_counts,
+    topic_ids,
+)
 from spark_jobs.lake import Lake
 from spark_jobs.layout import Layout
+from spark_jobs.snapshots import offsets_text, stream
 from spark_jobs.stopping import stop_on_signals
 
 STOP_MARKER = "lake: stop requested, this micro-batch is left for the next run"
 IDLE_SECONDS = 0.5  # a continuous run does its upkeep once no micro-batch ran for this long
-REWRITTEN = (
-    r"DELTA_SOURCE_TABLE_IGNORE_CHANGES\]? Detected a data update \(for example (\w+)[^)]*\)+ "
-    r"in the source table at version (\d+)"
-)
+Sides = dict[str, list[int]]  # side -> the next offset of each partition
 
 
 def checkpoint_dir(lake: Lake, spec: JoinSpec) -> Path:
     return Layout(lake.root).join_checkpoint(spec.name)
 
 
-def query_id(checkpoint: Path) -> str:
-    """The streaming query's id: stable across restarts from the same checkpoint."""
-    return str(json.loads((checkpoint / "metadata").read_text())["id"])
+def input_stream(
+    spark: SparkSession,
+    cluster: Cluster,
+    config: PipelineConfig,
+    spec: JoinSpec,
+    max_records: int | None = None,
+) -> DataFrame:
+    """A join's input: its topics' records as one stream, with the side each comes from."""
+    frame = stream(spark, cluster, [config.topic(t) for _, t in spec.sides], max_records=max_records)
+    side = F.lit("left")
+    if spec.right is not None:
+        side = F.when(F.col("topic") == cluster.topic(spec.left), "left").otherwise("right")
+    return frame.select(side.alias("side"), *RECORD_COLUMNS)
 
 
-def consumed_versions(lake: Lake, spec: JoinSpec) -> dict[str, int] | None:
-    """The topic versions the last committed micro-batch read up to, from the Spark checkpoint
-    (``offsets/<n>`` holds one line per source, in the order left, right; derive joins have one)."""
+def by_side(
+    cluster: Cluster, config: PipelineConfig, spec: JoinSpec, positions: checkpoints.Positions
+) -> Sides:
+    """Kafka positions (topic -> partition -> next offset) as the join's sides: per side, the next
+    offset of each declared partition (0 where nothing was read)."""
+    out = {}
+    for side, topic in spec.sides:
+        read = positions.get(cluster.topic(topic), {})
+        out[side] = [int(read.get(p, 0)) for p in range(config.topic(topic).partitions)]
+    return out
+
+
+def consumed_offsets(lake: Lake, config: PipelineConfig, spec: JoinSpec, cluster: Cluster) -> Sides | None:
+    """The offsets the join's last committed micro-batch read up to, per side (None: nothing yet)."""
     checkpoint = checkpoint_dir(lake, spec)
-    commits = [int(p.name) for p in (checkpoint / "commits").glob("[0-9]*")] if checkpoint.is_dir() else []
-    if not commits:
-        return None
-    lines = (checkpoint / "offsets" / str(max(commits))).read_text().splitlines()
-    offsets = [json.loads(line) for line in lines[2 : 2 + len(spec.sides)]]
-    return {side: delta_offset_version(o) for (side, _), o in zip(spec.sides, offsets, strict=True)}
+    _refuse_bronze_checkpoint(checkpoint, spec)
+    positions = checkpoints.committed_positions(checkpoint)
+    return None if positions is None else by_side(cluster, config, spec, positions)
 
 
-def delta_offset_version(offset: dict[str, Any]) -> int:
-    """The last table version a Delta streaming source offset has read completely. Delta records
-    ``(reservoirVersion, index)``: index -1 means every commit before ``reservoirVersion``, the
-    largest long means ``reservoirVersion`` itself; any other index is a position inside that
-    version, which a source only stops at when ``maxFilesPerTrigger`` splits a commit."""
-    version, index = int(offset["reservoirVersion"]), int(offset["index"])
-    return version - 1 if index == -1 else version
+def offsets_read(spec: JoinSpec, config: PipelineConfig, sides: Sides) -> str:
+    """``L up to offsets [2, 1], R up to offsets [1, 0]``."""
+    return ", ".join(offsets_text(topic, sides[side]) for side, topic in spec.sides)
+
+
+class KafkaInputs(Inputs):
+    """How far a ``lake run`` of a stream kind has read (its checkpoint's offsets for the batch) and
+    how far its topics go now (Kafka's end offsets)."""
+
+    def __init__(self, checkpoint: Path, cluster: Cluster, config: PipelineConfig, spec: JoinSpec):
+        self.checkpoint, self.cluster, self.config, self.spec = checkpoint, cluster, config, spec
+
+    def read_to(self, batch_id: int) -> dict[str, np.ndarray]:
+        positions = checkpoints.batch_positions(self.checkpoint, batch_id)
+        sides = by_side(self.cluster, self.config, self.spec, positions)
+        return {side: np.array(offsets, dtype=np.int64) for side, offsets in sides.items()}
+
+    def ends(self, topic: TopicSpec) -> np.ndarray:
+        ranges = offset_ranges(self.cluster, [topic])[topic.name][: topic.partitions]
+        ends = np.zeros(topic.partitions, dtype=np.int64)
+        ends[: len(ranges)] = [high for _, high in ranges]
+        return ends
 
 
 @dataclass
@@ -91,6 +137,7 @@ class RunSummary:
     appended: int = 0
     quarantined: int = 0
     stopped_by_signal: bool = False
+    read: str = ""  # which offsets of which topics the join has read up to (offsets_read)
 
     def add(self, m: BatchMetrics) -> None:
         self.batches += 1
@@ -105,19 +152,8 @@ class RunSummary:
         return (
             f"join {self.join}: {how} {self.batches} micro-batch(es): {self.input_rows} input records, "
             f"{self.upserted} upserted, {self.deleted} deleted, {self.appended} appended, "
-            f"{self.quarantined} quarantined"
+            f"{self.quarantined} quarantined; read {self.read}"
         )
-
-
-def input_stream(spark: SparkSession, lake: Lake, spec: JoinSpec, max_files: int | None = None) -> DataFrame:
-    """A join's input: its topics' records as a stream with the side they come from."""
-    streams = []
-    for side, topic in spec.sides:
-        reader = spark.readStream.format("delta")
-        if max_files:
-            reader = reader.option("maxFilesPerTrigger", max_files)
-        streams.append(side_records(reader.load(lake.uri(topic)), side))
-    return streams[0] if len(streams) == 1 else streams[0].unionByName(streams[1])
 
 
 def run_join(
@@ -128,23 +164,30 @@ def run_join(
     *,
     once: bool,
     trigger_seconds: float = 5.0,
-    max_files: int | None = None,
+    max_records: int | None = None,
     log: Callable[[str], None] = lambda _: None,
     stop: threading.Event | None = None,
-    table_every: float = 0.0,
+    table_every: float | None = None,
 ) -> RunSummary:
-    """Run a join: ``once`` processes everything available and returns; otherwise it runs until
-    ``stop`` is set or SIGTERM / SIGINT arrives, then stops after the current micro-batch.
-    ``table_every`` > 0 (a keyed kind, continuous): the result table is written behind the
-    changelog topic, at most every that many seconds (:mod:`spark_jobs.joins.behind`)."""
+    """Run a join: ``once`` processes everything its topics hold as it starts (their end offsets at
+    that moment) and returns; otherwise it runs until ``stop`` is set or SIGTERM / SIGINT arrives,
+    then stops after the current micro-batch. ``max_records`` caps the Kafka offsets one micro-batch
+    reads. ``table_every`` > 0 (a keyed kind, continuous; default the join's ``table_every`` setting):
+    the result table is written behind the changelog topic, at most every that many seconds
+    (:mod:`spark_jobs.joins.behind`)."""
     spec = config.join(name)
     check_table_every(spec, once, table_every)
+    if table_every is None:
+        table_every = 0.0 if once else spec.table_every
+    cluster = connect(config, lake.root)
+    ensure_topics(cluster, [config.topic(t) for _, t in spec.sides])  # a join may start before its topics
     checkpoint = checkpoint_dir(lake, spec)
-    _check_checkpoint(checkpoint, spec)
     stop = stop or threading.Event()
     summary = RunSummary(spec.name)
     with registered(lake, join_job(spec), "once" if once else "continuous") as beat:
-        job = job_for(spark, lake, config, spec, lambda: query_id(checkpoint), log)
+        _check_checkpoint(lake, spec, cluster)
+        job = job_for(spark, lake, config, spec, lambda: checkpoints.query_id(checkpoint), log)
+        job.inputs = KafkaInputs(checkpoint, cluster, config, spec)
         if isinstance(job, StateStoreJob):
             job.table_every = table_every
         guard = threading.Lock()
@@ -159,11 +202,14 @@ def run_join(
                     # replays it from the checkpoint's offset log.
                     stopping[0] = True
                     raise RuntimeError(STOP_MARKER)
+                read = _batch_offsets(checkpoint, cluster, config, spec, batch_id)
+                faults.point("batch")
                 started_at = datetime.now(UTC)
                 began = time.perf_counter()
                 metrics = job.process(frame, batch_id)
                 done[0] = batch_id
                 summary.add(metrics)
+                parked = job.behind.parked if isinstance(job, StateStoreJob) else 0
                 record_batch(
                     lake,
                     join_job(spec),
@@ -174,12 +220,21 @@ def run_join(
                         "in": metrics.input_left + metrics.input_right,
                         "out": metrics.upserted + metrics.deleted + metrics.appended,
                         "pending": metrics.pending,
+                        "offsets": read,
+                        "parked": parked,
                     },
                 )
-                beat({"last_batch_id": batch_id, "last_batch": metrics.text()})
+                beat(
+                    {
+                        "last_batch_id": batch_id,
+                        "last_batch": metrics.text(),
+                        "offsets": read,
+                        "parked": parked,
+                    }
+                )
                 ended[0] = time.monotonic()
 
-        stream = job.plan(input_stream(spark, lake, spec, max_files))
+        stream = job.plan(input_stream(spark, cluster, config, spec, max_records))
         writer = stream.writeStream.queryName(f"join_{spec.name}").foreachBatch(batch)
         writer = writer.option("checkpointLocation", str(checkpoint))
         if once:
@@ -202,7 +257,7 @@ def run_join(
                     if time.monotonic() - ended[0] >= IDLE_SECONDS:
                         _between_batches(job, guard, table_every)
                     if time.monotonic() - last_beat[0] >= HEARTBEAT_SECONDS:  # alive, even when idle
-                        beat({})
+                        beat({"parked": job.behind.parked if isinstance(job, StateStoreJob) else 0})
                         last_beat[0] = time.monotonic()
             except StreamingQueryException:
                 pass  # reported below, from query.exception()
@@ -210,14 +265,42 @@ def run_join(
                 job.flush_metrics()
                 if isinstance(job, StateStoreJob) and job.behind.waiting:  # the table catches up
                     job.fold()
+                    last = last_batch(lake, join_job(spec))
+                    if last is not None:
+                        record_batch(lake, join_job(spec), {**last, "parked": job.behind.parked})
         summary.stopped_by_signal = stopping[0]
         error = query.exception()
         if error is not None and not (stopping[0] and STOP_MARKER in str(error)):
-            cause = _user_error(error, spec)
+            cause = _user_error(error, spec, cluster)
             if cause:
                 raise UserError(cause)
             raise RuntimeError(f"join {spec.name} failed: {str(error).strip().splitlines()[0]}") from error
+    read = consumed_offsets(lake, config, spec, cluster)
+    summary.read = (
+        offsets_read(spec, config, read) if read is not None else "nothing yet (no committed records)"
+    )
     return summary
+
+
+def _batch_offsets(
+    checkpoint: Path, cluster: Cluster, config: PipelineConfig, spec: JoinSpec, batch_id: int
+) -> Sides:
+    """The offsets micro-batch ``batch_id`` reads up to, per side. A partition beyond a topic's
+    declared count (one was added on Kafka) stops the join before it processes the batch: the keys
+    would no longer sit in the partitions the pipeline's checks and co-partitioned readers expect."""
+    positions = checkpoints.batch_positions(checkpoint, batch_id)
+    for _, topic in spec.sides:
+        declared = config.topic(topic).partitions
+        extra = sorted(p for p in positions.get(cluster.topic(topic), {}) if p >= declared)
+        if extra:
+            raise UserError(
+                f"join {spec.name}: topic {cluster.topic(topic)} has partition(s) "
+                f"{', '.join(map(str, extra))} beyond the {declared} the pipeline declares "
+                f"(topics.{topic}.partitions): a partition was added on Kafka, which moves keys to other "
+                f"partitions; the join stopped before reading them. Declare the new count and rerun with "
+                f"--reset, or repartition into a new topic"
+            )
+    return by_side(cluster, config, spec, positions)
 
 
 def _between_batches(job: Any, guard: threading.Lock, table_every: float) -> None:
@@ -235,17 +318,25 @@ def _between_batches(job: Any, guard: threading.Lock, table_every: float) -> Non
         guard.release()
 
 
-def check_table_every(spec: JoinSpec, once: bool, table_every: float) -> None:
-    """``--table-every`` is for continuous runs of the keyed kinds (their state is in the state store)."""
-    if table_every < 0:
+def check_table_every(spec: JoinSpec, once: bool, table_every: float | None) -> None:
+    """``--table-every`` is for continuous runs of the keyed kinds (their state is in the state store)
+    that publish a changelog (the topic is what the table is written behind)."""
+    if table_every is not None and table_every < 0:
         raise UserError("--table-every must be a positive number of seconds")
-    if table_every and not issubclass(JOBS[spec.kind], StateStoreJob):
+    if not table_every:
+        return
+    if not issubclass(JOBS[spec.kind], StateStoreJob):
         raise UserError(
             f"join {spec.name}: --table-every applies to the keyed kinds (table, fk, list, derive), "
             f"not to {spec.kind}"
         )
-    if table_every and once:
+    if once:
         raise UserError(f"join {spec.name}: --table-every applies to --continuous runs")
+    if not spec.publish:
+        raise UserError(
+            f"join {spec.name}: --table-every writes the result table behind the changelog topic, and the "
+            f"join publishes none (set publish: true)"
+        )
 
 
 def _await_commit(query: Any, batch_id: int, timeout: float = 60.0) -> None:
@@ -260,33 +351,76 @@ def _await_commit(query: Any, batch_id: int, timeout: float = 60.0) -> None:
         time.sleep(0.05)
 
 
-def _check_checkpoint(checkpoint: Path, spec: JoinSpec) -> None:
-    """A kind that keeps its state in Spark's state store keeps it under its checkpoint: a checkpoint
-    with committed batches but no state was written by a version that kept the state in Delta tables."""
-    if not JOBS[spec.kind].state_in_checkpoint or not (checkpoint / "commits").is_dir():
-        return
-    if any((checkpoint / "commits").glob("[0-9]*")) and not (checkpoint / "state").is_dir():
+def _check_checkpoint(lake: Lake, spec: JoinSpec, cluster: Cluster) -> None:
+    """Refuse a checkpoint the join cannot resume from, with one line naming ``--reset``: one from a
+    version of the product that read the bronze tables, one whose state is not in the state store,
+    or one that read other Kafka topics than the join's topics now (a topic replaced under it, or
+    another topic configured). Then record the topics' ids beside the checkpoint."""
+    checkpoint = checkpoint_dir(lake, spec)
+    _refuse_bronze_checkpoint(checkpoint, spec)
+    committed = checkpoints.last_committed(checkpoint) is not None
+    if JOBS[spec.kind].state_in_checkpoint and committed and not (checkpoint / "state").is_dir():
         raise UserError(
             f"join {spec.name}: its checkpoint {checkpoint} is from an older version of the product (its "
             f"state was in Delta tables, now it is in Spark's state store); rerun with --reset"
         )
+    names = [cluster.topic(topic) for _, topic in spec.sides]
+    ids = topic_ids(cluster, names)
+    path = Layout(lake.root).join_inputs(spec.name)
+    recorded = json.loads(path.read_text()) if path.exists() else None
+    if committed and recorded is not None:
+        if sorted(recorded) != sorted(names):
+            raise UserError(
+                f"join {spec.name} reads {', '.join(names)} now, but its checkpoint read "
+                f"{', '.join(sorted(recorded))}: its offsets belong to other topics; rerun with --reset"
+            )
+        replaced = [n for n in names if recorded[n] != ids.get(n)]
+        if replaced:
+            raise UserError(
+                f"join {spec.name}: topic {', '.join(replaced)} was replaced since the join last read it "
+                f"(a new Kafka topic id: 'lake topic repartition', or deleted and created again), so its "
+                f"checkpoint's offsets point into a topic that is gone; rerun with --reset"
+            )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(ids))
 
 
-def _user_error(error: Any, spec: JoinSpec) -> str | None:
+def _refuse_bronze_checkpoint(checkpoint: Path, spec: JoinSpec) -> None:
+    if checkpoints.has_delta_sources(checkpoint):
+        raise UserError(
+            f"join {spec.name}: its checkpoint {checkpoint} is from a version of the product whose joins "
+            f"read the bronze tables; they read Kafka now, and bronze versions are not Kafka offsets: "
+            f"rerun with --reset"
+        )
+
+
+# Spark's Kafka source (failOnDataLoss) when offsets it has to read are gone: deleted by retention
+# before the join read them, or moved back because the topic was deleted and created again
+DATA_LOSS = ("Some data may have been lost", "KAFKA_DATA_LOSS")
+LOSS_REASON = re.compile(r"(?:Reason: |\[KAFKA_DATA_LOSS\.\w+\]\s*)([^\n]*?)(?:\. Some data may|\\n|\n|$)")
+
+
+def _user_error(error: Any, spec: JoinSpec, cluster: Cluster) -> str | None:
     """A UserError raised inside foreachBatch reaches us as a StreamingQueryException; recover it.
-    A rewritten topic (``lake topic repartition``) is one too: the job must start over."""
+    Records the Kafka source cannot read any more, or a topic deleted under the join, are one too."""
     text = str(error)
     marker = "spark_jobs.errors.UserError: "
     if marker in text:
         return text.split(marker, 1)[1].strip().splitlines()[0]
-    rewritten = re.search(REWRITTEN, text)
-    if rewritten:
-        operation, version = rewritten.groups()
-        source = re.search(r"source table can be found at path \S*/tables/([^/\s]+?)\.?(?:\s|$)", text)
-        topics = source.group(1) if source else " or ".join(topic for _, topic in spec.sides)
+    if "UnknownTopicOrPartition" in text:
+        names = [cluster.topic(topic) for _, topic in spec.sides]
+        gone = [n for n in names if n not in partition_counts(cluster, names)] or names
         return (
-            f"join {spec.name}: topic {topics} was rewritten at version {version} ({operation}, e.g. by "
-            f"'lake topic repartition'); the join must start over: rerun with --reset"
+            f"join {spec.name}: topic {' and '.join(gone)} was deleted from Kafka while the join read it; "
+            f"it stopped. When the topic is back (a new topic: its offsets start over), rerun with --reset"
+        )
+    if any(sign in text for sign in DATA_LOSS):
+        found = LOSS_REASON.search(text)
+        what = f" ({found.group(1).strip().rstrip('.')})" if found and found.group(1).strip() else ""
+        return (
+            f"join {spec.name}: records it has not read are gone from Kafka{what}: deleted by retention, "
+            f"or the topic was deleted and created again; the join stopped rather than skip them: rerun "
+            f"with --reset to start over from what the topics hold now"
         )
     return None
 
@@ -322,27 +456,56 @@ def reset_join(lake: Lake, config: PipelineConfig, name: str) -> list[str]:
 
 
 def status(lake: Lake, config: PipelineConfig) -> list[dict[str, Any]]:
-    """Per join: running or not, last batch, how far behind its inputs are."""
+    """Per join: running or not, its last batch, and in Kafka's terms how far behind its inputs are
+    (per side, the topic's end offsets minus the offsets the join has processed, summed over the
+    partitions: records, and the transaction markers among them) and how many result rows wait to be
+    written into its table (``--table-every``). Kafka being unreachable leaves the figures out and
+    says why (``kafka_error``)."""
     running = running_jobs(lake)
+    ends: dict[str, list[int]] = {}
+    kafka_error = None
+    cluster = None
+    try:
+        cluster = connect(config, lake.root)
+        wanted = {t for spec in config.joins.values() for _, t in spec.sides}
+        ranges = offset_ranges(cluster, [config.topic(t) for t in sorted(wanted)])
+        ends = {t: [high for _, high in r] for t, r in ranges.items()}
+        lows = {t: [low for low, _ in r] for t, r in ranges.items()}
+    except UserError as exc:
+        kafka_error = str(exc)
     rows = []
     for spec in config.joins.values():
         row: dict[str, Any] = {"join": spec.name, "kind": spec.kind, "running": spec.job in running}
         row["pid"] = running.get(spec.job)
-        row["heartbeat_at"] = registry(lake, join_job(spec)).get("heartbeat_at") if row["pid"] else None
-        consumed = consumed_versions(lake, spec)
-        behind: dict[str, int | None] = {}
-        for side, topic in spec.sides:
-            latest = lake.version(topic) if lake.exists(topic) else None
-            if latest is None:
-                behind[side] = None
-            else:
-                behind[side] = latest - (consumed[side] if consumed else -1)
-        row["versions_behind"] = behind
+        entry = registry(lake, join_job(spec)) if row["pid"] else {}
+        row["heartbeat_at"] = entry.get("heartbeat_at")
         last = last_batch(lake, join_job(spec)) or {}
+        row["records_behind"] = {side: None for side, _ in spec.sides}
+        row["offsets"] = None
+        row["checkpoint_error"] = None
+        if cluster is not None:
+            try:
+                consumed = consumed_offsets(lake, config, spec, cluster)
+            except UserError as exc:
+                consumed, row["checkpoint_error"] = None, str(exc)
+            row["offsets"] = consumed
+            for side, topic in spec.sides:
+                if row["checkpoint_error"] or topic not in ends:
+                    continue
+                done = consumed[side] if consumed else lows[topic]
+                row["records_behind"][side] = sum(
+                    max(0, end - (done[p] if p < len(done) else 0)) for p, end in enumerate(ends[topic])
+                )
+        row["kafka_error"] = kafka_error
         row["last_batch_at"] = last.get("started_at")
         row["last_batch_in"] = last.get("in")
         row["last_batch_out"] = last.get("out")
         row["last_batch_ms"] = last.get("duration_ms")
         row["pending"] = last.get("pending")
+        # result rows on the changelog but not yet in the table: a running job's latest count; a
+        # stopped one folded them in at its stop (a killed one leaves them for its next run)
+        row["table_behind"] = (
+            entry.get("parked", last.get("parked", 0)) if row["running"] else last.get("parked", 0)
+        )
         rows.append(row)
     return rows

@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from spark_jobs import faults
 from spark_jobs.joins.behind import DELETE, TableBehind
 from spark_jobs.joins.engine import (
     OVERDUE,
@@ -121,6 +122,7 @@ class StateStoreJob(JoinJob):
                         elif n_live or not self._result_empty:
                             with m.phases("write"):
                                 version = self._write_on_executors(keys, live, txn)
+                            faults.point("write")
                     finally:
                         live.unpersist()
             except Exception as exc:

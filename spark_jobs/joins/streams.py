@@ -12,8 +12,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from spark_jobs.config import JoinSpec, TopicSpec
-from spark_jobs.ingest import next_offsets
+from spark_jobs.config import JoinSpec
 from spark_jobs.joins.engine import (
     RECORD_COLUMNS,
     RECORD_FIELDS,
@@ -68,7 +67,6 @@ class StreamJob(JoinJob):
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self._progress_rows: pa.Table | None = None  # the progress table as this job last read or wrote it
-        self._ends: dict[str, tuple[int, np.ndarray]] = {}  # topic -> (bronze version, next offsets)
         # a lake from before the decision moved into the progress table: add its columns
         self.lake.add_missing_columns(f"{self.spec.name}__progress", PROGRESS_SCHEMA)
 
@@ -119,9 +117,10 @@ class StreamJob(JoinJob):
         raise NotImplementedError
 
     def _progress(self, grouped: pa.Table, txn: tuple[str, int]) -> dict[str, Any]:
-        """Record the next offset and the largest timestamp seen per side and partition (``grouped``:
-        the batch's largest per side and partition) with the batch's decision, in one commit; returns
-        the decision. A replay of a batch whose commit is in reads the decision it recorded."""
+        """Record the next offset (how far the batch has read, from :attr:`inputs`) and the largest
+        timestamp seen per side and partition (``grouped``: the batch's largest per side and
+        partition) with the batch's decision, in one commit; returns the decision. A replay of a
+        batch whose commit is in reads the decision it recorded."""
         table = f"{self.spec.name}__progress"
         if self._replay and self.lake.committed(table, txn):  # only the first batch of a run can be
             self._progress_rows = self.lake.read_arrow(table)
@@ -137,10 +136,14 @@ class StreamJob(JoinJob):
         for r in grouped.to_pylist():
             k = (r["side"], r["partition"])
             off, ts = best.get(k, (0, None))
-            best[k] = (
-                max(off, r["offset_max"] + 1),
-                ts if ts is not None and ts >= r["timestamp_max"] else r["timestamp_max"],
-            )
+            best[k] = (off, ts if ts is not None and ts >= r["timestamp_max"] else r["timestamp_max"])
+        if self.inputs is None:
+            raise RuntimeError(f"join {self.spec.name}: a stream kind needs its inputs (JoinJob.inputs)")
+        for side, offsets in self.inputs.read_to(txn[1]).items():
+            for partition, offset in enumerate(offsets.tolist()):
+                off, ts = best.get((side, partition), (0, None))
+                if offset or (side, partition) in best:
+                    best[(side, partition)] = (max(off, int(offset)), ts)
         decision = self._decide(txn, best)
         n = len(best)
         rows = pa.table(
@@ -164,7 +167,8 @@ class StreamJob(JoinJob):
         self, txn: tuple[str, int], progress: dict[tuple[str, int], tuple[int, Any]]
     ) -> dict[str, Any]:
         """Has each side read all its topic holds (``progress``: the next offset and largest timestamp
-        per side and partition), and the watermark."""
+        per side and partition, against the topic's end offsets now), and the watermark."""
+        assert self.inputs is not None
         decision: dict[str, Any] = {"query_id": txn[0], "batch_id": txn[1]}
         maxima: dict[str, Any] = {}
         for side, name in self.spec.sides:
@@ -174,19 +178,10 @@ class StreamJob(JoinJob):
             for (s, partition), (next_offset, _) in progress.items():
                 if s == side and partition < topic.partitions:
                     seen[partition] = next_offset
-            decision[f"{side}_caught_up"] = bool((seen >= self._topic_ends(topic)).all())
+            decision[f"{side}_caught_up"] = bool((seen >= self.inputs.ends(topic)).all())
             maxima[side] = max(stamps) if stamps else None
         decision["watermark"] = self._watermark(decision, maxima)
         return decision
-
-    def _topic_ends(self, topic: TopicSpec) -> np.ndarray:
-        """The offset after the last mirrored record of each of the topic's partitions (a Spark job
-        over the bronze table's file statistics, reused while the table's version stays the same)."""
-        version = self.lake.version(topic.name)
-        known = self._ends.get(topic.name)
-        if known is None or known[0] != version:
-            known = self._ends[topic.name] = (version, next_offsets(self.lake, topic))
-        return known[1]
 
     def _watermark(self, decision: dict[str, Any], maxima: dict[str, Any]) -> Any:
         return _watermark(decision, maxima)

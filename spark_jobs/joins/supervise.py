@@ -1,9 +1,10 @@
 """The pipeline's long-running jobs, supervised: ``lake start`` / ``lake stop`` / ``lake health``.
 
-Two kinds run continuously per pipeline: its joins (``lake run JOIN --continuous``, reading the bronze
-tables) and one ingest (``lake ingest --continuous``, mirroring every Kafka topic of the pipeline into
-those tables). A join without a running ingest sees only what the last ingest mirrored, so starting
-the joins starts the ingest first, and the health check covers both. The processes are detached and
+Two kinds run continuously per pipeline: its joins (``lake run JOIN --continuous``, reading their
+Kafka topics) and one ingest (``lake ingest --continuous``, mirroring every Kafka topic of the
+pipeline into its bronze table, the lake's queryable copy). The joins do not need the ingest; starting
+a join starts the pipeline's mirror beside it so the lake's tables keep up, and the health check
+covers both. The processes are detached and
 registered under ``<root>/_jobs`` (``spark_jobs.jobs``); no Spark runs in the caller.
 """
 
@@ -55,7 +56,7 @@ def start_join(
     spec: JoinSpec,
     trigger_seconds: float,
     env: dict[str, str] | None = None,
-    table_every: float = 0.0,
+    table_every: float | None = None,
 ) -> JobState:
     """Start the join's continuous job unless it runs."""
     command = ["run", spec.name, "--continuous", "--trigger", f"{trigger_seconds:g}"]
@@ -88,26 +89,30 @@ def ingest_status(lake: Lake, config: PipelineConfig) -> dict:
 
 
 def health(
-    lake: Lake, config: PipelineConfig, max_versions_behind: int, joins: list[str] | None = None
+    lake: Lake, config: PipelineConfig, max_records_behind: int, joins: list[str] | None = None
 ) -> list[str]:
     """What is wrong with the pipeline's continuous jobs, one plain sentence each (empty: healthy).
 
     Unhealthy: the pipeline's ingest or a join is not running or has not heartbeaten for a minute,
-    or a join's input has more than ``max_versions_behind`` bronze versions it has not read yet."""
+    a join's input topic has more than ``max_records_behind`` records (Kafka offsets) it has not
+    processed, or Kafka cannot be asked how far the topics go."""
     from spark_jobs.joins.runner import status
 
     problems = []
     ingest = ingest_job(config)
     if config.joins and ingest.id not in running_jobs(lake):
         problems.append(
-            f"{ingest.label} is down, so the joins see no new records; start it with "
-            "'lake ingest --continuous --detach'"
+            f"{ingest.label} is down, so the bronze tables fall behind the topics (the joins read Kafka "
+            "and are not affected); start it with 'lake ingest --continuous --detach'"
         )
     elif (silent := silent_for(lake, ingest)) is not None and silent > STALE_AFTER_SECONDS:
         problems.append(
             f"{ingest.label} has not heartbeaten for {silent:.0f} s; see {log_path(lake, ingest)}"
         )
-    for row in status(lake, config):
+    rows = status(lake, config)
+    if rows and rows[0]["kafka_error"]:
+        problems.append(f"cannot tell how far behind the joins are: {rows[0]['kafka_error']}")
+    for row in rows:
         name = row["join"]
         if joins is not None and name not in joins:
             continue
@@ -122,11 +127,13 @@ def health(
                 f"join {name} (pid {row['pid']}) has not heartbeaten for {silent:.0f} s; "
                 f"see {log_path(lake, join_job(spec))}"
             )
-        for side, behind in row["versions_behind"].items():
-            if behind is not None and behind > max_versions_behind:
+        if row["checkpoint_error"]:
+            problems.append(row["checkpoint_error"])
+        for side, behind in row["records_behind"].items():
+            if behind is not None and behind > max_records_behind:
                 topic = dict(spec.sides)[side]
                 problems.append(
-                    f"join {name}: its {side} input {topic} is {behind} versions behind "
-                    f"(limit {max_versions_behind})"
+                    f"join {name}: its {side} input {topic} is {behind} records behind "
+                    f"(limit {max_records_behind})"
                 )
     return problems

@@ -161,15 +161,14 @@ STORIES = {s.name: s for s in (MARKETPLACE, PEOPLE)}
 def run_story(
     story: Story,
     lake: Lake,
-    sync: Callable[[PipelineConfig, list[str]], None],
     gate: Callable[[PipelineConfig], bool],
     run: Callable[[PipelineConfig, str], None],
     show: Callable[[str, list[str]], None],
     out: Callable[[str], None] = print,
 ) -> PipelineConfig | None:
-    """Produce the story's topics to Kafka (once per cluster) and mirror them into bronze
-    (``sync``); pass the pipeline's quality gate (``gate``: suites, backfills, suites) or stop there
-    (None); then run the joins after each step and print them."""
+    """Produce the story's topics to Kafka (once per cluster); pass the pipeline's quality gate
+    (``gate``: suites, backfills, suites) or stop there (None); then run the joins after each step
+    and print them."""
     config = story.config()
     cluster = connect(config, lake.root)
     fresh = write_story_topics(story, cluster, config)
@@ -179,14 +178,12 @@ def run_story(
             out(story.before.note)
     else:
         out(f"the {story.name} topics already have records: the gate, then the joins' current results")
-    sync(config, story.topics())
     if not gate(config):
         return None
     for i, step in enumerate(story.steps if fresh else [], 1):
         out(f"\n-- {story.name} {i}. {step.title}")
         if step.records:
             _produce(cluster, config, step.records, DEMO_TIMESTAMP_MS + i * 1000)
-            sync(config, list(step.records))
         _run_and_show(story, config, run, show, out)
         if step.note:
             out(step.note)

@@ -7,8 +7,10 @@ resumes where its last committed micro-batch ended, and Delta's sink skips a bat
 
 The table has the columns of Spark's Kafka source: ``key`` (binary), ``value`` (binary, null is a
 tombstone), ``topic`` (the Kafka name), ``partition``, ``offset``, ``timestamp``, ``timestampType`` and
-``headers``; it is partitioned by ``partition``, has the change data feed on and is append-only. The
-lookups, the quality suites, the audits and the joins read these tables.
+``headers``; it is partitioned by ``partition``, has the change data feed on and is append-only.
+After mirroring a lookup's topic the ingest refreshes the lookup's table (``spark_jobs.lookups``).
+These tables are the lake's queryable copy of the topics (SQL, time travel, history, dbt's sources);
+the joins, the quality suites, the audits and the backfills read Kafka itself.
 """
 
 from __future__ import annotations
@@ -24,31 +26,21 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 from pyspark.sql import SparkSession
 
+from spark_jobs import checkpoints
 from spark_jobs.config import PipelineConfig, TopicSpec
 from spark_jobs.errors import UserError
 from spark_jobs.jobs import HEARTBEAT_SECONDS, ingest_job, registered
 from spark_jobs.kafka import Cluster, connect, ensure_topics, watermarks
 from spark_jobs.lake import Lake
 from spark_jobs.layout import Layout
+from spark_jobs.lookups import refresh_lookup
+from spark_jobs.snapshots import RECORD_SCHEMA, records, stream
 from spark_jobs.stopping import stop_on_signals
 
-HEADER_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
-TOPIC_SCHEMA = pa.schema(
-    [
-        ("key", pa.binary()),
-        ("value", pa.binary()),
-        ("topic", pa.string()),
-        ("partition", pa.int32()),
-        ("offset", pa.int64()),
-        ("timestamp", pa.timestamp("us", tz="UTC")),
-        ("timestampType", pa.int32()),
-        ("headers", HEADER_TYPE),
-    ]
-)
-COLUMNS = TOPIC_SCHEMA.names
+TOPIC_SCHEMA = RECORD_SCHEMA  # a bronze table has the columns of Spark's Kafka source
+LOOKUP_REFRESH_SECONDS = 30.0  # a continuous ingest refreshes the lookup tables at most this often
 
 
 def ensure_bronze(lake: Lake, spec: TopicSpec) -> None:
@@ -104,21 +96,8 @@ def _query(
     trigger_s: float,
     max_records: int | None,
 ):
-    from pyspark.sql import functions as F
-
     ensure_bronze(lake, spec)
-    reader = (
-        spark.readStream.format("kafka")
-        .options(**cluster.spark_options())
-        .option("subscribe", cluster.topic(spec.name))
-        .option("startingOffsets", _starting_offsets(lake, spec.name))
-        .option("includeHeaders", "true")
-        .option("kafka.isolation.level", "read_committed")
-    )
-    if max_records:
-        reader = reader.option("maxOffsetsPerTrigger", max_records)
-    # the Kafka source's columns, in the table's order (its timestamp is the record's, in UTC)
-    frame = reader.load().select(*[F.col(c) for c in COLUMNS])
+    frame = stream(spark, cluster, [spec], _starting_offsets(lake, spec.name), max_records, headers=True)
     writer = (
         frame.writeStream.format("delta")
         .queryName(f"ingest_{spec.name}")
@@ -149,7 +128,9 @@ def run_ingest(
 
     One ingest per topic runs at a time (``<root>/_locks/ingest-<topic>.lock``). ``once`` on a topic
     that a continuous ingest is mirroring waits until that one has passed the topic's end as of now.
-    A continuous ingest registers as the pipeline's job ``ingest:<pipeline>`` under ``<root>/_jobs``
+    The lookup tables of the mirrored topics are refreshed at the end (continuously: at most every
+    ``LOOKUP_REFRESH_SECONDS``). A continuous ingest registers as the pipeline's job
+    ``ingest:<pipeline>`` under ``<root>/_jobs``
     (pid, heartbeat, each topic's last batch; ``lake ingest --detach`` starts it detached, ``lake
     status`` shows it); a second one of the pipeline, or of one of its topics, is refused."""
     started = time.perf_counter()
@@ -171,10 +152,13 @@ def run_ingest(
             raise UserError(f"a continuous ingest of {names} is already running (lake ingest --continuous)")
         targets = {s.name: [high for _, high in watermarks(cluster, s)] for s in others}
         queries = [_query(spark, lake, cluster, s, once, trigger_seconds, max_records) for s in mine]
-        _await(queries, stop or threading.Event(), beat)
+        lookups = [lk for lk in config.lookups.values() if lk.topic in {s.name for s in specs}]
+        upkeep = None if once else _Every(LOOKUP_REFRESH_SECONDS, lambda: _refresh(spark, lake, lookups))
+        _await(queries, stop or threading.Event(), beat, upkeep)
         for spec in others:
             log(f"ingest: {spec.name} is mirrored by a running continuous ingest; waiting for it ...")
             _wait_until_mirrored(lake, spec, targets[spec.name])
+        _refresh(spark, lake, lookups)
     summary = IngestSummary(
         {s.name: mirrored_records(lake, s) - before[s.name] for s in specs}, time.perf_counter() - started
     )
@@ -189,7 +173,30 @@ def sync_bronze(
     return run_ingest(spark, lake, config, topics, once=True, log=log)
 
 
-def _await(queries: list, stop: threading.Event, beat: Callable[[dict], None] | None) -> None:
+class _Every:
+    """Call ``work`` at most every ``seconds``."""
+
+    def __init__(self, seconds: float, work: Callable[[], Any]):
+        self.seconds, self.work, self.last = seconds, work, time.monotonic()
+
+    def __call__(self) -> None:
+        if time.monotonic() - self.last >= self.seconds:
+            self.work()
+            self.last = time.monotonic()
+
+
+def _refresh(spark: SparkSession, lake: Lake, lookups: list) -> None:
+    """Bring the lookup tables of the mirrored topics up to their bronze tables."""
+    for lookup in lookups:
+        refresh_lookup(spark, lake, lookup)
+
+
+def _await(
+    queries: list,
+    stop: threading.Event,
+    beat: Callable[[dict], None] | None,
+    upkeep: Callable[[], None] | None = None,
+) -> None:
     last_beat = time.monotonic()
     with stop_on_signals(stop):
         try:
@@ -198,6 +205,8 @@ def _await(queries: list, stop: threading.Event, beat: Callable[[dict], None] | 
                     break
                 for q in queries:
                     q.awaitTermination(0.5)
+                if upkeep is not None:
+                    upkeep()
                 if beat and time.monotonic() - last_beat >= HEARTBEAT_SECONDS:  # alive, even when idle
                     beat({"topics": {q.name.removeprefix("ingest_"): _progress(q) for q in queries}})
                     last_beat = time.monotonic()
@@ -219,13 +228,8 @@ def _progress(query) -> dict[str, Any]:
 
 def committed_offsets(lake: Lake, topic: str) -> dict[int, int]:
     """Per partition, the Kafka offset the ingest's last committed micro-batch read up to."""
-    checkpoint = checkpoint_dir(lake, topic)
-    batches = [int(p.name) for p in (checkpoint / "commits").glob("[0-9]*")] if checkpoint.is_dir() else []
-    if not batches:
-        return {}
-    lines = (checkpoint / "offsets" / str(max(batches))).read_text().splitlines()
-    offsets = json.loads(lines[2])
-    return {int(p): int(o) for by_topic in offsets.values() for p, o in by_topic.items()}
+    positions = checkpoints.committed_positions(checkpoint_dir(lake, topic)) or {}
+    return {p: o for by_partition in positions.values() for p, o in by_partition.items()}
 
 
 def _wait_until_mirrored(lake: Lake, spec: TopicSpec, ends: list[int], timeout: float = 300.0) -> None:
@@ -263,8 +267,8 @@ def rebuild_bronze(spark: SparkSession, lake: Lake, config: PipelineConfig, spec
             raise UserError(
                 f"a continuous ingest of {spec.name} is running; stop it before rebuilding bronze"
             )
-        ends = {str(p): high for p, (_, high) in enumerate(watermarks(cluster, spec))}
-        frame = kafka_records(spark, cluster, spec.name, ends)
+        ends = [high for _, high in watermarks(cluster, spec)]
+        frame = records(spark, cluster, spec, ends)
         ensure_bronze(lake, spec)
         frame.write.format("delta").mode("overwrite").save(lake.uri(spec.name))
         checkpoint = checkpoint_dir(lake, spec.name)
@@ -272,26 +276,9 @@ def rebuild_bronze(spark: SparkSession, lake: Lake, config: PipelineConfig, spec
             shutil.rmtree(checkpoint)
         checkpoint.parent.mkdir(parents=True, exist_ok=True)
         (checkpoint.parent / f"{spec.name}.start.json").write_text(
-            json.dumps({cluster.topic(spec.name): ends})
+            json.dumps({cluster.topic(spec.name): {str(p): end for p, end in enumerate(ends)}})
         )
     return mirrored_records(lake, spec)
-
-
-def kafka_records(spark: SparkSession, cluster: Cluster, topic: str, ends: dict[str, int] | None = None):
-    """The committed records of a Kafka topic (up to ``ends``: partition -> offset, default the end) as
-    a Spark DataFrame with the bronze columns: Spark's Kafka source in a batch query."""
-    from pyspark.sql import functions as F
-
-    reader = (
-        spark.read.format("kafka")
-        .options(**cluster.spark_options())
-        .option("subscribe", cluster.topic(topic))
-        .option("includeHeaders", "true")
-        .option("kafka.isolation.level", "read_committed")
-    )
-    if ends is not None:
-        reader = reader.option("endingOffsets", json.dumps({cluster.topic(topic): ends}))
-    return reader.load().select(*[F.col(c) for c in COLUMNS])
 
 
 def _starting_offsets(lake: Lake, topic: str) -> str:

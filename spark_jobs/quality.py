@@ -1,9 +1,12 @@
 """Data-quality suites: completeness, co-partitioning, key format and lookup basics.
 
 A suite is a versioned YAML file in ``expectations/`` (declared per pipeline under ``quality.suites``).
-Each check computes its *findings* with Spark over the lake's Delta tables (one row per key or topic,
-with a plain-words ``problem`` where something is wrong) and Great Expectations validates those
-findings, which also renders Data Docs. Every failing expectation's description names the offending
+A run takes the end offsets of every topic its checks read when it starts (``spark_jobs.snapshots``)
+and reads the topics from Kafka up to them: it answers for the topics as they are, never for an older
+copy, and says which offsets it checked. Each check computes its *findings* with Spark (one row per
+key or topic, with a plain-words ``problem`` where something is wrong) and Great Expectations
+validates those findings, which also renders Data Docs. A check over a topic that holds no records
+fails and says so: nothing was checked. Every failing expectation's description names the offending
 keys, so the HTML says in plain words what is missing or misplaced. Results also go to
 ``summary.json``, a one-page ``summary.html`` and the ``quality_runs`` Delta table (history).
 """
@@ -24,15 +27,15 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from spark_jobs.backfill import lookup_table, refresh_lookup
 from spark_jobs.config import JoinSpec, PipelineConfig, choice, mapping, read_located, text_value
 from spark_jobs.errors import UserError
-from spark_jobs.ingest import ensure_bronze
+from spark_jobs.kafka import connect
 from spark_jobs.keys import RULES as KEY_RULES
 from spark_jobs.lake import Lake
 from spark_jobs.layout import Layout
 from spark_jobs.partitioners import spark_partition
 from spark_jobs.report import report_path, run_page, write_report
+from spark_jobs.snapshots import Snapshot, SnapshotReader, offsets_text, take
 from spark_jobs.system_tables import QUALITY_RUNS, QUALITY_RUNS_SCHEMA, ensure_quality_runs
 
 CHECK_TYPES = ("completeness", "co_partitioning", "key_format", "lookup_basics")
@@ -198,19 +201,19 @@ LEFT_KEY_SAMPLE = 5  # left keys named per missing id
 
 
 def completeness_findings(
-    spark: SparkSession, lake: Lake, config: PipelineConfig, refs: References
+    spark: SparkSession, topics: SnapshotReader, config: PipelineConfig, refs: References
 ) -> DataFrame:
     """One row per id the stream references: records, a sample of their keys, first/last reference,
     and ``problem`` when the lookup lacks it (naming a lookup key that differs from it only in
     invisible bytes, if there is one)."""
     if refs.by is not None:
-        left = _left_references(spark, lake, config, refs)
+        left = _left_references(spark, topics, config, refs)
         if refs.by.kind == "list":  # each id once per list; null ids (and empty lists) reference nothing
             left = left.filter(F.col("reason").isNull()).withColumn("ref", F.explode(F.array_distinct("ids")))
         else:
             left = left.withColumn("ref", F.col("by"))
     else:
-        left = _referencing(lake, refs).withColumn("ref", F.col("key"))
+        left = _referencing(topics, refs).withColumn("ref", F.col("key"))
     refs_df = (
         left.filter(F.col("ref").isNotNull())
         .groupBy("ref")
@@ -223,7 +226,7 @@ def completeness_findings(
             ),
         )
     )
-    keys = lake.read(lookup_table(config.lookups[refs.lookup])).select(F.col("key").alias("lk"))
+    keys = topics.latest(config.lookups[refs.lookup].topic).select(F.col("key").alias("lk"))
     near = keys.select(_normalized("lk").alias("nk"), F.col("lk").alias("near"))
     joined = refs_df.join(keys, refs_df.ref == keys.lk, "left")
     joined = joined.join(near, (F.col("lk").isNull()) & (_normalized("ref") == F.col("nk")), "left")
@@ -261,13 +264,13 @@ def completeness_findings(
 
 
 def reference_shape_findings(
-    spark: SparkSession, lake: Lake, config: PipelineConfig, refs: References
+    spark: SparkSession, topics: SnapshotReader, config: PipelineConfig, refs: References
 ) -> DataFrame:
     """Left records the references cannot be read from: a list join's record whose value holds no list
     at the path (one row each), or a foreign key that no record has (one row: the expression names no
     field)."""
     assert refs.by is not None
-    left = _left_references(spark, lake, config, refs)
+    left = _left_references(spark, topics, config, refs)
     setting = "list" if refs.by.kind == "list" else "foreign_key"
     if refs.by.kind == "list":
         return left.select(
@@ -297,10 +300,10 @@ def reference_shape_findings(
     )
 
 
-def _referencing(lake: Lake, refs: References) -> DataFrame:
+def _referencing(topics: SnapshotReader, refs: References) -> DataFrame:
     """The stream's records that reference something: every record with a value, or (``current``)
     each key's latest record by timestamp, then offset, unless that is a tombstone."""
-    records = lake.read(refs.stream).select("key", "value", "timestamp", "partition", "offset")
+    records = topics.records(refs.stream).select("key", "value", "timestamp", "partition", "offset")
     if refs.current:
         from pyspark.sql import Window
 
@@ -309,13 +312,15 @@ def _referencing(lake: Lake, refs: References) -> DataFrame:
     return records.filter(F.col("value").isNotNull())
 
 
-def _left_references(spark: SparkSession, lake: Lake, config: PipelineConfig, refs: References) -> DataFrame:
+def _left_references(
+    spark: SparkSession, topics: SnapshotReader, config: PipelineConfig, refs: References
+) -> DataFrame:
     """The referencing records with what the join reads from them (``LeftKeys``: ``by`` for a foreign
     key; ``items``, ``ids`` and ``reason`` for a list)."""
     from spark_jobs.joins.keyed import LeftKeys
 
     assert refs.by is not None
-    records = _referencing(lake, refs)
+    records = _referencing(topics, refs)
     no_reason = F.lit(None).cast("string").alias("reason")
     return LeftKeys(spark, config, refs.by).add(records.select(F.lit("left").alias("side"), "*", no_reason))
 
@@ -327,7 +332,9 @@ def _normalized(column: str) -> Any:
     return F.regexp_replace(text, '^"(.*)"$', "$1")
 
 
-def co_partitioning_findings(spark: SparkSession, lake: Lake, config: PipelineConfig, topics: list[str]):
+def co_partitioning_findings(
+    spark: SparkSession, reader: SnapshotReader, config: PipelineConfig, topics: list[str]
+):
     """(partition counts per topic, one row per key with its partitions and the expected one)."""
     counts = spark.createDataFrame(
         [(t, config.topics[t].partitions) for t in topics], "topic string, partitions int"
@@ -344,7 +351,7 @@ def co_partitioning_findings(spark: SparkSession, lake: Lake, config: PipelineCo
     for t in topics:
         spec = config.topics[t]
         placed = (
-            lake.read(t)
+            reader.records(t)
             .filter(F.col("key").isNotNull())
             .groupBy("key")
             .agg(F.array_sort(F.collect_set("partition")).alias(f"p_{t}"))
@@ -399,13 +406,13 @@ def co_partitioning_findings(spark: SparkSession, lake: Lake, config: PipelineCo
 
 
 def key_format_findings(
-    spark: SparkSession, lake: Lake, config: PipelineConfig, topics: list[str]
+    spark: SparkSession, reader: SnapshotReader, config: PipelineConfig, topics: list[str]
 ) -> DataFrame:
     """One row per distinct key per topic, ``problem`` naming every format rule it breaks."""
     frames = []
     for t in topics:
         spec = config.topics[t]
-        keys = lake.read(t).filter(F.col("key").isNotNull()).select("key").distinct()
+        keys = reader.records(t).filter(F.col("key").isNotNull()).select("key").distinct()
         # declared binary keys (e.g. Avro with Schema Registry framing): any bytes are fine
         rules = [(F.expr(r.sql), r.text) for r in KEY_RULES] if spec.key_format == "string" else []
         problem = (
@@ -438,9 +445,11 @@ def key_format_findings(
     return out
 
 
-def lookup_findings(spark: SparkSession, lake: Lake, config: PipelineConfig, lookup: str) -> DataFrame:
+def lookup_findings(
+    spark: SparkSession, topics: SnapshotReader, config: PipelineConfig, lookup: str
+) -> DataFrame:
     spec = config.lookups[lookup]
-    table = lake.read(lookup_table(spec))
+    table = topics.latest(spec.topic)
     value_ok = F.lit(True)
     if config.topics[spec.topic].value_format == "json":
         value_ok = F.expr("try_parse_json(cast(value as string)) IS NOT NULL")
@@ -465,6 +474,8 @@ class ExpectationResult:
     observed_value: str
     offending_total: int = 0
     offending: list[str] = field(default_factory=list)
+    # what the check read: its topics' end offsets (per partition) in the run's snapshot
+    offsets: dict[str, list[int]] = field(default_factory=dict)
 
 
 @dataclass
@@ -476,6 +487,14 @@ class QualityReport:
     results: list[ExpectationResult]
     data_docs: str | None
     summary_html: str | None
+    # the run's snapshot: when its offsets were taken and, per topic, its end offset per partition
+    offsets_at: str = ""
+    offsets: dict[str, list[int]] = field(default_factory=dict)
+
+    def covers(self) -> str:
+        """``orders up to offsets [3, 2]; customers up to offsets [1, 0] (taken ...)``."""
+        parts = [offsets_text(t, e) for t, e in self.offsets.items()]
+        return f"{'; '.join(parts)} (taken {self.offsets_at})"
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -547,7 +566,7 @@ class _GX:
             gx.Checkpoint(
                 name=name,
                 validation_definitions=[vd],
-                actions=[gx.checkpoint.UpdateDataDocsAction(name="data_docs")],
+                actions=[],  # Data Docs are built once per run (docs_index), not per check
                 result_format={"result_format": "SUMMARY"},
             )
         )
@@ -555,6 +574,9 @@ class _GX:
         return [r for vr in result.run_results.values() for r in vr.results]
 
     def docs_index(self) -> str | None:
+        """Build the Data Docs of the run's validations (once: each build renders the whole site)
+        and return the site's index."""
+        self.ctx.build_data_docs()
         sites = self.ctx.get_docs_sites_urls()
         return sites[0]["site_url"] if sites else None
 
@@ -585,9 +607,24 @@ def run_suites(
             f"unknown suite(s) {', '.join(unknown)} (declared: {', '.join(config.quality.suites) or 'none'})"
         )
     suites = [load_suite(config.quality.suites[n], config) for n in names]
-    # one quality run at a time per lake: runs share the Great Expectations project and the lookups
+    # one quality run at a time per lake: runs share the Great Expectations project
     with lake.lock("quality", log):
         return _run_suites(spark, lake, config, suites, report_dir, log)
+
+
+def check_topics(check: Check, config: PipelineConfig) -> list[str]:
+    """The topics a check reads."""
+    p = check.params
+    if check.type == "completeness":
+        refs: References = p["refs"]
+        return [refs.stream, config.lookups[refs.lookup].topic]
+    if check.type == "co_partitioning" and p.get("join"):
+        join = config.joins[p["join"]]
+        right = str(join.right)
+        return [right] if join.kind in ("fk", "list") else [join.left, right]
+    if check.type in ("co_partitioning", "key_format"):
+        return list(p["topics"])
+    return [config.lookups[p["lookup"]].topic]
 
 
 def _run_suites(
@@ -600,22 +637,30 @@ def _run_suites(
 ) -> QualityReport:
     report_dir = (report_dir or Layout(lake.root).quality_reports).absolute()
     report_dir.mkdir(parents=True, exist_ok=True)
-    for topic in config.topics.values():
-        ensure_bronze(lake, topic)
-    for lookup in config.lookups.values():
-        refresh_lookup(spark, lake, config, lookup)
+    cluster = connect(config, lake.root)
+    read = list(
+        dict.fromkeys(t for suite in suites for check in suite.checks for t in check_topics(check, config))
+    )
+    snapshot = take(cluster, [config.topic(t) for t in read])
+    log(f"reading {snapshot.covers()} from Kafka at {cluster.bootstrap_servers}")
+    topics = SnapshotReader(spark, cluster, {t: config.topic(t) for t in read}, snapshot)
     log("loading Great Expectations ...")
     gxr = _GX(report_dir)
     run_id = str(uuid.uuid4())
     run_time = datetime.now(UTC)
     results: list[ExpectationResult] = []
-    for suite in suites:
-        for check in suite.checks:
-            log(f"checking {suite.name} / {check.name} ...")
-            results += _run_check(spark, lake, config, gxr, suite, check)
+    try:
+        for suite in suites:
+            for check in suite.checks:
+                log(f"checking {suite.name} / {check.name} ...")
+                results += _run_check(spark, topics, config, gxr, suite, check)
+    finally:
+        topics.close()
     success = all(r.success for r in results)
     docs = gxr.docs_index()
     report = QualityReport(run_id, run_time.isoformat(), config.name, success, results, docs, None)
+    report.offsets_at = snapshot.taken_at.isoformat(timespec="seconds")
+    report.offsets = {t: list(snapshot.ends[t]) for t in read}
     # every run keeps its own page (runs/<time>-<id>.html); summary.html/.json are the latest run
     page = report_dir / run_page(run_time, run_id)
     page.parent.mkdir(exist_ok=True)
@@ -625,7 +670,7 @@ def _run_suites(
     as_json = json.dumps(report.as_dict(), indent=2)
     for target in (page.with_suffix(".json"), report_dir / "summary.json"):
         target.write_text(as_json, encoding="utf-8")
-    _record(spark, lake, report, suites)
+    _record(spark, lake, report, suites, snapshot)
     pipeline_page = write_report(lake, config, _docs_href(docs, report_path(lake, config.name)))
     log(f"report: {pipeline_page}")
     return report
@@ -639,10 +684,26 @@ def _gx_outcome(results: list) -> tuple[bool, str]:
     return ok, observed
 
 
-def _run_check(spark, lake, config, gxr: _GX, suite: Suite, check: Check) -> list[ExpectationResult]:
+def _run_check(
+    spark, topics: SnapshotReader, config, gxr: _GX, suite: Suite, check: Check
+) -> list[ExpectationResult]:
     gx = gxr.gx
     out: list[ExpectationResult] = []
     asset = f"{suite.name}.{check.name}".replace(":", "_").replace(">", "").replace("+", "_")
+    read = check_topics(check, config)
+    offsets = {t: list(topics.snapshot.ends[t]) for t in read}
+    empty = [t for t in read if topics.count(t) == 0]
+    if empty:  # nothing to check: say so, never pass on it
+        covers = "; ".join(offsets_text(t, offsets[t]) for t in empty)
+        description = (
+            f"NO DATA: {', '.join(empty)} hold(s) no records ({covers}); nothing was checked. Produce or "
+            "backfill the topic first."
+        )
+        return [
+            ExpectationResult(
+                suite.name, check.name, description, description, False, "no records", 0, [], offsets
+            )
+        ]
 
     def finish(expectation: str, df: DataFrame, describe, what: str, extra: list | None = None, name=asset):
         df = df.persist()  # listed, counted and validated several times: compute the findings once
@@ -654,7 +715,9 @@ def _run_check(spark, lake, config, gxr: _GX, suite: Suite, check: Check) -> lis
             df.unpersist()
         ok, observed = _gx_outcome(results)
         out.append(
-            ExpectationResult(suite.name, check.name, expectation, description, ok, observed, total, items)
+            ExpectationResult(
+                suite.name, check.name, expectation, description, ok, observed, total, items, offsets
+            )
         )
 
     p = check.params
@@ -665,12 +728,12 @@ def _run_check(spark, lake, config, gxr: _GX, suite: Suite, check: Check) -> lis
             shape = "holds a list at" if refs.by.kind == "list" else "has a value at"
             finish(
                 f"Every record of {refs.stream} {shape} '{refs.by.by}'{guarded}.",
-                reference_shape_findings(spark, lake, config, refs),
+                reference_shape_findings(spark, topics, config, refs),
                 lambda r: (f"{_show_key(r)}: " if r["key_hex"] else "") + r["problem"],
                 "records without references",
                 name=f"{asset}.shape",
             )
-        df = completeness_findings(spark, lake, config, refs)
+        df = completeness_findings(spark, topics, config, refs)
         finish(
             f"Every {refs.what} that {refs.stream} references exists in lookup {refs.lookup}{guarded}.",
             df,
@@ -682,7 +745,7 @@ def _run_check(spark, lake, config, gxr: _GX, suite: Suite, check: Check) -> lis
         right = str(join.right)
         # a Kafka Streams fk or list join sends its subscriptions by the right topic's own placement
         if join.kind in ("fk", "list"):
-            _, keys = co_partitioning_findings(spark, lake, config, [right])
+            _, keys = co_partitioning_findings(spark, topics, config, [right])
             partitioner = config.topics[right].partitioner
             finish(
                 f"Every key of {right} sits in the partition {partitioner} gives it among the topic's "
@@ -693,11 +756,11 @@ def _run_check(spark, lake, config, gxr: _GX, suite: Suite, check: Check) -> lis
                 "misplaced keys",
             )
         else:
-            _co_partitioning(finish, asset, [join.left, right], spark, lake, config)
+            _co_partitioning(finish, asset, [join.left, right], spark, topics, config)
     elif check.type == "co_partitioning":
-        _co_partitioning(finish, asset, p["topics"], spark, lake, config)
+        _co_partitioning(finish, asset, p["topics"], spark, topics, config)
     elif check.type == "key_format":
-        df = key_format_findings(spark, lake, config, p["topics"])
+        df = key_format_findings(spark, topics, config, p["topics"])
         finish(
             f"Keys of {', '.join(p['topics'])} are clean text in the declared encoding.",
             df,
@@ -705,7 +768,7 @@ def _run_check(spark, lake, config, gxr: _GX, suite: Suite, check: Check) -> lis
             "badly formatted keys",
         )
     else:
-        df = lookup_findings(spark, lake, config, p["lookup"])
+        df = lookup_findings(spark, topics, config, p["lookup"])
         finish(
             f"Lookup {p['lookup']} has a non-null unique key and values that parse as declared.",
             df,
@@ -719,10 +782,10 @@ def _run_check(spark, lake, config, gxr: _GX, suite: Suite, check: Check) -> lis
     return out
 
 
-def _co_partitioning(finish: Callable, asset: str, topics: list[str], spark, lake, config) -> None:
+def _co_partitioning(finish: Callable, asset: str, topics: list[str], spark, reader, config) -> None:
     """Same partition count, and every key in the same partition of each topic, the one its
     partitioner gives (what a table or stream-table join needs)."""
-    counts, keys = co_partitioning_findings(spark, lake, config, topics)
+    counts, keys = co_partitioning_findings(spark, reader, config, topics)
     finish(
         f"Topics {', '.join(topics)} have the same partition count.",
         counts,
@@ -739,7 +802,9 @@ def _co_partitioning(finish: Callable, asset: str, topics: list[str], spark, lak
     )
 
 
-def _record(spark: SparkSession, lake: Lake, report: QualityReport, suites: list[Suite]) -> None:
+def _record(
+    spark: SparkSession, lake: Lake, report: QualityReport, suites: list[Suite], snapshot: Snapshot
+) -> None:
     ensure_quality_runs(lake)
     versions = {s.name: s.version for s in suites}
     when = datetime.fromisoformat(report.run_time)
@@ -756,6 +821,8 @@ def _record(spark: SparkSession, lake: Lake, report: QualityReport, suites: list
             "observed_value": r.observed_value,
             "offending_total": r.offending_total,
             "offending_sample": r.offending[:50],
+            "topic_offsets": list(r.offsets.items()),
+            "offsets_at": snapshot.taken_at,
         }
         for r in report.results
     ]
@@ -783,6 +850,7 @@ def render_summary(report: QualityReport, docs_href: str | None = None) -> str:
         f"<h1>Data quality: pipeline {html.escape(report.pipeline)}</h1>",
         f"<p class='{'ok' if report.success else 'bad'}'><strong>{status}</strong> "
         f"(run {html.escape(report.run_id)} at {html.escape(report.run_time)})</p>",
+        f"<p>Checked the topics as Kafka held them: <code>{html.escape(report.covers())}</code></p>",
     ]
     docs_href = docs_href or report.data_docs
     if docs_href:

@@ -14,9 +14,10 @@ the same name, in steps that survive a crash at any point:
 
 A rerun after a crash resumes at the step it stopped in; the staging topic is never deleted before
 the topic holds the copy. Offsets are renumbered, so everything that keeps positions in the topic
-must start over: its bronze table is rebuilt here (one Delta overwrite, which the lookups notice and
-rebuild from), the joins reading it are named (``lake run JOIN --once --reset``), and the rewrite is
-refused while one of them, or a continuous ingest of the topic, runs. Producers outside the product
+must start over: its bronze table is rebuilt here (one Delta overwrite, which the lookup tables notice
+and rebuild from), the joins reading it are named (``lake run JOIN --once --reset``; a join started
+on its old checkpoint sees the topic's new id and says so), and the rewrite is refused while one of
+them, or a continuous ingest of the topic, runs. Producers outside the product
 (kcat, Java clients) are not covered by the lock: stop them while the topic is replaced.
 """
 
@@ -39,6 +40,7 @@ from spark_jobs.jobs import ingest_job, running_jobs
 from spark_jobs.kafka import Cluster, connect, delete_topics, ensure_topics, partition_counts, produce, read
 from spark_jobs.lake import Lake
 from spark_jobs.layout import Layout
+from spark_jobs.snapshots import take
 from spark_jobs.topics import producing
 
 STAGING_SUFFIX = ".repartition"
@@ -59,6 +61,7 @@ class RepartitionResult:
     moved: int
     replaced: bool
     restart: list[str]
+    read: str = ""  # the offsets of the topic the copy was read up to (empty: a resumed copy)
 
 
 @dataclass
@@ -128,12 +131,14 @@ def repartition(
         state = json.loads(marker.read_text()) if marker.exists() else {}
         if state.get("step") not in ("copied", "replaced"):  # step 1-2 (again, after a crash in them)
             delete_topics(cluster, [staging])
+            read = take(cluster, [spec]).covers()
+            log(f"reading {read} ...")
             records = _read_all(cluster, spec)
             placed = partitioners.partitions(records.keys, spec.partitions, chosen)
             moved = int(np.count_nonzero(placed != records.partitions))
             if moved == 0:
                 marker.unlink(missing_ok=True)
-                return RepartitionResult(topic, chosen, records.count, 0, False, restart)
+                return RepartitionResult(topic, chosen, records.count, 0, False, restart, read)
             log(
                 f"copying {records.count:,} records of {cluster.topic(topic)} into {staging} "
                 f"with {chosen} ..."
@@ -147,7 +152,13 @@ def repartition(
                 chosen,
                 transactional_id=transactional_id,
             )
-            state = {"step": "copied", "records": records.count, "moved": moved, "partitioner": chosen}
+            state = {
+                "step": "copied",
+                "records": records.count,
+                "moved": moved,
+                "partitioner": chosen,
+                "read": read,
+            }
             marker.parent.mkdir(parents=True, exist_ok=True)
             marker.write_text(json.dumps(state))
         if state["step"] == "copied":  # step 3
@@ -165,7 +176,9 @@ def repartition(
         log(f"rebuilding the bronze table {topic} from the new topic ...")
         rebuild_bronze(spark, lake, config, spec)
         marker.unlink(missing_ok=True)
-    return RepartitionResult(topic, state["partitioner"], state["records"], state["moved"], True, restart)
+    return RepartitionResult(
+        topic, state["partitioner"], state["records"], state["moved"], True, restart, state.get("read", "")
+    )
 
 
 def _replace(

@@ -20,6 +20,7 @@ from pathlib import Path
 from spark_jobs.config import PipelineConfig
 from spark_jobs.lake import Lake
 from spark_jobs.layout import Layout
+from spark_jobs.snapshots import offsets_text
 from spark_jobs.system_tables import QUALITY_RUNS, QUARANTINE
 
 CHART_RUNS = 30  # runs shown in the chart
@@ -221,7 +222,8 @@ def render(
     parts.append("<h2 id='latest'>Latest run of each suite</h2>")
     if latest:
         parts.append(
-            "<table><tr><th>Suite</th><th>Run</th><th>Check</th><th>Result</th><th>Offending</th></tr>"
+            "<table><tr><th>Suite</th><th>Run</th><th>Check</th><th>Result</th><th>Offending</th>"
+            "<th>Read from Kafka up to</th></tr>"
         )
         for suite, rows in latest.items():
             first = rows[0]
@@ -241,7 +243,7 @@ def render(
                 parts.append(
                     f"<tr>{head}<td>{_e(r['check'])}<br>"
                     f"<span class='muted'>{_e(r['expectation'])}</span></td>"
-                    f"<td>{result}</td><td>{_e(r['offending_total'])}</td></tr>"
+                    f"<td>{result}</td><td>{_e(r['offending_total'])}</td><td>{_offsets(r)}</td></tr>"
                 )
         parts.append("</table>")
     else:
@@ -253,6 +255,16 @@ def render(
     parts += _chart_section(failures_per_run(runs))
     parts.append("</body></html>")
     return "\n".join(parts)
+
+
+def _offsets(row: dict) -> str:
+    """The topics a check read and each one's end offset per partition, as of the run's snapshot."""
+    read = row.get("topic_offsets")
+    if not read:
+        return "<span class='muted'>not recorded</span>"
+    at = f"<br><span class='muted'>taken {_when(row['offsets_at'])}</span>" if row.get("offsets_at") else ""
+    items = "<br>".join(f"<code>{_e(offsets_text(topic, ends))}</code>" for topic, ends in read)
+    return items + at
 
 
 def _missing_section(rows: list[dict]) -> list[str]:

@@ -3,7 +3,8 @@ the layout's, ``spark_jobs.layout``).
 
 - ``quarantine``: every input a job rejected (a backfill's bad dump line, a join's record whose value
   does not parse), with the job, where it came from, its bytes in hex and the reason.
-- ``quality_runs``: every quality run, one row per expectation, with up to 1,000 offending keys.
+- ``quality_runs``: every quality run, one row per expectation, with up to 1,000 offending keys and
+  the topics' offsets it checked.
 - ``join_metrics``: one row per join micro-batch (inputs, outputs, pending, duration).
 """
 
@@ -39,6 +40,9 @@ QUALITY_RUNS_SCHEMA = pa.schema(
         ("observed_value", pa.string()),
         ("offending_total", pa.int64()),
         ("offending_sample", pa.list_(pa.string())),
+        # what the check read: each of its topics' end offset per partition, taken at offsets_at
+        ("topic_offsets", pa.map_(pa.string(), pa.list_(pa.int64()))),
+        ("offsets_at", pa.timestamp("us", tz="UTC")),
     ]
 )
 
@@ -73,6 +77,7 @@ def ensure_quarantine(lake: Lake) -> None:
 
 def ensure_quality_runs(lake: Lake) -> None:
     lake.create(QUALITY_RUNS, QUALITY_RUNS_SCHEMA, description="every quality run, per expectation")
+    lake.add_missing_columns(QUALITY_RUNS, QUALITY_RUNS_SCHEMA)  # lakes made before a column existed
 
 
 def ensure_join_metrics(lake: Lake) -> None:

@@ -77,12 +77,11 @@ def test_every_dag_has_tags_docs_owner_retries_and_failure_alerts(facts):
                 assert (task["retries"], task["backoff"]) == (2, 2.0), where
 
 
-def test_the_pipeline_dag_is_ingest_then_backfill_then_suites_then_gate_then_joins(facts):
+def test_the_pipeline_dag_is_backfill_then_suites_then_gate_then_joins(facts):
     dag = facts["dags"]["consents_pipeline"]
     assert dag["schedule"] == "@daily" and dag["paused"] is True
     edges = {t: task["downstream"] for t, task in dag["tasks"].items()}
     assert edges == {
-        "ingest": ["backfill_accounts"],
         "backfill_accounts": ["run_quality_suites"],
         "run_quality_suites": ["quality_gate"],
         "quality_gate": ["ensure_joins_running"],
@@ -92,8 +91,7 @@ def test_the_pipeline_dag_is_ingest_then_backfill_then_suites_then_gate_then_joi
     }
     types = {t: task["type"] for t, task in dag["tasks"].items()}
     assert (
-        types["ingest"]
-        == types["backfill_accounts"]
+        types["backfill_accounts"]
         == types["run_quality_suites"]
         == types["dbt_build"]
         == "LakeSubmitOperator"
@@ -104,7 +102,7 @@ def test_the_pipeline_dag_is_ingest_then_backfill_then_suites_then_gate_then_joi
     for pipeline, lookup in (("marketplace", "merchants"), ("people", "addresses")):
         gated = {t: task["downstream"] for t, task in facts["dags"][f"{pipeline}_pipeline"]["tasks"].items()}
         expected = {t: down for t, down in edges.items() if t != "backfill_accounts"}
-        expected |= {"ingest": [f"backfill_{lookup}"], f"backfill_{lookup}": ["run_quality_suites"]}
+        expected |= {f"backfill_{lookup}": ["run_quality_suites"]}
         assert gated == expected, pipeline
 
 
@@ -207,13 +205,11 @@ def test_a_manual_backfill_dry_run_writes_nothing_then_a_real_one_completes_the_
     """The accounts lookup lacks user_9 and user_10 (the gate failing at this point through Airflow is
     test_airflow_joins.py's, for the fk and list pipelines)."""
     af = incomplete
-    ingested = af.lake_cli("ingest", "--once")
-    assert ingested.returncode == 0, ingested.stderr
 
     # a person backfills the missing customers by hand: a dry run first (nothing written), ...
     dump = tmp_path / "from-crm.dump"
     dump.write_text('user_9;"user9@example.com"\nnot a line\nuser_10;"user10@example.com"\n')
-    before = af.lake.version("customer_accounts")
+    before = af.lake_cli("consume", "customer_accounts", "-f", "%k|%p|%o\\n").stdout
     dry = af.test_dag(
         "consents_incomplete_manual_backfill",
         {"lookup": "accounts", "source": f"file://{dump}", "dry_run": True, "max_rejects": 1},
@@ -224,7 +220,8 @@ def test_a_manual_backfill_dry_run_writes_nothing_then_a_real_one_completes_the_
         "2 new, 0 changed, 0 unchanged, 1 rejected; would write 2 records to customer_accounts [dry run: nothing written]"
         in text
     )
-    assert af.lake.version("customer_accounts") == before
+    assert af.lake_cli("consume", "customer_accounts", "-f", "%k|%p|%o\\n").stdout == before
+    assert not af.lake.exists("customer_accounts")  # nothing mirrored either
     assert asset_events(af.home) == []  # publish_lookup_accounts skipped
 
     # ... then for real: the report passes and the lookup's Asset is updated

@@ -8,12 +8,13 @@ import zlib
 
 import pytest
 
-from spark_jobs.backfill import lookup_table, refresh_lookup, run_backfill
+from spark_jobs.backfill import run_backfill
 from spark_jobs.config import load_config
 from spark_jobs.demo import write_demo_topics
 from spark_jobs.errors import UserError
 from spark_jobs.ingest import sync_bronze
 from spark_jobs.kafka import connect, watermarks
+from spark_jobs.lookups import lookup_table, refresh_lookup
 from spark_jobs.partitioners import partition_for
 from spark_jobs.system_tables import QUARANTINE
 from spark_jobs.topics import consume, produce_lines
@@ -74,10 +75,15 @@ def test_backfill_adds_missing_accounts_then_is_idempotent(spark, demo):
         # after user_2,3,4,7 in p2 and user_5,6 in p1, each followed by the demo's commit marker
         for n, off in ((9, 5), (10, 3))
     )
-    before = versions(lake), kafka_ends(lake, config)
+    ends = kafka_ends(lake, config)
+    before = versions(lake), ends
     again = run_backfill(spark, lake, config, "accounts", log=quiet)
     assert (again.new, again.changed, again.unchanged, again.written) == (0, 0, 10, 0)
     assert (versions(lake), kafka_ends(lake, config)) == before
+    # it says what it compared the dump with: the topic on Kafka as the comparison started
+    shown = ", ".join(str(high) for _, high in ends)
+    assert again.compared_with.startswith(f"customer_accounts up to offsets [{shown}] (taken ")
+    assert again.text().endswith(again.compared_with)
 
 
 def test_changed_values_and_duplicate_lines_last_wins(spark, demo, tmp_path):
@@ -140,7 +146,7 @@ def test_rejects_above_max_commit_nothing_at_all(spark, demo, tmp_path):
         run_backfill(spark, lake, config, "accounts", source=str(dump), max_rejects=3, log=quiet)
     assert kafka_ends(lake, config) == before  # the topic untouched
     assert not lake.exists(QUARANTINE)
-    assert lake.read_arrow(lookup_table(config.lookup("accounts"))).num_rows == 8  # caught up only
+    assert not lake.exists(lookup_table(config.lookup("accounts")))  # nothing of the lake either
 
 
 def test_rejects_within_max_are_quarantined_with_line_and_bytes(spark, demo, tmp_path):
@@ -196,10 +202,10 @@ def test_csv_and_jsonl_dumps(spark, lake, tmp_path):
     ]
 
 
-def test_refresh_applies_tombstones_and_updates(spark, demo):
+def test_the_ingest_refreshes_the_lookup_table_with_tombstones_and_updates(spark, demo):
     lake, config = demo
     sync_bronze(spark, lake, config, ["customer_accounts"])
-    refresh_lookup(spark, lake, config, config.lookup("accounts"))
+    assert len(lookup_rows(lake, config)) == 8
     spec = config.topic("customer_accounts")
     produce_lines(
         connect(config, lake.root),
@@ -209,11 +215,10 @@ def test_refresh_applies_tombstones_and_updates(spark, demo):
         key_sep=";",
         null_empty=True,
     )
-    sync_bronze(spark, lake, config, ["customer_accounts"])
-    assert refresh_lookup(spark, lake, config, config.lookup("accounts")) == 2
+    sync_bronze(spark, lake, config, ["customer_accounts"])  # mirrors the two, refreshes the lookup
     rows = lookup_rows(lake, config)
     assert "user_1" not in rows and rows["user_2"] == account(2, "b@x.org") and len(rows) == 7
-    assert refresh_lookup(spark, lake, config, config.lookup("accounts")) == 0
+    assert refresh_lookup(spark, lake, config.lookup("accounts")) == 0
 
 
 def test_a_bom_and_crlf_line_ends_never_end_up_in_keys_or_values(spark, demo, tmp_path):

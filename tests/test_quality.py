@@ -4,16 +4,18 @@ passes on clean data; reports (Data Docs, summary, quality_runs) say so."""
 from __future__ import annotations
 
 import json
+import uuid
 from pathlib import Path
 
 import pytest
-from bronzekit import append_lines
+from topickit import produce_lines
 
-from spark_jobs.backfill import refresh_lookup
 from spark_jobs.cli import main
 from spark_jobs.config import load_config
+from spark_jobs.kafka import connect
 from spark_jobs.lake import Lake
 from spark_jobs.quality import run_suites
+from spark_jobs.snapshots import SnapshotReader, take
 from spark_jobs.system_tables import QUALITY_RUNS
 
 CONFIG = """
@@ -40,13 +42,19 @@ checks:
 
 
 def put(lake, config, topic, lines: bytes, partitioner="murmur2", value_format=None):
-    """The topic's records as the ingest mirrors them into bronze (the suites read bronze); unlike
-    `lake produce`, nothing is checked, so a value_format override can plant bad values."""
-    append_lines(lake, config.topic(topic), lines, partitioner=partitioner)
+    """The topic's records on Kafka, one transaction (the suites read Kafka); unlike `lake produce`,
+    nothing is checked, so bad values can be planted."""
+    produce_lines(lake, config, topic, lines, partitioner=partitioner)
 
 
 @pytest.fixture(scope="module")
 def broken(spark, tmp_path_factory):
+    with pytest.MonkeyPatch.context() as env:  # the module's topics, apart from every test's
+        env.setenv("LAKE_KAFKA_TOPIC_PREFIX", f"quality-{uuid.uuid4().hex[:8]}.")
+        return _broken(spark, tmp_path_factory)
+
+
+def _broken(spark, tmp_path_factory):
     root = tmp_path_factory.mktemp("quality")
     (root / "p.yaml").write_text(CONFIG)
     (root / "suite.yaml").write_text(SUITE)
@@ -80,8 +88,9 @@ def result(report, check, expectation_start=""):
 
 # Placement (murmur2, 4 partitions; pinned by test_partitioners): user_1 -> 3, user_3 -> 2, user_4 -> 2,
 # user_10 -> 1, "user_5" -> 1, "user_6 " -> 3, <SR framing>user_7 -> 2; user_1 over 3 partitions -> 0.
-# Offsets follow produce order per partition: p3 user_1@0,1 "user_6 "@2; p2 user_3@0 user_4@1
-# user_7@2; p1 user_10@0 "user_5"@1. customers: user_10 written with crc32 -> partition 0.
+# Offsets follow produce order per partition, and each put's transaction ends with a commit marker in
+# every partition it wrote: p3 user_1@0,1 (marker 2) "user_6 "@3; p2 user_3@0 user_4@1 (marker 2)
+# user_7@3; p1 user_10@0 (marker 1) "user_5"@2. customers: user_10 written with crc32 -> partition 0.
 SR_USER_7 = "\\x00\\x00\\x00\\x00\\x07user_7 (hex 0000000007757365725F37)"
 
 
@@ -90,10 +99,10 @@ def test_completeness_lists_exactly_the_missing_keys_with_references(broken):
     assert (r.success, r.offending_total) == (False, 4)
     ref = "referenced by 1 record(s) of orders, first at partition {p} offset {o}, last at partition {p} offset {o}"
     assert r.offending == [
-        f"{SR_USER_7} ({ref.format(p=2, o=2)})",
-        f'"user_5" ({ref.format(p=1, o=1)})',
+        f"{SR_USER_7} ({ref.format(p=2, o=3)})",
+        f'"user_5" ({ref.format(p=1, o=2)})',
         f"user_3 ({ref.format(p=2, o=0)})",
-        f"user_6  ({ref.format(p=3, o=2)})",
+        f"user_6  ({ref.format(p=3, o=3)})",
     ]
     assert "FAILED: 4 keys missing in customers: " in r.description and "user_3 (referenced" in r.description
 
@@ -164,7 +173,6 @@ def test_clean_lake_passes_and_cli_exit_codes(spark, broken, tmp_path, capsys):
     put(lake, config, "orders", b'user_1|{"n":1}\n')
     put(lake, config, "customers", b'user_1|{"ok":1}\n')
     put(lake, config, "narrow", b"user_2|{}\n")
-    refresh_lookup(spark, lake, config, config.lookup("customers"))
     cfg = ["--root", str(tmp_path / "lake"), "--config", str(root / "p.yaml")]
     assert main([*cfg, "check", "--report-dir", str(tmp_path / "r")]) == 1  # narrow still has 3 partitions
     out = capsys.readouterr().out
@@ -200,5 +208,8 @@ def test_key_format_requires_joined_topics_to_agree_on_encoding(spark, tmp_path)
     lake = Lake(tmp_path / "lake")
     put(lake, config, "a", b"k1|{}\n")
     put(lake, config, "b", b"\xff\x01|{}\n")  # fine for bytes keys
-    rows = key_format_findings(spark, lake, config, ["a", "b"]).filter("problem IS NOT NULL").collect()
+    cluster = connect(config, lake.root)
+    snapshot = take(cluster, config.topics.values())
+    topics = SnapshotReader(spark, cluster, config.topics, snapshot)
+    rows = key_format_findings(spark, topics, config, ["a", "b"]).filter("problem IS NOT NULL").collect()
     assert [tuple(r) for r in rows] == [("b", None, None, "declares bytes keys but a declares string")]

@@ -4,10 +4,11 @@ data with the exact findings."""
 
 from __future__ import annotations
 
+import uuid
 import zlib
 
 import pytest
-from bronzekit import append_lines
+from topickit import produce_lines
 
 from spark_jobs.config import load_config
 from spark_jobs.errors import UserError
@@ -45,7 +46,8 @@ checks:
 
 
 class Topics:
-    """Bronze records as the ingest mirrors them, with the partition and offset each one got."""
+    """Records on Kafka, one transaction per put, with the partition and offset each one got (a
+    transaction's commit marker takes the next offset of every partition it wrote)."""
 
     def __init__(self, lake, config):
         self.lake, self.config = lake, config
@@ -55,7 +57,8 @@ class Topics:
     def put(self, topic: str, lines: list[tuple[str, str | None]], partitioner: str = "murmur2") -> None:
         spec = self.config.topic(topic)
         text = b"".join(f"{k}|{'' if v is None else v}\n".encode() for k, v in lines)
-        append_lines(self.lake, spec, text, partitioner=partitioner)
+        produce_lines(self.lake, self.config, topic, text, partitioner=partitioner)
+        written = set()
         for key, _ in lines:
             if partitioner == "murmur2":
                 p = partition_for(key.encode(), spec.partitions)
@@ -64,6 +67,9 @@ class Topics:
             o = self.next.get((topic, p), 0)
             self.next[(topic, p)] = o + 1
             self.at.setdefault((topic, key), []).append((p, o))
+            written.add(p)
+        for p in written:  # the commit marker
+            self.next[(topic, p)] += 1
 
     def ref(self, topic: str, *refs: tuple[str, int]) -> str:
         """'first at partition P offset O, last at ...' over the given (key, version index) records."""
@@ -74,6 +80,12 @@ class Topics:
 
 @pytest.fixture(scope="module")
 def checked(spark, tmp_path_factory):
+    with pytest.MonkeyPatch.context() as env:  # the module's topics, apart from every test's
+        env.setenv("LAKE_KAFKA_TOPIC_PREFIX", f"quality-joins-{uuid.uuid4().hex[:8]}.")
+        return _checked(spark, tmp_path_factory)
+
+
+def _checked(spark, tmp_path_factory):
     root = tmp_path_factory.mktemp("quality-joins")
     (root / "p.yaml").write_text(CONFIG)
     (root / "suite.yaml").write_text(SUITE)

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import io
 import shutil
+import uuid
 from datetime import UTC, datetime
 
 import pytest
 
 from spark_jobs.backfill import run_backfill
 from spark_jobs.config import load_config
-from spark_jobs.ingest import sync_bronze
-from spark_jobs.kafka import connect
+from spark_jobs.kafka import connect, watermarks
 from spark_jobs.lake import Lake
 from spark_jobs.quality import run_suites
 from spark_jobs.report import failures_per_run, latest_per_suite, misplaced, report_path, split_offending
@@ -79,6 +79,12 @@ def test_latest_run_per_suite_and_failures_per_run():
 def shop(spark, tmp_path_factory):
     """Two failing runs: keys missing in the lookup, then a kcat-style backfill (one bad line
     quarantined) that fills them into the wrong partitions."""
+    with pytest.MonkeyPatch.context() as env:  # the module's topics, apart from every test's
+        env.setenv("LAKE_KAFKA_TOPIC_PREFIX", f"report-{uuid.uuid4().hex[:8]}.")
+        return _shop(spark, tmp_path_factory)
+
+
+def _shop(spark, tmp_path_factory):
     root = tmp_path_factory.mktemp("report")
     (root / "p.yaml").write_text(CONFIG)
     (root / "suite.yaml").write_text(SUITE)
@@ -89,13 +95,13 @@ def shop(spark, tmp_path_factory):
     cluster = connect(config, lake.root)
     produce_lines(cluster, config.topic("orders"), io.BytesIO(orders), "test", key_sep="|")
     produce_lines(cluster, config.topic("customers"), io.BytesIO(b'user_1|{"n":1}\n'), "test", key_sep="|")
-    sync_bronze(spark, lake, config, ["orders", "customers"])
     quiet = lambda m: None  # noqa: E731
     first = run_suites(spark, lake, config, log=quiet)
     run_backfill(spark, lake, config, "customers", partitioner="consistent_random", max_rejects=1, log=quiet)
     second = run_suites(spark, lake, config, log=quiet)
     assert not first.success and not second.success
-    return lake, config
+    ends = {t: [high for _, high in watermarks(cluster, config.topic(t))] for t in ("orders", "customers")}
+    return lake, config, ends
 
 
 @pytest.fixture(scope="module")
@@ -119,7 +125,7 @@ def visible_rows(page, section: str) -> list[list[str]]:
 
 
 def test_report_page_shows_what_failed_as_a_person_sees_it(shop, browser, tmp_path):
-    lake, config = shop
+    lake, config, ends = shop
     path = report_path(lake, "shop")
     assert path.is_file()
     page = browser.new_page(viewport={"width": 1100, "height": 900})
@@ -133,12 +139,16 @@ def test_report_page_shows_what_failed_as_a_person_sees_it(shop, browser, tmp_pa
 
     # the latest run only: completeness now passes, key placement fails with 3 keys
     latest = visible_rows(page, "latest")
-    assert [row[-2:] for row in latest] == [
+    assert [row[-3:-1] for row in latest] == [
         ["PASSED", "0"],
         ["PASSED", "0"],
         ["FAILED", "3"],
         ["PASSED", "0"],
     ]
+    # each check names the topics' offsets it read from Kafka, as the run started
+    read = [row[-1].split("\ntaken ")[0] for row in latest]
+    both = f"orders up to offsets {ends['orders']}\ncustomers up to offsets {ends['customers']}"
+    assert read == [both, both, both, f"customers up to offsets {ends['customers']}"]
     assert latest[0][0] == "shop_lookups (v1)"
     assert latest[0][2].startswith("completeness:orders->customers")
 

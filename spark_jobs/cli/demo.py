@@ -57,7 +57,6 @@ def cmd_demo(args) -> int:
 def _demo_stories(args, stories) -> int:
     """The foreign-key, derive and list joins on small readable data, step by step."""
     from spark_jobs.demo_stories import run_story
-    from spark_jobs.ingest import sync_bronze
     from spark_jobs.joins.oracle import audit
     from spark_jobs.joins.runner import run_join
     from spark_jobs.lake import Lake
@@ -80,16 +79,13 @@ def _demo_stories(args, stories) -> int:
         for line in render(columns, rows, as_json=False):
             print("  " + line.replace("\t", "  |  "))
 
-    def sync(config, topics: list[str]) -> None:
-        sync_bronze(spark, lake, config, topics)
-
     def gate(config) -> bool:
         return _gate(spark, lake, config, lambda text: print(f"\n-- {config.name}: {text}", flush=True))
 
     clean = True
     for story in stories:
         print(f"\n== the {story.name} pipeline ({story.pipeline})", flush=True)
-        config = run_story(story, lake, sync, gate, run, show)
+        config = run_story(story, lake, gate, run, show)
         if config is None:
             return 1
         for name in story.show:
@@ -158,7 +154,6 @@ def _demo_consents(args) -> int:
     """The product's main job on the embedded default: topics -> quality gate (fails: the lookup
     misses old customers) -> backfill -> quality gate (passes)."""
     from spark_jobs import demo
-    from spark_jobs.ingest import run_ingest
     from spark_jobs.kafka import connect
     from spark_jobs.session import get_spark
     from spark_jobs.topics import consume
@@ -180,10 +175,8 @@ def _demo_consents(args) -> int:
     if args.topics_only:
         return 0
 
-    print("\n(starting Spark for the ingest, the quality suites and the backfill ...)", flush=True)
+    print("\n(starting Spark for the quality suites, the backfill and the joins ...)", flush=True)
     spark = get_spark(app_name="demo")
-    print("\n== ingest: Kafka -> bronze Delta tables (Spark Structured Streaming, exactly once)", flush=True)
-    print(run_ingest(spark, lake, config).text())
 
     passed = _gate(spark, lake, config, numbered(2))
     if not passed:
@@ -195,7 +188,6 @@ def _demo_joins(spark, lake, config) -> int:
     """The demo's joins, run after the gate: the table-table join carries every e-mail; the
     stream-table join shows why backfills come first."""
     from spark_jobs import demo
-    from spark_jobs.ingest import sync_bronze
     from spark_jobs.joins.oracle import audit
     from spark_jobs.joins.runner import run_join
     from spark_jobs.kafka import connect
@@ -224,7 +216,6 @@ def _demo_joins(spark, lake, config) -> int:
     print("events happened, and a stream-table join never revisits an event. Backfill first, then")
     print("start the stream. A consent event that arrives now, after the backfill, is enriched:")
     if demo.write_late_consent(connect(config, lake.root), config):
-        sync_bronze(spark, lake, config, [demo.CONSENTS_TOPIC])
         run(demo.AT_EVENT_TIME)
     show(demo.AT_EVENT_TIME, ["key", "timestamp", "contactMailAddress"])
 

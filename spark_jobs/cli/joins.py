@@ -13,23 +13,25 @@ def register(sub, common) -> None:
         "run",
         parents=[common],
         help="run a join: --once (everything available, then exit) or --continuous (until stopped)",
-        description="Runs a join of the pipeline as a Spark Structured Streaming query. It resumes where "
-        "it stopped (checkpoint under <root>/_checkpoints/JOIN). --continuous stops after the current "
-        "micro-batch on SIGTERM or Ctrl-C.",
+        description="Runs a join of the pipeline as a Spark Structured Streaming query over its Kafka "
+        "topics. It resumes where it stopped (checkpoint under <root>/_checkpoints/JOIN: Kafka offsets). "
+        "--once reads the topics up to their end offsets as it starts and says which offsets it read; "
+        "--continuous stops after the current micro-batch on SIGTERM or Ctrl-C.",
     )
     r.add_argument("join")
     mode = r.add_mutually_exclusive_group(required=True)
     mode.add_argument("--once", action="store_true", help="process everything available, then exit")
     mode.add_argument("--continuous", action="store_true", help="run until SIGTERM / Ctrl-C")
     r.add_argument("--trigger", type=float, default=5.0, metavar="SECONDS", help="micro-batch interval")
-    r.add_argument("--max-files", type=int, metavar="N", help="at most N data files per topic per batch")
+    r.add_argument(
+        "--max-records", type=int, metavar="N", help="at most N Kafka offsets per micro-batch (all inputs)"
+    )
     r.add_argument(
         "--table-every",
         type=float,
-        default=0.0,
         metavar="SECONDS",
         help="a keyed join with --continuous: publish every micro-batch, write the result table behind "
-        "it at most every SECONDS (default: every micro-batch writes it)",
+        "it at most every SECONDS (default: the join's table_every setting, else every micro-batch)",
     )
     r.add_argument("--reset", action="store_true", help="forget the join's state and result first")
     r.set_defaults(run=cmd_run)
@@ -41,9 +43,7 @@ def register(sub, common) -> None:
     )
     sj.add_argument("join")
     sj.add_argument("--trigger", type=float, default=5.0, metavar="SECONDS", help="micro-batch interval")
-    sj.add_argument(
-        "--table-every", type=float, default=0.0, metavar="SECONDS", help="as for lake run --continuous"
-    )
+    sj.add_argument("--table-every", type=float, metavar="SECONDS", help="as for lake run --continuous")
     sj.set_defaults(run=cmd_start)
 
     sp = sub.add_parser("stop", parents=[common], help="stop a join's continuous job after its current batch")
@@ -51,7 +51,11 @@ def register(sub, common) -> None:
     sp.add_argument("--timeout", type=float, default=120.0, metavar="SECONDS", help="how long to wait")
     sp.set_defaults(run=cmd_stop)
 
-    st = sub.add_parser("status", parents=[common], help="the joins: running?, last batch, inputs behind")
+    st = sub.add_parser(
+        "status",
+        parents=[common],
+        help="the joins: running?, last batch, Kafka records behind, result rows not yet in the table",
+    )
     st.add_argument("--json", action="store_true", help="one JSON object per join")
     st.set_defaults(run=cmd_status)
 
@@ -62,7 +66,7 @@ def register(sub, common) -> None:
     )
     he.add_argument("joins", nargs="*", metavar="JOIN", help="default: every join of the pipeline")
     he.add_argument(
-        "--max-behind", type=int, metavar="N", help="versions (default: airflow.max_versions_behind)"
+        "--max-behind", type=int, metavar="N", help="records (default: airflow.max_records_behind)"
     )
     he.set_defaults(run=cmd_health)
 
@@ -85,8 +89,8 @@ def cmd_run(args) -> int:
     spec = config.join(args.join)  # fail fast, before Spark starts
     if args.trigger <= 0:
         raise UserError("--trigger must be a positive number of seconds")
-    if args.max_files is not None and args.max_files < 1:
-        raise UserError("--max-files must be at least 1")
+    if args.max_records is not None and args.max_records < 1:
+        raise UserError("--max-records must be at least 1")
     check_table_every(spec, args.once, args.table_every)
     if args.reset:
         for item in reset_join(lake, config, args.join):
@@ -101,7 +105,7 @@ def cmd_run(args) -> int:
         args.join,
         once=args.once,
         trigger_seconds=args.trigger,
-        max_files=args.max_files,
+        max_records=args.max_records,
         log=stderr,
         table_every=args.table_every,
     )
@@ -139,7 +143,6 @@ def cmd_stop(args) -> int:
 
 
 def cmd_status(args) -> int:
-
     from spark_jobs.joins.runner import status
     from spark_jobs.joins.supervise import ingest_status
 
@@ -156,21 +159,43 @@ def cmd_status(args) -> int:
         if ingest["running"]
         else "stopped"
     )
-    print(f"ingest ({ingest['job']}): {state}")
+    print(f"bronze mirror ({ingest['job']}): {state}")
     if not rows:
         print(f"no joins declared in {config.source}")
+    if rows and rows[0]["kafka_error"]:
+        print(f"records behind: unknown ({rows[0]['kafka_error']})")
     for row in rows:
-        state = f"running (pid {row['pid']})" if row["running"] else "stopped"
-        behind = row["versions_behind"]
-        lag = ", ".join(f"{side} {'-' if n is None else n}" for side, n in behind.items())
-        last = (
-            f"last batch {row['last_batch_at']}: {row['last_batch_in']} in, {row['last_batch_out']} out, "
-            f"{row['last_batch_ms']} ms, {row['pending']} pending"
-            if row["last_batch_at"]
-            else "no batch yet"
-        )
-        print(f"{row['join']} ({row['kind']}): {state}; versions behind: {lag}; {last}")
+        print(status_line(config, row))
     return 0
+
+
+def status_line(config, row: dict) -> str:
+    """One join's line: ``t_left (table): stopped; records behind: L 0, R 2; read L up to offsets [..],
+    ...; result table 0 rows behind its changelog; last batch ...``."""
+    from spark_jobs.joins.runner import offsets_read
+
+    spec = config.join(row["join"])
+    state = f"running (pid {row['pid']})" if row["running"] else "stopped"
+    behind = ", ".join(
+        f"{topic} {'-' if row['records_behind'][side] is None else row['records_behind'][side]}"
+        for side, topic in spec.sides
+    )
+    parts = [f"{row['join']} ({row['kind']}): {state}", f"records behind: {behind}"]
+    if row["checkpoint_error"]:
+        parts.append(row["checkpoint_error"])
+    elif row["offsets"]:
+        parts.append(f"read {offsets_read(spec, config, row['offsets'])}")
+    else:
+        parts.append("nothing read yet")
+    if spec.publish and row["table_behind"]:
+        parts.append(f"result table {row['table_behind']} row(s) behind its changelog topic")
+    parts.append(
+        f"last batch {row['last_batch_at']}: {row['last_batch_in']} in, {row['last_batch_out']} out, "
+        f"{row['last_batch_ms']} ms, {row['pending']} pending"
+        if row["last_batch_at"]
+        else "no batch yet"
+    )
+    return "; ".join(parts)
 
 
 def cmd_health(args) -> int:
@@ -179,7 +204,7 @@ def cmd_health(args) -> int:
     config, lake = context(args)
     for name in args.joins:
         config.join(name)
-    limit = config.airflow.max_versions_behind if args.max_behind is None else args.max_behind
+    limit = config.airflow.max_records_behind if args.max_behind is None else args.max_behind
     if limit < 0:
         raise UserError("--max-behind must not be negative")
     problems = health(lake, config, limit, args.joins or None)
@@ -187,7 +212,7 @@ def cmd_health(args) -> int:
         print(f"UNHEALTHY: {problem}")
     if not problems:
         print(
-            f"healthy: {', '.join(args.joins or config.joins) or 'no joins'} (limit {limit} versions behind)"
+            f"healthy: {', '.join(args.joins or config.joins) or 'no joins'} (limit {limit} records behind)"
         )
     return 1 if problems else 0
 

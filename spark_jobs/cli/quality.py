@@ -77,7 +77,8 @@ def cmd_check(args) -> int:
     else:
         for r in report.results:
             print(f"{'PASS' if r.success else 'FAIL'}  {r.suite} / {r.check}: {r.description}")
-        print(f"\nsummary: {report.summary_html}")
+        print(f"\nchecked: {report.covers()}")
+        print(f"summary: {report.summary_html}")
         if report.data_docs:
             print(f"Data Docs: {report.data_docs}")
     return 0 if report.success or args.exit_zero else 1

@@ -276,17 +276,17 @@ def cmd_repartition(args) -> int:
     if not result.replaced:
         print(
             f"{result.topic}: all {result.records:,} records already placed by {result.partitioner}; "
-            "nothing rewritten"
+            f"nothing rewritten (read {result.read})"
         )
         return 0
     print(
         f"{result.topic}: replaced with a copy of its {result.records:,} records placed by "
         f"{result.partitioner} ({result.moved:,} changed partition, per-key order kept, offsets renumbered); "
-        "its bronze table was rebuilt"
+        "its bronze table was rebuilt" + (f"; the copy read {result.read}" if result.read else "")
     )
     if result.restart:
         print(f"restart from scratch (their positions no longer apply): {', '.join(result.restart)}")
-        print("  lookups rebuild themselves on their next refresh (lake backfill / lake check)")
+        print("  lookup tables rebuild themselves on their next refresh (lake ingest)")
         for job in result.restart:
             if job.startswith("join:"):
                 print(f"  {job}: lake run {job.removeprefix('join:')} --once --reset")

@@ -153,30 +153,23 @@ def pipeline_dag(b: _Builder) -> DAG:
     doc = (
         f"Backfill, check, then stream: the main run of pipeline `{config.name}`.\n\n"
         f"{config.description}\n\n"
-        "1. **ingest**: mirrors the pipeline's Kafka topics into their bronze Delta tables (`lake ingest "
-        "--once`, exactly once).\n"
-        "2. **backfill_&lt;lookup&gt;**: produces each lookup's missing entities from its dump to its "
+        "1. **backfill_&lt;lookup&gt;**: produces each lookup's missing entities from its dump to its "
         "Kafka topic, with the partitioner of the topics it is joined with (values the topic holds "
-        "are kept: it may be newer than the dump).\n"
-        "3. **run_quality_suites**: completeness, co-partitioning, key format.\n"
-        "4. **quality_gate**: fails the run, with the plain-words summary and the report path, when a "
+        "are kept: it may be newer than the dump), compared with the topic as Kafka holds it.\n"
+        "2. **run_quality_suites**: completeness, co-partitioning, key format, over the topics read "
+        "from Kafka up to their end offsets as the run starts (the report names them).\n"
+        "3. **quality_gate**: fails the run, with the plain-words summary and the report path, when a "
         "check failed. Then the joins are *not* started.\n"
-        "5. **ensure_joins_running**: starts the pipeline's continuous ingest (Kafka → bronze) and each "
-        "continuous join that is not running; running ones are left alone.\n"
-        "6. **wait_joins_caught_up**: waits until the joins have read all of their input.\n"
-        "7. **dbt_build**: `lake dbt build` of the pipeline's dbt models (staging views, marts, tests).\n\n"
+        "4. **ensure_joins_running**: starts the pipeline's continuous ingest (Kafka → bronze, the "
+        "lake's mirror) and each continuous join that is not running; running ones are left alone.\n"
+        "5. **wait_joins_caught_up**: waits until the joins have processed every record of their "
+        "topics.\n"
+        "6. **dbt_build**: `lake dbt build` of the pipeline's dbt models (staging views, marts, tests).\n\n"
         f"Config: `{b.config_path}`; lake root: `{b.root}`."
     )
     with b.dag(
         "pipeline", config.airflow.schedule, doc, "pipeline", is_paused_upon_creation=b.af.paused_at_creation
     ) as dag:
-        ingest = b.spark(
-            "ingest",
-            ["ingest", "--once", *b.common()],
-            f"Mirrors the Kafka topics of the pipeline ({', '.join(config.topics)}) into their bronze "
-            "Delta tables: Spark's Kafka source into Delta's sink, exactly once through the checkpoints "
-            "under `<root>/_checkpoints/ingest`.",
-        )
         backfills = [
             b.spark(
                 f"backfill_{name}",
@@ -194,8 +187,8 @@ def pipeline_dag(b: _Builder) -> DAG:
         ensure = b.python(
             "ensure_joins_running",
             tasks.ensure_joins_running,
-            "Starts the pipeline's continuous ingest (Kafka → bronze; the joins read bronze, so they see "
-            "new records only through it), then each continuous join that is not running: detached, "
+            "Starts the pipeline's continuous ingest (Kafka → bronze: the lake's mirror, which the joins "
+            "do not need: they read Kafka), then each continuous join that is not running: detached, "
             "supervised processes with pid and heartbeat under `<root>/_jobs`. Running ones are left "
             f"alone, so re-runs never start a second copy. Joins: {', '.join(config.joins) or 'none'}.",
             retries=b.af.retries,
@@ -213,7 +206,7 @@ def pipeline_dag(b: _Builder) -> DAG:
             poke_interval=10,
             timeout=JOINS_CATCH_UP_TIMEOUT,
             mode="poke",  # a short wait; keeps `airflow dags test` simple
-            doc_md="Waits until every join has read all of its input topics (0 versions behind), so the "
+            doc_md="Waits until every join has processed all of its input topics (0 records behind), so the "
             "marts are built from caught-up results. Fails after "
             f"{JOINS_CATCH_UP_TIMEOUT // 60} minutes, naming the joins still behind.",
         )
@@ -226,9 +219,7 @@ def pipeline_dag(b: _Builder) -> DAG:
             retries=0,  # a failing data test is not fixed by running it again
         )
         if backfills:
-            ingest >> backfills >> suites
-        else:
-            ingest >> suites
+            backfills >> suites
         suites >> gate >> ensure >> caught_up >> dbt
     return dag
 
@@ -348,7 +339,7 @@ def streams_dag(b: _Builder) -> DAG:
         f"Scheduled (`{b.af.health_schedule}`) it checks their health and that of the pipeline's "
         "continuous ingest (Kafka → bronze): the run fails, and the failure callbacks alert, when a job "
         "is down, has stopped heartbeating, or an input is more than "
-        f"{b.af.max_versions_behind} versions behind. Triggered with `action` = `start` it starts the "
+        f"{b.af.max_records_behind} records behind. Triggered with `action` = `start` it starts the "
         "ingest and the joins that are not running (never a second copy); `stop` stops them after their "
         "current micro-batch, for maintenance (the ingest only when `join` is `all`)."
     )
@@ -377,7 +368,7 @@ def streams_dag(b: _Builder) -> DAG:
             "check_health",
             tasks.check_health,
             "Fails when a join is down, stuck, or its input is too many versions behind.",
-            op_kwargs={**common, "max_versions_behind": b.af.max_versions_behind},
+            op_kwargs={**common, "max_records_behind": b.af.max_records_behind},
         )
         start = b.python(
             "start_joins",

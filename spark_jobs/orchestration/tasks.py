@@ -129,9 +129,9 @@ def _chosen_joins(config, context: dict) -> list[str]:
 
 
 def ensure_joins_running(config_path: str, root: str, conn_id: str, trigger: float, **context: Any) -> dict:
-    """Start the pipeline's continuous ingest, then each join's continuous job, unless they run (then
-    they are left alone). The jobs run detached from this worker, registered with pid and heartbeat
-    under ``<root>/_jobs``."""
+    """Start the pipeline's continuous ingest (the lake's bronze mirror), then each join's continuous
+    job (with its ``table_every`` setting), unless they run (then they are left alone). The jobs run
+    detached from this worker, registered with pid and heartbeat under ``<root>/_jobs``."""
     from spark_jobs.joins.supervise import start_ingest, start_join
 
     config, lake = _lake(config_path, root)
@@ -140,7 +140,7 @@ def ensure_joins_running(config_path: str, root: str, conn_id: str, trigger: flo
         return {}
     env = {"LAKE_SPARK_MASTER": connection_master(conn_id)}
     outcome = {}
-    for name in ["ingest", *_chosen_joins(config, context)]:  # the joins read what the ingest mirrors
+    for name in ["ingest", *_chosen_joins(config, context)]:
         if name == "ingest":
             state = start_ingest(lake, config_path, config, env=env)
         else:
@@ -159,17 +159,19 @@ def ensure_joins_running(config_path: str, root: str, conn_id: str, trigger: flo
 
 
 def joins_caught_up(config_path: str, root: str, **context: Any) -> bool:
-    """True when every join of the pipeline has read all of its input topics (the sensor's poke)."""
+    """True when every join of the pipeline has processed all of its input topics' records (the
+    sensor's poke)."""
     from spark_jobs.joins.runner import status
 
     config, lake = _lake(config_path, root)
-    behind = {
-        row["join"]: {side: n for side, n in row["versions_behind"].items() if n}
-        for row in status(lake, config)
-    }
+    rows = status(lake, config)
+    if rows and rows[0]["kafka_error"]:
+        log.info("cannot ask Kafka: %s", rows[0]["kafka_error"])
+        return False
+    behind = {row["join"]: {side: n for side, n in row["records_behind"].items() if n} for row in rows}
     behind = {join: sides for join, sides in behind.items() if sides}
     if behind:
-        log.info("still behind (versions per input): %s", behind)
+        log.info("still behind (records per input): %s", behind)
     return not behind
 
 
@@ -187,16 +189,16 @@ def stop_joins(config_path: str, root: str, **context: Any) -> dict:
     return {name: {"pid": state.pid, "stopped": state.changed} for name, state in states.items()}
 
 
-def check_health(config_path: str, root: str, max_versions_behind: int, **context: Any) -> str:
+def check_health(config_path: str, root: str, max_records_behind: int, **context: Any) -> str:
     """Fail (so the failure callbacks alert) when a join is down, stuck, or too far behind."""
     from spark_jobs.joins.supervise import health
 
     config, lake = _lake(config_path, root)
     joins = _chosen_joins(config, context)
-    problems = health(lake, config, max_versions_behind, joins)
+    problems = health(lake, config, max_records_behind, joins)
     if problems:
         raise _fail(f"{len(problems)} problem(s): " + "; ".join(problems))
-    message = f"healthy: {', '.join(joins) or 'no joins'} (limit {max_versions_behind} versions behind)"
+    message = f"healthy: {', '.join(joins) or 'no joins'} (limit {max_records_behind} records behind)"
     log.info(message)
     return message
 

@@ -1,8 +1,9 @@
 """Benchmark: end-to-end freshness of the consents table join, as a user sees it.
 
 An embedded broker of its own, the demo pipeline's topics with 10,000 accounts, then as continuous
-jobs `lake ingest --continuous` (Kafka -> bronze) and `lake run consents_with_mail --continuous`
-(bronze -> join result in Delta), each with a 0.5 s trigger. Consents are produced at 1,000 records/s
+jobs `lake ingest --continuous` (Kafka -> bronze, the lake's copy) and `lake run consents_with_mail
+--continuous` (Kafka -> join result in Delta, the join reads the topics itself), each with a 0.5 s
+trigger. Consents are produced at 1,000 records/s
 for SECONDS (default 60) by one long-lived producer, as a user's application would (confluent-kafka,
 idempotent, acks=all, murmur2 like the Java client, linger 5 ms), each carrying a unique customerId;
 this process follows the result table's commits (their change-data and data files, read from the
@@ -151,8 +152,8 @@ def main() -> None:
             f"consents produced for {SECONDS} s: {produced:,} records ({produced / SECONDS:,.0f}/s, "
             f"target {RATE:,}/s), {ACCOUNTS:,} accounts"
         )
-        print(f"produced -> bronze (ingest, trigger 0.5 s):            {percentiles(bronze_lat)}")
-        print(f"produced -> join result in Delta (ingest + join, 0.5 s): {percentiles(join_lat)}")
+        print(f"produced -> bronze (ingest, trigger 0.5 s):              {percentiles(bronze_lat)}")
+        print(f"produced -> join result in Delta (the join reads Kafka, 0.5 s): {percentiles(join_lat)}")
         missing = produced - len(join_lat)
         print(f"not visible in the result at the end: {missing:,}")
 

@@ -2,8 +2,8 @@
 
 For left 1,000,000 keys / right 100,000 keys, and again at 100,000 / 10,000: load the topics, run the
 first micro-batch (everything), then BATCHES micro-batches of 1,000 left + 100 right changes each
-(random keys, new values), with the join running as ``lake run`` runs it (bronze streamed into the
-engine's plan and ``foreachBatch``), and report the median time from the bronze append to the result
+(random keys, new values), with the join running as ``lake run`` runs it (its Kafka topics streamed into
+the engine's plan and ``foreachBatch``), and report the median time from the produce to the result
 visible. A 10,000-key round first warms the JVM and the Python workers and is not reported. The baseline, measured in the same run at each size: recompute the whole join from the topics
 with Spark (latest value per key of both topics, join, select) and overwrite a result table, as a job
 without incremental state would every batch. `make bench` runs it (and `make bench-cluster` on the standalone cluster, without the deletion-vector
@@ -12,6 +12,7 @@ run); usage: bench_joins.py [BATCHES] [--no-deletion-vectors].
 
 from __future__ import annotations
 
+import os
 import statistics
 import sys
 import tempfile
@@ -19,8 +20,15 @@ import time
 from pathlib import Path
 
 import numpy as np
-from benchkit import TABLE_JOIN_PIPELINE, EngineJoin, keys, values  # (and tests/ on sys.path)
-from bronzekit import append_bronze
+from benchkit import (  # (and tests/ on sys.path)
+    TABLE_JOIN_PIPELINE,
+    EngineJoin,
+    embedded_broker,
+    kafka_records,
+    keys,
+    produce_records,
+    values,
+)
 
 from spark_jobs.config import load_config
 from spark_jobs.joins.oracle import expected
@@ -39,28 +47,23 @@ def run_size(spark, root: Path, left_keys: int, right_keys: int, deletion_vector
     """One size; ``deletion_vectors``: the tables made with Delta's deletion vectors, so that a MERGE
     marks the replaced rows instead of rewriting their files."""
     spark.conf.set(DV_DEFAULT, str(deletion_vectors).lower())
+    os.environ["LAKE_KAFKA_TOPIC_PREFIX"] = f"{root.name}."  # each size's topics of its own
     (root / "p.yaml").write_text(TABLE_JOIN_PIPELINE)
     config = load_config(root / "p.yaml")
     lake = Lake(root / "lake")
     rng = np.random.default_rng(42)
-    append_bronze(lake, config.topic("left"), keys(np.arange(left_keys)), values("l", left_keys))
-    append_bronze(lake, config.topic("right"), keys(np.arange(right_keys)), values("r", right_keys))
+    produce_records(lake, config, "left", keys(np.arange(left_keys)), values("l", left_keys))
+    produce_records(lake, config, "right", keys(np.arange(right_keys)), values("r", right_keys))
     join = EngineJoin(spark, lake, config, root)
     first = join.wait()
     latencies = []
     for b in range(1, BATCHES + 1):
         before = join.affected  # before the appends: the query may finish a batch before wait()
-        append_bronze(
-            lake,
-            config.topic("left"),
-            keys(rng.choice(left_keys, 1000, replace=False)),
-            values(f"l{b}-", 1000),
+        produce_records(
+            lake, config, "left", keys(rng.choice(left_keys, 1000, replace=False)), values(f"l{b}-", 1000)
         )
-        append_bronze(
-            lake,
-            config.topic("right"),
-            keys(rng.choice(right_keys, 100, replace=False)),
-            values(f"r{b}-", 100),
+        produce_records(
+            lake, config, "right", keys(rng.choice(right_keys, 100, replace=False)), values(f"r{b}-", 100)
         )
         latencies.append(join.wait())  # a wave may be one micro-batch or two (left, then right)
         assert join.affected - before >= 1000
@@ -72,13 +75,7 @@ def run_size(spark, root: Path, left_keys: int, right_keys: int, deletion_vector
     lake.create("bench_recomputed", schema)
     for _ in range(3):
         started = time.perf_counter()
-        table = expected(
-            spark,
-            lake,
-            config,
-            "bench",
-            versions={"left": lake.version("left"), "right": lake.version("right")},
-        )
+        table = expected(spark, lake, config, "bench", kafka_records(spark, lake, config))
         lake.overwrite("bench_recomputed", table)
         recompute.append(time.perf_counter() - started)
     result_rows = lake.read_arrow("bench").num_rows
@@ -94,7 +91,11 @@ def run_size(spark, root: Path, left_keys: int, right_keys: int, deletion_vector
 
 
 def main() -> None:
-    spark = get_spark(app_name="bench-joins")
+    with tempfile.TemporaryDirectory() as tmp, embedded_broker(Path(tmp) / "kafka"):
+        sizes(get_spark(app_name="bench-joins"))
+
+
+def sizes(spark) -> None:
     spark.range(1).collect()
     with tempfile.TemporaryDirectory() as tmp:  # warm-up (JIT, Python workers), not reported
         run_size(spark, Path(tmp), 10_000, 1_000)

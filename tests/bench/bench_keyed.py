@@ -8,9 +8,9 @@ key), the other 900,000 products point at random other merchants.
 List: 100,000 persons x 10 address ids into 200,000 addresses, plus one person with 10,000 addresses.
   - a batch of 1,000 address updates (every person holding one is re-enriched);
   - the 10,000-address person gains one address: the goal is one element joined, not 10,000.
-Each join runs as ``lake run`` runs it: the bronze tables streamed into the join's plan (its state
+Each join runs as ``lake run`` runs it: its Kafka topics streamed into the join's plan (its state
 operators in Spark's state store), then ``foreachBatch`` of the engine; a batch is timed from the
-bronze append to the result visible, with the result rows changed per second and the work counters
+produce to the result visible, with the result rows changed per second and the work counters
 of ``join_metrics``. The baseline: the whole join recomputed from the topics with Spark (the oracle)
 and written over a table, as a stateless job would every batch. ``--hot-million`` adds the extreme
 skew case: 1,000,000 products all pointing at one merchant, and that merchant updated (with the peak
@@ -21,6 +21,7 @@ bench_keyed.py [--hot-million].
 from __future__ import annotations
 
 import json
+import os
 import sys
 import tempfile
 import time
@@ -29,8 +30,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-from benchkit import EngineJoin  # (and tests/ on sys.path)
-from bronzekit import append_bronze
+from benchkit import EngineJoin, embedded_broker, kafka_records, produce_records  # (and tests/ on sys.path)
 
 from spark_jobs.config import load_config
 from spark_jobs.joins.engine import BatchMetrics
@@ -78,16 +78,17 @@ def json_values(rows) -> pa.Array:
 
 class Bench:
     def __init__(self, spark, root: Path):
+        os.environ["LAKE_KAFKA_TOPIC_PREFIX"] = f"{root.name}."  # each run's topics of its own
         (root / "p.yaml").write_text(CONFIG)
         self.spark, self.root = spark, root
         self.config, self.lake = load_config(root / "p.yaml"), Lake(root / "lake")
         self.engines: dict[str, EngineJoin] = {}
 
-    def produce(self, topic: str, keys, values) -> int:
-        return append_bronze(self.lake, self.config.topic(topic), encode(keys), json_values(values))
+    def produce(self, topic: str, keys, values) -> None:
+        produce_records(self.lake, self.config, topic, encode(keys), json_values(values))
 
     def run(self, name: str) -> tuple[float, BatchMetrics]:
-        """Seconds from now (just after the bronze appends) until join ``name``'s result is visible,
+        """Seconds from now (just after the produce) until join ``name``'s result is visible,
         and the engine's metrics of those batches summed. The first call starts the join's query."""
         started = time.perf_counter()
         engine = self.engines.get(name)
@@ -106,15 +107,10 @@ class Bench:
             engine.query.stop()
 
     def recompute(self, name: str) -> tuple[float, int]:
-        spec = self.config.join(name)
         self.lake.create(f"{name}_recomputed", pa.schema(self.lake.read_arrow(name).schema))
         started = time.perf_counter()
         table = expected(
-            self.spark,
-            self.lake,
-            self.config,
-            name,
-            versions={s: self.lake.version(t) for s, t in spec.sides},
+            self.spark, self.lake, self.config, name, kafka_records(self.spark, self.lake, self.config)
         )
         self.lake.overwrite(f"{name}_recomputed", table)
         return time.perf_counter() - started, table.num_rows
@@ -230,7 +226,11 @@ def lists(spark, root: Path, persons: int = 100_000, per: int = 10, addresses: i
 
 
 def main() -> None:
-    spark = get_spark(app_name="bench-keyed")
+    with tempfile.TemporaryDirectory() as tmp, embedded_broker(Path(tmp) / "kafka"):
+        runs(get_spark(app_name="bench-keyed"))
+
+
+def runs(spark) -> None:
     spark.range(1).collect()
     with tempfile.TemporaryDirectory() as tmp:  # warm-up (JIT, Python workers), not reported
         fk(spark, Path(tmp), 20_000, 2_000, 2_000)

@@ -28,10 +28,10 @@ And for each join and system: CPU seconds and peak resident memory of its proces
 product its changelog topic (read committed, the same reader) and, beside it, its Delta result table
 (each commit's change-data or data files read with pyarrow; no Spark job in this process), which
 ``--table-every TABLE_EVERY`` writes behind the topic. A workload starts when the previous one is
-visible in both. Arguments name the joins to run (``fk``, ``list``; default both). The product runs as a user runs it: ``lake ingest --continuous`` (Kafka ->
-bronze) and ``lake run <join> --continuous``, both with TRIGGER seconds, and ``LAKE_PROFILE=1``: the
-profile of the fk waves (where a wave's time goes, from the jobs' logs: ``spark_jobs.profile``) is
-printed after the table. At the end the final result per key of the peer must equal the product's
+visible in both. Arguments name the joins to run (``fk``, ``list``; default both). The product runs as a
+user runs it: ``lake run <join> --continuous`` (the join reads its Kafka topics) with TRIGGER seconds
+and ``LAKE_PROFILE=1``: the profile of each workload (where its time goes, from the job's log:
+``spark_jobs.profile``) is printed after the table. At the end the final result per key of the peer must equal the product's
 result table and its changelog topic (the first differing keys are printed otherwise). Run with
 ``make bench-peer``; PEER_PRODUCTS and PEER_PERSONS set the sizes, PEER_TRIGGER the product's trigger,
 PEER_TABLE_EVERY its ``--table-every`` (default 5 s).
@@ -466,25 +466,21 @@ def _phases(label: str, batches: list[Batch]) -> dict[str, float]:
 
 def profile(batches: list[Batch], windows: list[tuple[float, float]], join: str) -> dict[str, float]:
     """Per window (produce start -> all visible), where its time went; the median over the windows, in
-    ms. Its ingest batches are those of the ingest's queries (one per topic) that start in it before its
-    last join batch; its join batches those of the join's query. The gaps between them are trigger
-    waits and the sources' polling (for an initial load, also the jobs' start). The join's last batch
-    goes on after its publish (its write, metrics, commit): the last row says how long."""
+    ms: the join's micro-batches that start in it, their Spark phases (addBatch split into the engine's
+    own), and the gap before the first (the trigger wait and the source's polling; for an initial load,
+    also the job's start). The join's last batch goes on after its publish (its write, metrics,
+    commit): a row says how long."""
     rows = []
     for start, seen in windows:
-        mine = [b for b in batches if start <= b.start <= seen]
-        joins = [b for b in mine if b.query == join]
-        ingests = [b for b in mine if b.query.startswith("ingest_") and joins and b.start < joins[-1].start]
-        if not ingests or not joins:
+        joins = [b for b in batches if start <= b.start <= seen and b.query == join]
+        if not joins:
             continue
-        row = {"produce -> the ingest's batch starts": (ingests[0].start - start) * 1000}
-        row |= _phases("ingest", ingests)
-        row["bronze visible -> the join's batch starts"] = (joins[0].start - ingests[-1].visible) * 1000
+        row = {"produce -> the join's batch starts": (joins[0].start - start) * 1000}
         row |= _phases("join", joins)
         end = joins[-1].start + joins[-1].ms.get("triggerExecution", 0) / 1000
         row["(seen on the topic -> the join's batch ends: its write and what follows)"] = (end - seen) * 1000
         row["all: produce -> seen"] = (seen - start) * 1000
-        row["(ingest micro-batches)"], row["(join micro-batches)"] = len(ingests), len(joins)
+        row["(join micro-batches)"] = len(joins)
         rows.append(row)
     names = list(dict.fromkeys(k for r in rows for k in r))
     return {k: float(np.median([r.get(k, 0.0) for r in rows])) for k in names}
@@ -544,26 +540,13 @@ def run_scenario(
     )
     for follower in followers:
         follower.start()
-    logs = [tmp / f"ingest-{name}.log", tmp / f"run-{name}.log"]
+    logs = [tmp / f"run-{name}.log"]
 
     def start_product() -> None:
         config_path = tmp / "peer_bench.yaml"
         jobs.append(
             start_lake(
                 logs[0],
-                root,
-                config_path,
-                "ingest",
-                work.left,
-                work.right,
-                "--continuous",
-                "--trigger",
-                TRIGGER,
-            )
-        )
-        jobs.append(
-            start_lake(
-                logs[1],
                 root,
                 config_path,
                 "run",

@@ -1,7 +1,9 @@
 """Benchmark: backfill of a 1,000,000-line dump, then completeness + co-partitioning over a
-10,000,000-record stream topic and the 1,000,000-key lookup, on Spark local[2].
+10,000,000-record stream topic and the 1,000,000-key lookup, on Spark local[2], both read from Kafka
+(the suites read the topics up to their end offsets as they start).
 
-Reports seconds and records/s for each; Spark start-up is reported separately. `make bench` runs it.
+Reports seconds and records/s for each; Spark start-up is reported separately. `make bench` runs it;
+usage: bench_quality.py [STREAM_RECORDS] [KEYS].
 """
 
 from __future__ import annotations
@@ -11,8 +13,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchkit import embedded_broker
-from bronzekit import append_bronze
+from benchkit import embedded_broker, produce_records
 
 from spark_jobs.backfill import run_backfill
 from spark_jobs.config import load_config
@@ -66,8 +67,8 @@ def main() -> None:
                         return
 
         t0 = time.perf_counter()
-        for keys, values in stream():  # the checked stream, as the ingest mirrors it into bronze
-            append_bronze(lake, config.topic("events"), keys, values)
+        for keys, values in stream():  # the checked stream, on Kafka
+            produce_records(lake, config, "events", keys, values)
         print(f"setup: produced {STREAM:,} stream records in {time.perf_counter() - t0:.1f}s", flush=True)
         dump = root / "accounts.dump"
         write_synthetic_dump(dump, KEYS)

@@ -1,5 +1,5 @@
 """What the benchmarks share: an embedded Kafka broker of their own, the test kits on sys.path, the
-table-join workload of ``bench_joins`` and ``bench_state``, and the product's join run as a timed
+table-join workload of ``bench_joins``, and the product's join run as a timed
 streaming query."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/: bronzekit, joinkit
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/: joinkit, peerkit
 
 # A left table join of two 4-partition topics whose JSON values carry "v".
 TABLE_JOIN_PIPELINE = """
@@ -79,14 +79,32 @@ def embedded_broker(root: Path) -> Iterator[str]:
         broker.stop(root)
 
 
+def produce_records(lake, config, topic: str, keys: pa.Array, values: pa.Array) -> None:
+    """Records (binary keys and values) onto a topic of the benchmark's broker in one transaction,
+    murmur2 like a Java client."""
+    from spark_jobs.kafka import connect, produce
+
+    produce(connect(config, lake.root), config.topic(topic), [(keys, values)], "murmur2")
+
+
+def kafka_records(spark, lake, config):
+    """The oracle's reader: a topic's records from Kafka up to its end offsets now."""
+    from spark_jobs.kafka import connect
+    from spark_jobs.snapshots import records, take
+
+    cluster = connect(config, lake.root)
+    snapshot = take(cluster, config.topics.values())
+    return lambda topic: records(spark, cluster, config.topic(topic), snapshot.ends[topic])
+
+
 class Timed:
-    """A streaming query whose batches are timed: bronze append -> result visible, and Spark's parts."""
+    """A streaming query whose batches are timed: produced -> result visible, and Spark's parts."""
 
     query: object
     visible_at = 0.0
 
     def wait(self) -> float:
-        """Seconds from now until the result holds what is in bronze now."""
+        """Seconds from now until the result holds what is on the topics now."""
         started = time.perf_counter()
         self.query.processAllAvailable()  # type: ignore[attr-defined]
         return self.visible_at - started
@@ -106,16 +124,18 @@ class Timed:
 
 
 class EngineJoin(Timed):
-    """The product's join, as the runner builds it: the bronze tables streamed into ``JoinJob.plan``, then
+    """The product's join, as the runner builds it: its Kafka topics streamed into ``JoinJob.plan``, then
     ``foreachBatch(JoinJob.process)``."""
 
     def __init__(self, spark, lake, config, root: Path, name: str = "bench"):
         from spark_jobs.joins.registry import job_for
         from spark_jobs.joins.runner import input_stream
+        from spark_jobs.kafka import connect
 
         self.lake, self.name = lake, name
         self.job = job_for(spark, lake, config, config.join(name), "bench")
-        stream = self.job.plan(input_stream(spark, lake, config.join(name)))
+        cluster = connect(config, lake.root)
+        stream = self.job.plan(input_stream(spark, cluster, config, config.join(name)))
         self.query = (
             stream.writeStream.foreachBatch(self.sink)
             .option("checkpointLocation", str(root / f"{name}_checkpoint"))

@@ -61,7 +61,6 @@ bench: setup ## benchmarks (minutes); figures go to bench-results/ and belong in
 	@$(BIN)/python tests/bench/bench_quality.py | tee bench-results/quality.txt
 	@$(BIN)/python tests/bench/bench_joins.py | tee bench-results/joins.txt
 	@$(BIN)/python tests/bench/bench_keyed.py --hot-million | tee bench-results/keyed.txt
-	@$(BIN)/python tests/bench/bench_state.py | tee bench-results/state.txt
 	@$(BIN)/python tests/bench/bench_diagnose.py | tee bench-results/diagnose.txt
 	@$(BIN)/python tests/bench/bench_cli.py | tee bench-results/cli.txt
 	@LAKE_FAULT_KILLS=20 $(BIN)/python -m pytest -q tests/test_join_runner.py -k sigkill | tee bench-results/join-faults.txt

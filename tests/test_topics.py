@@ -331,3 +331,23 @@ def test_a_timestamp_the_topic_refuses_is_one_line_before_anything_is_sent(kc):
         put(kc, b"a;1\n", key_sep=";", timestamp_ms=ahead)
     assert dump(kc) == ""
     assert put(kc, b"a;1\n", key_sep=";", timestamp_ms=1_000).records == 1  # an old one is accepted
+
+
+def test_a_lake_root_that_cannot_be_written_is_one_line_and_nothing_is_sent(lake, tmp_path, capsys):
+    """A root whose path runs through a file (as a read-only or full root does, the first write
+    fails): one line naming the path and the fix, exit 1, and nothing on the topic."""
+    from spark_jobs.cli import main
+
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("")
+    path = tmp_path / "in.txt"
+    path.write_text("user_1;{}\n")
+    root = blocker / "lake"
+    assert main(["--root", str(root), "produce", "customer_consents", str(path), "-K", ";"]) == 1
+    assert capsys.readouterr().err == (
+        f"lake: error: cannot write {root}/_locks: a part of the path is a file, not a folder; "
+        "give a writable lake root with --root or $LAKE_ROOT\n"
+    )
+    # nothing reached Kafka: not even the topic was created
+    assert main(["--root", str(lake.root), "consume", "customer_consents"]) == 2
+    assert "customer_consents does not exist on Kafka" in capsys.readouterr().err

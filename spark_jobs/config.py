@@ -479,10 +479,18 @@ def _airflow(doc: LocatedYaml, raw: Any) -> AirflowSpec:
     return AirflowSpec(**values)
 
 
+# the names the lake keeps for its own tables, which no topic or join may take
+RESERVED = f"({', '.join(SYSTEM_TABLES)}, lookup_<name>, <join>__<state>); choose another"
+
+
 def _topic(doc: LocatedYaml, name: str, spec: Any) -> TopicSpec:
     path = ("topics", name)
     if not NAME_RE.match(name):
         raise doc.error(path, "topic names use letters, digits, '_', '-' or '.'")
+    if name in SYSTEM_TABLES or name.startswith("lookup_") or "__" in name:
+        raise doc.error(
+            path, f"'{name}' would share its bronze table's name with the lake's own tables {RESERVED}"
+        )
     if not isinstance(spec, dict):
         raise doc.error(path, "must be a mapping with at least 'partitions'")
     allowed = ("partitions", "key", "value", "partitioner")
@@ -532,8 +540,10 @@ def _join(
     path = ("joins", name)
     if not COLUMN_RE.match(name):
         raise doc.error(path, "join names use letters, digits and '_' (they name the result table)")
-    if name in topics or name.startswith("lookup_") or name in SYSTEM_TABLES:
-        raise doc.error(path, "the name is taken by a topic or a table of the lake; choose another")
+    if name in topics or name.startswith("lookup_") or name in SYSTEM_TABLES or "__" in name:
+        raise doc.error(
+            path, f"the name is taken by a topic or would share a name with the lake's own tables {RESERVED}"
+        )
     if not isinstance(spec, dict):
         raise doc.error(path, "must be a mapping")
     kind = choice(doc, (*path, "kind"), spec.get("kind"), tuple(KINDS))

@@ -26,6 +26,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, cast
 
@@ -39,7 +40,7 @@ from confluent_kafka import (
     TopicCollection,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from spark_jobs import partitioners
 from spark_jobs.config import PipelineConfig, TopicSpec
@@ -194,6 +195,33 @@ def partition_counts(cluster: Cluster, names: Iterable[str] | None = None) -> di
         for name, t in meta.topics.items()
         if (wanted is None or name in wanted) and t.error is None
     }
+
+
+def timestamp_range(cluster: Cluster, name: str) -> tuple[int, int] | None:
+    """The record timestamps (epoch ms) the broker accepts on topic ``name`` now: its
+    ``message.timestamp.before.max.ms`` and ``after.max.ms`` around the current time (Kafka 4
+    refuses timestamps more than an hour ahead by default); None when the broker stamps records
+    itself (``LogAppendTime``)."""
+    resource = ConfigResource(ConfigResource.Type.TOPIC, name)
+    try:
+        admin = _admin(cluster)  # held until the answer is in: a dropped client cancels its requests
+        entries = admin.describe_configs([resource])[resource].result(timeout=TIMEOUT_S)
+    except KafkaException as exc:
+        raise cluster.error(f"cannot read the settings of topic {name}", exc) from None
+    values = {key: entry.value for key, entry in entries.items()}
+    if values.get("message.timestamp.type") == "LogAppendTime":
+        return None
+    now = int(time.time() * 1000)
+    before = int(values.get("message.timestamp.before.max.ms") or 2**63 - 1)
+    after = int(values.get("message.timestamp.after.max.ms") or 2**63 - 1)
+    return max(0, now - before), min(2**63 - 1, now + after)
+
+
+def _iso(epoch_ms: int) -> str:
+    try:
+        return datetime.fromtimestamp(epoch_ms / 1000, UTC).isoformat(timespec="seconds")
+    except (OverflowError, ValueError, OSError):
+        return "the far future"
 
 
 def ensure_topics(cluster: Cluster, specs: Iterable[TopicSpec]) -> list[str]:
@@ -457,6 +485,17 @@ class TransactionalProducer:
         if timestamp_ms is not None and not 0 <= timestamp_ms < 2**63:
             raise UserError(f"timestamp {timestamp_ms} is out of range (epoch milliseconds, 0 .. 2^63-1)")
         producer = self._open()
+        if timestamp_ms is not None:  # the broker would refuse each record with a vague reason
+            bounds = timestamp_range(cluster, name)
+            if bounds is not None and not bounds[0] <= timestamp_ms <= bounds[1]:
+                low, high = (
+                    datetime.fromtimestamp(b / 1000, UTC).isoformat(timespec="seconds") for b in bounds
+                )
+                raise UserError(
+                    f"timestamp {timestamp_ms} is outside what topic {name} accepts now: {bounds[0]} .. "
+                    f"{bounds[1]} epoch ms ({low} .. {high}; its message.timestamp.before.max.ms and "
+                    "after.max.ms); nothing was sent"
+                )
         result = Delivered(name, per_partition=[0] * spec.partitions)
         failures: list[KafkaError] = []
         last = [-1] * spec.partitions  # per partition, the offset of the last record delivered

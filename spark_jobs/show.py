@@ -2,14 +2,19 @@
 
 Rows are sorted by ``key`` when the table has one (else by all columns); the change feed comes in
 commit order. Binary values are shown as text with invisible bytes escaped (``\\x00``); ``--json``
-prints one object per line.
+prints one object per line, with every Spark type as JSON can carry it: decimals as strings of their
+exact digits (``"19.90"``), dates and timestamps in ISO 8601 (timestamps in UTC), NaN and the
+infinities as the strings ``"NaN"``, ``"Infinity"``, ``"-Infinity"``, maps as objects (keys as text),
+structs as objects and arrays as arrays.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterator
-from datetime import datetime
+from datetime import date, datetime, time, timedelta
+from decimal import Decimal
 from typing import Any
 
 import pyarrow as pa
@@ -25,8 +30,14 @@ def shown(value: Any) -> Any:
     if isinstance(value, bytes):
         text = value.decode("utf-8", "replace")
         return text if text.isprintable() and "\ufffd" not in text else repr(value)[2:-1]
-    if isinstance(value, datetime):
+    if isinstance(value, (datetime, date, time)):
         return value.isoformat()
+    if isinstance(value, Decimal):
+        return str(value)  # exact: a float would round, and json cannot write a Decimal
+    if isinstance(value, timedelta):
+        return str(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
     return value
 
 
@@ -48,7 +59,7 @@ def table_rows(lake: Lake, name: str, changes: bool = False) -> tuple[list[str],
         columns = table.column_names
     if sort and table.num_rows:
         table = table.sort_by(sort)
-    return columns, table.select(columns).to_pylist()
+    return columns, table.select(columns).to_pylist(maps_as_pydicts="lossy")  # Spark's keys are unique
 
 
 def _sortable(t: pa.DataType) -> bool:
@@ -78,8 +89,9 @@ def _cell(value: Any) -> str:
 
 
 def _json(value: Any) -> Any:
+    """A cell as a JSON value (see the module's docstring for each type)."""
     if isinstance(value, list):
         return [_json(v) for v in value]
     if isinstance(value, dict):
-        return {k: _json(v) for k, v in value.items()}
+        return {k if isinstance(k, str) else str(_json(k)): _json(v) for k, v in value.items()}
     return shown(value)

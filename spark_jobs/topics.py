@@ -1,10 +1,12 @@
 """kcat's two verbs on Kafka topics: ``lake produce`` and ``lake consume``.
 
 ``produce`` follows ``kcat -P -l``: one record per line, ``-K SEP`` splits the key off at the first
-SEP, ``-Z`` sends empty keys/values as null. Lines are split and checked with Arrow compute (keys
-UTF-8 where the topic declares string keys, values JSON where it declares JSON), a block at a time
-on a helper thread, and produced through the Kafka seam as one transaction: a bad line anywhere aborts
-the whole call before anything becomes visible to ``read_committed`` readers.
+SEP, ``-Z`` sends empty keys/values as null; a byte-order mark at the input's start and the CR of
+CRLF line ends are dropped (as backfill dumps drop them), unlike kcat. Lines are split and checked
+with Arrow compute (keys UTF-8 where the topic declares string keys, values JSON where it declares
+JSON), a block at a time on a helper thread, and produced through the Kafka seam as one
+transaction: a bad line anywhere aborts the whole call before anything becomes visible to
+``read_committed`` readers. A ``--timestamp`` outside what the topic accepts is refused first.
 
 ``consume`` follows ``kcat -C -e -f``: records in partition, offset order up to the end, formatted
 with ``%k %s %p %o %T %t`` (and ``%K %S`` for lengths, ``%h`` for headers) and the escapes
@@ -60,6 +62,20 @@ def split_lines(chunk: bytes) -> pa.Array:
     if len(lines) and chunk.endswith(b"\n"):
         lines = lines.slice(0, len(lines) - 1)  # the empty piece after the final newline
     return lines.cast(pa.binary())
+
+
+BOM = b"\xef\xbb\xbf"
+
+
+def without_line_end_marks(lines: pa.Array, first: bool) -> pa.Array:
+    """The lines as a text editor means them, as backfill dumps read them: a UTF-8 byte-order mark
+    before the input's first line and the CR of CRLF line ends are not part of any key or value."""
+    if first and len(lines) and lines[0].as_py().startswith(BOM):
+        lines = pa.concat_arrays([pa.array([lines[0].as_py()[3:]], pa.binary()), lines.slice(1)])
+    crlf = pc.ends_with(lines, pattern="\r")
+    if pc.any(crlf).as_py():
+        lines = pc.if_else(crlf, pc.binary_slice(lines, 0, -1), lines)
+    return lines
 
 
 @dataclass
@@ -147,7 +163,7 @@ def produce_lines(
         raise UserError("the key separator given with -K must not be empty")
 
     def parse(chunk: bytes, line_no: int) -> ParsedLines:
-        lines = split_lines(chunk)
+        lines = without_line_end_marks(split_lines(chunk), first=line_no == 1)
         parsed = parse_lines(lines, key_sep, null_empty, source, line_no)
         check_formats(spec, parsed, source, line_no)
         return parsed

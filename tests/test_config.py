@@ -24,6 +24,12 @@ def cfg(tmp_path):
         ("topics:\n  t1:\n    partitions: 2\n    key: utf16\n", "p.yaml:4: topics.t1.key: must be one of string, bytes"),
         ("topics:\n  t1:\n    value: json\n", "p.yaml:2: topics.t1.partitions: is required"),
         ("topics: {}\n", "p.yaml:1: topics: must be a non-empty mapping"),
+        # a topic's bronze table would be one of the lake's own tables
+        ("topics:\n  x: {partitions: 1}\n  quarantine: {partitions: 1}\n", "p.yaml:3: topics.quarantine: 'quarantine' would share"),
+        ("topics:\n  quality_runs: {partitions: 1}\n", "p.yaml:2: topics.quality_runs: 'quality_runs' would share"),
+        ("topics:\n  join_metrics: {partitions: 1}\n", "p.yaml:2: topics.join_metrics: 'join_metrics' would share"),
+        ("topics:\n  lookup_accounts: {partitions: 1}\n", "p.yaml:2: topics.lookup_accounts: 'lookup_accounts' would share"),
+        ("topics:\n  j__left: {partitions: 1}\n", "p.yaml:2: topics.j__left: 'j__left' would share its bronze table's name with the lake's own tables (quarantine, quality_runs, join_metrics, lookup_<name>, <join>__<state>); choose another"),
     ],
 )  # fmt: skip
 def test_malformed_config_is_one_line_naming_file_line_and_key(tmp_path, capsys, config_text, message):

@@ -471,7 +471,11 @@ def test_table_every_publishes_first_writes_the_table_behind_and_loses_nothing_o
         assert _wait(lambda: _published(lake, cfg) == want, 60, proc)
         # parked after the publish: a and b; the first load went straight into the empty table, and
         # the rest waits for a catch-up 600 s away
-        assert _wait(lambda: lake.exists("t_left__pending") and lake.read_arrow("t_left__pending").num_rows == 2, 30, proc)
+        assert _wait(
+            lambda: lake.exists("t_left__pending") and lake.read_arrow("t_left__pending").num_rows == 2,
+            30,
+            proc,
+        )
         assert result_rows(lake, "t_left") == [("a", "a1", None)]
         # lake status says how far the table is behind its changelog topic
         assert _wait(

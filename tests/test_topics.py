@@ -302,3 +302,52 @@ def test_producers_get_stable_transactional_ids_one_per_concurrent_writer(lake):
     with producing(lake, "t") as again:
         assert again == first  # the next writer after one that died takes over its transactions
     assert first.startswith("lake-") and first.endswith("-t-0") and second.endswith("-t-1")
+
+
+def test_produce_drops_a_bom_and_crlf_line_ends_through_the_cli(lake, tmp_path, capsys):
+    """A file saved by a Windows editor: the BOM is not part of the first key, nor CR of any value."""
+    from spark_jobs.cli import main
+
+    path = tmp_path / "consents.txt"
+    path.write_bytes(b'\xef\xbb\xbfuser_1;{"customerId": "user_1"}\r\nuser_2;{"customerId": "user_2"}\r\n')
+    assert main(["--root", str(lake.root), "produce", "customer_consents", str(path), "-K", ";"]) == 0
+    capsys.readouterr()
+    assert main(["--root", str(lake.root), "consume", "customer_consents", "-f", "%k|%s|%S\\n"]) == 0
+    assert sorted(capsys.readouterr().out.splitlines()) == [
+        'user_1|{"customerId": "user_1"}|24',
+        'user_2|{"customerId": "user_2"}|24',
+    ]
+
+
+def test_a_timestamp_the_topic_refuses_is_one_line_before_anything_is_sent(kc):
+    """Kafka 4 refuses timestamps more than an hour ahead (message.timestamp.after.max.ms): the
+    range is named before a record goes out, and the topic stays empty."""
+    with pytest.raises(
+        UserError, match=r"timestamp 99999999999999999 is outside what topic .* accepts now: "
+    ):
+        put(kc, b"a;1\n", key_sep=";", timestamp_ms=99_999_999_999_999_999)
+    ahead = int(time.time() * 1000) + 7_200_000
+    with pytest.raises(UserError, match=r"after\.max\.ms\); nothing was sent"):
+        put(kc, b"a;1\n", key_sep=";", timestamp_ms=ahead)
+    assert dump(kc) == ""
+    assert put(kc, b"a;1\n", key_sep=";", timestamp_ms=1_000).records == 1  # an old one is accepted
+
+
+def test_a_lake_root_that_cannot_be_written_is_one_line_and_nothing_is_sent(lake, tmp_path, capsys):
+    """A root whose path runs through a file (as a read-only or full root does, the first write
+    fails): one line naming the path and the fix, exit 1, and nothing on the topic."""
+    from spark_jobs.cli import main
+
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("")
+    path = tmp_path / "in.txt"
+    path.write_text("user_1;{}\n")
+    root = blocker / "lake"
+    assert main(["--root", str(root), "produce", "customer_consents", str(path), "-K", ";"]) == 1
+    assert capsys.readouterr().err == (
+        f"lake: error: cannot write {root}/_locks: a part of the path is a file, not a folder; "
+        "give a writable lake root with --root or $LAKE_ROOT\n"
+    )
+    # nothing reached Kafka: not even the topic was created
+    assert main(["--root", str(lake.root), "consume", "customer_consents"]) == 2
+    assert "customer_consents does not exist on Kafka" in capsys.readouterr().err

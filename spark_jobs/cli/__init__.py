@@ -2,12 +2,14 @@
 joins, lake, demo), each registering its commands.
 
 User mistakes (unknown topic, bad config, bad input line) print one line ``lake: error: …`` and exit
-2; nothing is written in that case. Anything else is a bug and keeps its traceback.
+2; nothing is written in that case. A lake root the command cannot write (read-only, not a folder,
+full) is one line naming the path, exit 1. Anything else is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -50,11 +52,38 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UserError as err:
         print(f"lake: error: {err}", file=sys.stderr)
         return err.exit_code
+    except OSError as err:
+        if err.filename is None or err.errno not in _FILE_SYSTEM:  # not the lake root's file system
+            raise
+        print(f"lake: error: {_file_system_error(err)}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("lake: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
         return 0
+
+
+_FILE_SYSTEM = {
+    errno.EROFS: "the file system is read-only",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "permission denied",
+    errno.ENOSPC: "no space left on the device",
+    errno.EDQUOT: "the disk quota is used up",
+    errno.EFBIG: "the file would be larger than this process may write",
+    errno.ENOTDIR: "a part of the path is a file, not a folder",
+}
+
+
+def _file_system_error(err: OSError) -> str:
+    """One line for a lake root (or a file under it) the command cannot write: which path, why, and
+    what to do."""
+    reason = _FILE_SYSTEM[err.errno or 0]
+    if err.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+        fix = "free space and run the command again"
+    else:
+        fix = "give a writable lake root with --root or $LAKE_ROOT"
+    return f"cannot write {err.filename}: {reason}; {fix}"
 
 
 def entry() -> None:

@@ -211,7 +211,9 @@ public final class ListJoin {
           out.add(op(id.bytes, SUBSCRIBE, key, id.bytes, null, null, null, null, false, 0, 0, null, null));
         }
       }
-      boolean deleted = !TableJoin.live(best) && TableJoin.live(old);
+      // a tombstone for a live row, or for a key never seen (forwarded, as Kafka Streams does); a
+      // second tombstone of a deleted key changes nothing
+      boolean deleted = !TableJoin.live(best) && (old == null || TableJoin.live(old));
       out.add(
           op(null, ROW, key, null, best.get(0), best.get(1), best.get(2), best.get(3), deleted, n, 0,
               best.get(4), best.get(5)));

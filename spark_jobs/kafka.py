@@ -488,9 +488,7 @@ class TransactionalProducer:
         if timestamp_ms is not None:  # the broker would refuse each record with a vague reason
             bounds = timestamp_range(cluster, name)
             if bounds is not None and not bounds[0] <= timestamp_ms <= bounds[1]:
-                low, high = (
-                    datetime.fromtimestamp(b / 1000, UTC).isoformat(timespec="seconds") for b in bounds
-                )
+                low, high = (_iso(b) for b in bounds)
                 raise UserError(
                     f"timestamp {timestamp_ms} is outside what topic {name} accepts now: {bounds[0]} .. "
                     f"{bounds[1]} epoch ms ({low} .. {high}; its message.timestamp.before.max.ms and "

@@ -309,3 +309,37 @@ def test_dump_keys_with_invisible_bytes_are_quarantined_and_name_the_key_they_re
         (4, "key contains control characters"),
     ]
     assert [r.split("|")[0] for r in topic_records(lake, config, "merchants")] == ["m1", "m2"]
+
+
+def test_two_backfills_of_one_dump_at_once_write_it_once(spark, demo, tmp_path):
+    """Started together (two people, or a manual run beside a scheduled one), backfills of one lookup
+    take turns: the second compares the dump with the topic as the first left it and writes nothing."""
+    import threading
+
+    lake, config = demo
+    before = topic_records(lake, config)
+    dump = tmp_path / "accounts.dump"
+    dump.write_text("".join(f'user_{n};"user{n}@example.com"\n' for n in range(101, 601)))
+    results: list = [None, None]
+
+    def run(i: int) -> None:
+        try:
+            results[i] = run_backfill(spark, lake, config, "accounts", source=str(dump), log=quiet)
+        except Exception as exc:  # noqa: BLE001 - shown by the assertion below
+            results[i] = exc
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=600)
+    assert sorted((r.new, r.unchanged, r.written) for r in results) == [(0, 500, 0), (500, 0, 500)], results
+    records = topic_records(lake, config)
+    assert len(records) == len(before) + 500  # each key once
+    assert sorted(r.split("|")[0] for r in records if r not in before) == sorted(
+        f"user_{n}" for n in range(101, 601)
+    )
+    rows = lookup_rows(lake, config)
+    assert {k: v for k, v in rows.items() if int(k[5:]) > 100} == {
+        f"user_{n}": account(n) for n in range(101, 601)
+    }

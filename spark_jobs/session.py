@@ -78,7 +78,7 @@ def spark_conf(master: str | None = None, app_name: str = "lake") -> dict[str, s
         "spark.ui.enabled": "true" if ui else "false",
         "spark.ui.showConsoleProgress": "false",
         "spark.driver.extraJavaOptions": f"{log4j} {jvm}",
-        "spark.executor.extraJavaOptions": log4j,
+        "spark.executor.extraJavaOptions": f"{log4j} {jvm}",
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.sql.streaming.stopGracefullyOnShutdown": "true",
         # the joins keep their state in Spark's state store (transformWithState needs RocksDB); a

@@ -42,7 +42,7 @@ def register(sub, common) -> None:
 def cmd_check(args) -> int:
     from pathlib import Path
 
-    from spark_jobs.quality import load_suite, run_suites
+    from spark_jobs.quality import load_suite, preload_great_expectations, run_suites
     from spark_jobs.session import get_spark
 
     config, lake = context(args)
@@ -52,6 +52,7 @@ def cmd_check(args) -> int:
             raise UserError(f"unknown suite '{name}' in {config.source} (declared: {known})")
         load_suite(config.quality.suites[name], config)
 
+    preload_great_expectations()
     stderr("starting Spark ...")
     spark = get_spark(app_name="quality")
     try:

@@ -29,6 +29,7 @@ from spark_jobs.config import JoinSpec, PipelineConfig
 from spark_jobs.errors import UserError
 from spark_jobs.lake import Lake
 from spark_jobs.layout import Layout
+from spark_jobs.processes import alive
 
 HEARTBEAT_SECONDS = 10  # a running job rewrites its registry entry at least this often
 STALE_AFTER_SECONDS = 60  # six missed heartbeats: the process lives but its query is stuck
@@ -72,19 +73,20 @@ def log_path(lake: Lake, job: Job) -> Path:
 
 def running_jobs(lake: Lake) -> dict[str, int]:
     """Job id -> pid of the jobs registered under ``<root>/_jobs`` whose process is alive."""
-    alive: dict[str, int] = {}
+    found: dict[str, int] = {}
     folder = jobs_dir(lake)
     if not folder.is_dir():
-        return alive
+        return found
     for entry in folder.glob("*.json"):
         try:
             info = json.loads(entry.read_text())
             pid = int(info["pid"])
-            os.kill(pid, 0)
         except (ValueError, KeyError, OSError):
             continue
-        alive[info.get("job", entry.stem)] = pid
-    return alive
+        if not alive(pid):  # exited, killed (a zombie until its parent reaps it) or never started
+            continue
+        found[info.get("job", entry.stem)] = pid
+    return found
 
 
 def registry(lake: Lake, job: Job) -> dict[str, Any]:
@@ -209,21 +211,7 @@ def stop_job(lake: Lake, job: Job, timeout: float = 120.0) -> JobState:
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if not _alive(pid):
+        if not alive(pid):
             return JobState(job.label, pid, True, log)
         time.sleep(0.5)
     raise UserError(f"{job.label} (pid {pid}) has not stopped after {timeout:g} s; see {log}")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie (our own exited child) counts as gone
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().split()[2] != "Z"
-    except OSError:
-        return False

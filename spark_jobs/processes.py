@@ -20,8 +20,12 @@ HOST = "127.0.0.1"
 
 
 def alive(pid: int) -> bool:
+    """True while process ``pid`` runs: it exists (perhaps under another user) and is not a zombie
+    (exited, not yet reaped by its parent: a killed job's pid stays until then)."""
     try:
         os.kill(pid, 0)
+    except PermissionError:
+        pass  # it exists; another user's
     except OSError:
         return False
     try:  # a zombie (exited, not yet reaped by its parent) is not running

@@ -163,6 +163,36 @@ def test_health_says_which_join_is_down_and_exits_1(tmp_path):
     assert code == 1 and out.count("UNHEALTHY: ") == 3
 
 
+def test_a_killed_join_whose_pid_is_a_zombie_is_down(tmp_path):
+    """A join killed -9 stays a zombie until the process that started it reaps it: its pid still
+    exists then. `lake status` and `lake health` call the join down, not running."""
+    import time
+
+    root = tmp_path / "lake"
+    lake_cli(root, "demo", "--topics-only")
+    killed = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    jobs = root / "_jobs"
+    jobs.mkdir(parents=True)
+    (jobs / "consents_with_mail.json").write_text(
+        json.dumps({"job": "join:consents_with_mail", "pid": killed.pid, "mode": "continuous"})
+    )
+    code, out, _ = lake_cli(root, "status")
+    assert code == 0 and f"consents_with_mail (table): running (pid {killed.pid})" in out
+    killed.kill()  # not reaped: a zombie while this test runs
+    stat = f"/proc/{killed.pid}/stat"
+    for _ in range(100):
+        if open(stat).read().split(")")[-1].split()[0] == "Z":
+            break
+        time.sleep(0.05)
+    try:
+        code, out, _ = lake_cli(root, "status")
+        assert code == 0 and "consents_with_mail (table): stopped" in out
+        code, out, _ = lake_cli(root, "health", "consents_with_mail")
+        assert code == 1 and "UNHEALTHY: join consents_with_mail is down (no batch yet)" in out
+    finally:
+        killed.wait()
+
+
 @pytest.fixture(scope="module")
 def demo_lake(tmp_path_factory):
     """``make demo``'s lake: the consents story, then the marketplace and people stories on the same

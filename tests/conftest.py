@@ -11,9 +11,10 @@ import sys
 import pytest
 
 os.environ.setdefault("LAKE_SHUFFLE_PARTITIONS", "2")
-# The suite's JVMs are short and their data small: the C1 compiler alone (no C2) cut a `lake check`
-# on a tiny lake from 131 to 78 CPU-seconds, a Spark start and first job from 34 to 20. Every process
-# a test starts (CLI, spark-submit, Airflow, the detached joins) inherits it.
+# The processes the tests start are short and their data small: the C1 compiler alone (no C2) cut a
+# `lake check` on a tiny lake from 131 to 78 CPU-seconds, a Spark start and first job from 34 to 20.
+# Every process a test starts (CLI, spark-submit, Airflow, the detached joins) inherits it; the run's
+# own session (the `spark` fixture) does not.
 os.environ.setdefault("LAKE_JVM_OPTS", "-XX:+UseParallelGC -XX:TieredStopAtLevel=1")
 # A pytest-xdist worker runs under execnet, whose __main__ has neither a file nor a spec: PySpark's
 # Connect package (imported by Great Expectations) takes that for a doctest run and exits the worker
@@ -60,9 +61,16 @@ def cluster(demo_config, lake):
 
 @pytest.fixture(scope="session")
 def spark():
+    """The run's own Spark session. Its JVM lives as long as the run, so it keeps the default JIT (C2
+    pays back over half an hour of tests); only the short processes the tests start get C1."""
     from spark_jobs.session import get_spark
 
-    session = get_spark(app_name="lake-tests")
+    short = os.environ.pop("LAKE_JVM_OPTS", None)
+    try:
+        session = get_spark(app_name="lake-tests")
+    finally:
+        if short is not None:
+            os.environ["LAKE_JVM_OPTS"] = short
     yield session
     session.stop()
 

@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 import zlib
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -180,9 +181,9 @@ def test_a_killed_join_whose_pid_is_a_zombie_is_down(tmp_path):
     code, out, _ = lake_cli(root, "status")
     assert code == 0 and f"consents_with_mail (table): running (pid {killed.pid})" in out
     killed.kill()  # not reaped: a zombie while this test runs
-    stat = f"/proc/{killed.pid}/stat"
+    stat = Path(f"/proc/{killed.pid}/stat")
     for _ in range(100):
-        if open(stat).read().split(")")[-1].split()[0] == "Z":
+        if stat.read_text().split(")")[-1].split()[0] == "Z":
             break
         time.sleep(0.05)
     try:

@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from spark_jobs.jvm import locked_jars, operators_jar
+from spark_jobs.jvm import class_archive_options, locked_jars, operators_jar
 from spark_jobs.layout import Layout
 
 DEFAULT_MASTER = "local[2]"
@@ -77,7 +77,7 @@ def spark_conf(master: str | None = None, app_name: str = "lake") -> dict[str, s
         "spark.sql.session.timeZone": "UTC",
         "spark.ui.enabled": "true" if ui else "false",
         "spark.ui.showConsoleProgress": "false",
-        "spark.driver.extraJavaOptions": f"{log4j} {jvm}",
+        "spark.driver.extraJavaOptions": f"{log4j} {jvm} {class_archive_options(jvm)}".rstrip(),
         "spark.executor.extraJavaOptions": f"{log4j} {jvm}",
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.sql.streaming.stopGracefullyOnShutdown": "true",

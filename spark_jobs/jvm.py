@@ -85,9 +85,8 @@ def write_class_archive(path: Path = CLASS_ARCHIVE) -> None:
     partial = path.with_suffix(".partial")
     partial.unlink(missing_ok=True)
     env = {**os.environ}
-    env["LAKE_JVM_OPTS"] = (
-        f"{env.get('LAKE_JVM_OPTS', '-XX:+UseParallelGC')} -XX:ArchiveClassesAtExit={partial} {_QUIET_ARCHIVE}"
-    )
+    jvm = env.get("LAKE_JVM_OPTS", "-XX:+UseParallelGC")
+    env["LAKE_JVM_OPTS"] = f"{jvm} -XX:ArchiveClassesAtExit={partial} {_QUIET_ARCHIVE}"
     with tempfile.TemporaryDirectory(prefix="lake-class-archive-") as work:
         done = subprocess.run(
             [sys.executable, "-c", _WORKLOAD, work], env=env, capture_output=True, text=True, timeout=600

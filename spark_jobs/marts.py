@@ -105,9 +105,11 @@ def _run_dbt(lake: Lake, project: Path, args: Sequence[str], log: Callable[[str]
     return 0 if result.success else 1
 
 
-def query(lake: Lake, sql: str, log: Callable[[str], None] = print) -> tuple[list[str], list[dict]]:
-    """(columns, rows) of ``sql`` over the marts (``marts.<name>``) and the lake's tables
-    (``lake.<name>``)."""
+def query(
+    lake: Lake, sqls: list[str], log: Callable[[str], None] = print
+) -> list[tuple[list[str], list[dict]]]:
+    """(columns, rows) of each query of ``sqls`` over the marts (``marts.<name>``) and the lake's tables
+    (``lake.<name>``), in one Spark session; a failing query fails them all, naming which it was."""
     import logging
 
     from pyspark.logger import PySparkLogger
@@ -120,12 +122,16 @@ def query(lake: Lake, sql: str, log: Callable[[str], None] = print) -> tuple[lis
         log("starting Spark with the lake's catalog ...")
         spark = get_spark(app_name="sql", catalog=lake.root)
         register_lake_tables(spark, lake)  # new tables only: the catalog keeps the others
-        try:
-            frame = spark.sql(sql)
-            return frame.columns, [r.asDict(recursive=True) for r in frame.collect()]
-        except Exception as exc:  # a bad query is the user's: say what Spark said, in one line
-            from pyspark.errors import PySparkException
+        answers = []
+        for n, sql in enumerate(sqls, 1):
+            try:
+                frame = spark.sql(sql)
+                answers.append((frame.columns, [r.asDict(recursive=True) for r in frame.collect()]))
+            except Exception as exc:  # a bad query is the user's: say what Spark said, in one line
+                from pyspark.errors import PySparkException
 
-            if isinstance(exc, PySparkException):
-                raise UserError(f"query failed: {str(exc).strip().splitlines()[0]}") from exc
-            raise
+                if isinstance(exc, PySparkException):
+                    which = f"query {n} of {len(sqls)}" if len(sqls) > 1 else "query"
+                    raise UserError(f"{which} failed: {str(exc).strip().splitlines()[0]}") from exc
+                raise
+        return answers

@@ -362,9 +362,16 @@ def run_results(root) -> dict[str, tuple[str, int | None]]:
 
 
 def sql_rows(root, query: str) -> list[list[str]]:
-    code, out, err = lake_cli(root, "sql", query)
+    return sql_blocks(root, query)[0]
+
+
+def sql_blocks(root, *queries: str) -> list[list[list[str]]]:
+    """The rows (tab-separated cells, without the header) of each query, from one ``lake sql``."""
+    code, out, err = lake_cli(root, "sql", *queries)
     assert code == 0, err
-    return [line.split("\t") for line in out.splitlines()[1:]]
+    blocks = out.rstrip("\n").split("\n\n")
+    assert len(blocks) == len(queries), out
+    return [[line.split("\t") for line in block.splitlines()[1:]] for block in blocks]
 
 
 @pytest.mark.slow
@@ -389,18 +396,40 @@ def test_dbt_build_on_the_demo_lake_and_the_marts_in_a_new_process(demo_lake):
     assert "relationships_stg_consents_customer_id__customer_id__ref_stg_accounts_" in results
     assert "Completed successfully" in out
 
-    # the marts persist: a new process (a new Spark session) reads them from the lake's catalog
+    # the marts persist: a new process (a new Spark session) reads them from the lake's catalog, the
+    # jobs' tables are catalog tables of the lake's metastore, dbt's views persist (one `lake sql`
+    # answers several queries, each its own block)
     opt_out = [
         (n, r) for n in range(1, 11) for r in (1, 2) if (r == 1 and n % 3 == 0) or (r == 2 and n % 2 == 0)
     ]
-    assert sql_rows(root, "SELECT * FROM marts.optout_feed ORDER BY customer_id, retargeter") == sorted(
-        [f"user_{n}", f"retargeter{r}", f"user{n}@example.com"] for n, r in opt_out
+    daily_sql = (
+        "SELECT check_name, sum(passes), sum(failures), max_by(offending_keys, last_run_time) "
+        "FROM marts.dq_daily WHERE pipeline = 'consents' GROUP BY check_name ORDER BY 1, 2"
     )
-    # the jobs' tables are catalog tables of the lake's metastore: a plain table read in a new process
-    assert sql_rows(root, "SELECT cast(key AS string) FROM lake.display_products ORDER BY 1") == [
-        ["p1"], ["p2"], ["p3"], ["p4"], ["p5"],
+    feed, products, staged, marts, people, daily = sql_blocks(
+        root,
+        "SELECT * FROM marts.optout_feed ORDER BY customer_id, retargeter",
+        "SELECT cast(key AS string) FROM lake.display_products ORDER BY 1",
+        "SELECT count(*) FROM staging.stg_display_products",
+        "SELECT product_id, merchant_name FROM marts.display_products ORDER BY 1",
+        "SELECT person_id, address_count, known_address_count FROM marts.people_with_addresses ORDER BY 1",
+        daily_sql,
+    )
+    assert feed == sorted([f"user_{n}", f"retargeter{r}", f"user{n}@example.com"] for n, r in opt_out)
+    assert products == [["p1"], ["p2"], ["p3"], ["p4"], ["p5"]]
+    assert staged == [["5"]]
+    assert marts == [
+        ["p1", "Acme Tools & Co"], ["p2", "Bolt Supplies"], ["p3", "Bolt Supplies"], ["p4", ""],
+        ["p5", "Cobalt Hardware"],
     ]  # fmt: skip
-    assert sql_rows(root, "SELECT count(*) FROM staging.stg_display_products") == [["5"]]  # views persist
+    assert people == [["ann", "3", "3"], ["bob", "1", "1"], ["cy", "1", "1"]]
+    # the demo ran the consents suite twice: completeness failed, then passed; the rest passed twice
+    assert daily == [
+        ["co_partitioning:customer_consents+customer_accounts", "4", "0", "0"],
+        ["completeness:customer_consents->accounts", "1", "1", "0"],
+        ["key_format:customer_consents+customer_accounts", "2", "0", "0"],
+        ["lookup_basics:accounts", "2", "0", "0"],
+    ]
     # two at once take turns on the catalog (embedded Derby serves one process): both answer
     both = [
         subprocess.Popen(
@@ -415,26 +444,6 @@ def test_dbt_build_on_the_demo_lake_and_the_marts_in_a_new_process(demo_lake):
     assert [proc.returncode for proc in both] == [0, 0], answers
     assert [out.splitlines()[1] for out, _ in answers] == [str(len(opt_out)), "5"]
     assert sum("waiting for another process to finish catalog" in err for _, err in answers) == 1
-    assert sql_rows(root, "SELECT product_id, merchant_name FROM marts.display_products ORDER BY 1") == [
-        ["p1", "Acme Tools & Co"], ["p2", "Bolt Supplies"], ["p3", "Bolt Supplies"], ["p4", ""],
-        ["p5", "Cobalt Hardware"],
-    ]  # fmt: skip
-    assert sql_rows(
-        root,
-        "SELECT person_id, address_count, known_address_count FROM marts.people_with_addresses ORDER BY 1",
-    ) == [["ann", "3", "3"], ["bob", "1", "1"], ["cy", "1", "1"]]
-    # the demo ran the consents suite twice: completeness failed, then passed; the rest passed twice
-    daily = sql_rows(
-        root,
-        "SELECT check_name, sum(passes), sum(failures), max_by(offending_keys, last_run_time) "
-        "FROM marts.dq_daily WHERE pipeline = 'consents' GROUP BY check_name ORDER BY 1, 2",
-    )
-    assert daily == [
-        ["co_partitioning:customer_consents+customer_accounts", "4", "0", "0"],
-        ["completeness:customer_consents->accounts", "1", "1", "0"],
-        ["key_format:customer_consents+customer_accounts", "2", "0", "0"],
-        ["lookup_basics:accounts", "2", "0", "0"],
-    ]
     for mart in ("optout_feed", "display_products", "people_with_addresses", "dq_daily"):
         assert (root / "warehouse" / "marts.db" / mart / "_delta_log").is_dir()  # Delta, under the root
 
@@ -445,14 +454,7 @@ def test_dbt_build_on_the_demo_lake_and_the_marts_in_a_new_process(demo_lake):
     last = max(log.glob("*.json"))
     operations = [json.loads(line)["commitInfo"]["operation"] for line in last.open() if "commitInfo" in line]
     assert operations == ["MERGE"]
-    assert (
-        sql_rows(
-            root,
-            "SELECT check_name, sum(passes), sum(failures), max_by(offending_keys, last_run_time) "
-            "FROM marts.dq_daily WHERE pipeline = 'consents' GROUP BY check_name ORDER BY 1, 2",
-        )
-        == daily
-    )
+    assert sql_rows(root, daily_sql) == daily
 
 
 ACCOUNTS = pa.schema(
@@ -519,8 +521,12 @@ def test_dbt_relationships_test_fails_while_accounts_are_incomplete(tmp_path):
     assert code == 0, out + err
     assert {r[0] for r in run_results(root).values()} == {"success", "pass"}
 
-    code, out, err = lake_cli(root, "sql", "SELECT nope FROM marts.none")
+    # the second of two queries fails: one line naming it, and not even the first one's rows
+    code, out, err = lake_cli(
+        root, "sql", "SELECT count(*) FROM lake.consents_with_mail", "SELECT nope FROM marts.none"
+    )
     lines = [line for line in err.splitlines() if "jdk.incubator" not in line]  # the JVM's own notice
     assert code == 2 and "Traceback" not in err and out == ""
     assert lines[0] == "starting Spark with the lake's catalog ..."
-    assert len(lines) == 2 and lines[1].startswith("lake: error: query failed: [TABLE_OR_VIEW_NOT_FOUND]")
+    assert len(lines) == 2
+    assert lines[1].startswith("lake: error: query 2 of 2 failed: [TABLE_OR_VIEW_NOT_FOUND]")

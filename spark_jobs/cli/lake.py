@@ -32,9 +32,12 @@ def register(sub, common) -> None:
     sq = sub.add_parser(
         "sql",
         parents=[common],
-        help="run a Spark SQL query over the marts (marts.<name>) and the lake (lake.<table>)",
+        help="run Spark SQL queries over the marts (marts.<name>) and the lake (lake.<table>)",
+        description="Runs each query in turn in one Spark session (one start for all of them) and prints "
+        "each result, a header line and tab-separated rows (with --json one object per row), the "
+        "results separated by an empty line. A failing query prints nothing and names which it was.",
     )
-    sq.add_argument("query")
+    sq.add_argument("query", nargs="+")
     sq.add_argument("--json", action="store_true", help="one JSON object per line")
     sq.set_defaults(run=cmd_sql)
 
@@ -73,9 +76,12 @@ def cmd_sql(args) -> int:
     from spark_jobs.marts import query
     from spark_jobs.show import render
 
-    columns, rows = query(Lake(args.root), args.query, log=stderr)
-    for line in render(columns, rows, args.json):
-        print(line)
+    answers = query(Lake(args.root), args.query, log=stderr)
+    for n, (columns, rows) in enumerate(answers):
+        if n:
+            print()
+        for line in render(columns, rows, args.json):
+            print(line)
     return 0
 
 

@@ -49,7 +49,7 @@ cluster-stop: ## stop the standalone cluster
 	@bash infra/spark-cluster.sh stop
 
 test: setup ## the test suite, exactly as CI runs it (two pytest workers, a test file per worker at a time)
-	@$(BIN)/python -m pytest -m "not bench" -q -n 2 --dist loadfile
+	@$(BIN)/python -m pytest -m "not bench" -q -n 2 --dist loadfile --no-loadscope-reorder
 
 lint: setup ## ruff + mypy on spark_jobs/
 	@$(BIN)/ruff check spark_jobs tests dags && $(BIN)/ruff format --check spark_jobs tests dags && $(BIN)/mypy

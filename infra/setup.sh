@@ -139,7 +139,7 @@ build_jar "join operators" spark_jobs/joins/java build/jvm/lake-joins.jar "$spar
 # the test that its outputs equal the product's, built against the locked .jvm/streams jars.
 build_jar "Kafka Streams peer" tests/bench/peer/src/main/java build/peer/lake-peer.jar ".jvm/streams/*" \
   "$(cat .jvm/.stamp)"
-# The Spark driver's class-data archive (spark_jobs/jvm.py, class_archive): the classes a Spark start
+# The Spark driver's class-data archive (spark_jobs/jvm.py, write_class_archive): the classes a Spark start
 # loads, parsed and verified once, so each later start maps them (a CLI command starts about twice as
 # fast). Written again when what it was taken from changes: the JDK, the Python set, the jars.
 cds_stamp=$( (java -version 2>&1; cat .venv/.setup-stamp .jvm/.stamp build/jvm/.stamp spark_jobs/jvm.py) | sha256sum | cut -d' ' -f1)

@@ -11,10 +11,11 @@ compiles them against the installed pyspark's jars into ``build/jvm/lake-joins.j
 
 Which jars belong to a set is read from the checksum list, so a stray jar in ``.jvm/`` is never loaded.
 
-``infra/setup.sh`` also writes a class-data archive of the Spark driver JVM (:func:`class_archive`,
+``infra/setup.sh`` also writes a class-data archive of the Spark driver JVM (:func:`write_class_archive`,
 ``build/cds/spark-driver.jsa``: Java's AppCDS, the classes a Spark start loads, already parsed and
-verified). Every driver JVM maps it instead of loading those classes from the jars: a ``lake sql`` on a
-small lake took 13 s and 16 CPU-seconds with it, 20-25 s and 24-30 CPU-seconds without (C1 JIT both).
+verified). Every driver JVM maps it (:func:`class_archive_options`) instead of loading those classes
+from the jars: a ``lake sql`` on a small lake took 14.7 s and 18 CPU-seconds with it, 20-25 s and
+24-30 CPU-seconds without (C1 JIT both).
 The JVM checks the archive against its own build and every jar's size and time, and ignores it,
 silently, when anything differs (then a start only takes as long as without it).
 """

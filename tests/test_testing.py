@@ -94,51 +94,6 @@ def test_an_advance_with_nothing_piped_changes_nothing_and_names_are_checked(dri
         d.changelog("shelf")
 
 
-LIST_PIPELINE = """
-pipeline: driver-list-test
-topics:
-  persons: {partitions: 2}
-  addresses: {partitions: 2}
-joins:
-  people:
-    kind: list
-    left: persons
-    right: addresses
-    list: address_ids
-    select: {name: left.name}
-    elements: {city: right.city}
-    as: addresses
-    publish: true
-"""
-
-
-def test_a_list_join_publishes_a_tombstone_for_a_deleted_key_and_for_a_key_never_seen(spark, tmp_path):
-    (tmp_path / "pipeline.yaml").write_text(LIST_PIPELINE)
-    with PipelineTestDriver(tmp_path / "pipeline.yaml", root=tmp_path / "lake", spark=spark) as d:
-        d.pipe("addresses", key="a1", value={"city": "Oslo"}, timestamp=1)
-        d.pipe("persons", key="ann", value={"name": "Ann", "address_ids": ["a1", "a2"]}, timestamp=1)
-        d.advance()
-        ann = {
-            "name": "Ann",
-            "addresses": [
-                {"id": "a1", "matched": True, "city": "Oslo"},
-                {"id": "a2", "matched": False, "city": None},
-            ],
-        }
-        assert d.changes("people") == d.changelog("people") == [("ann", ann)]
-        d.pipe("persons", key="ann", value=None, timestamp=2)
-        d.pipe("persons", key="ghost", value=None, timestamp=2)
-        d.advance()
-        # ghost was never seen: its tombstone is forwarded on the changelog (as the peer's list
-        # topology does); the table has no row to delete
-        assert d.changelog("people") == [("ann", None), ("ghost", None)]
-        assert d.changes("people") == [("ann", None)]
-        assert d.table("people") == {}
-        d.pipe("persons", key="ann", value=None, timestamp=3)  # deleted already: no second tombstone
-        d.advance()
-        assert d.changes("people") == d.changelog("people") == []
-
-
 INNER_PIPELINE = """
 pipeline: driver-inner-test
 topics:

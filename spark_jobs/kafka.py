@@ -461,7 +461,7 @@ class TransactionalProducer:
         except KafkaException as exc:
             raise self.cluster.error("bad client settings", exc) from None
         try:
-            producer.init_transactions(TIMEOUT_S)
+            _riding_failover(producer.init_transactions)
         except KafkaException as exc:
             raise self.cluster.error(f"cannot start a transaction to produce to {self.name}", exc) from None
         self._producer = producer
@@ -507,7 +507,7 @@ class TransactionalProducer:
                 last[p] = max(last[p], cast(int, msg.offset()))
 
         try:
-            producer.begin_transaction()
+            _riding_failover(lambda _: producer.begin_transaction())
         except KafkaException as exc:
             self.close()
             raise cluster.error(f"cannot start a transaction to produce to {name}", exc) from None
@@ -530,7 +530,7 @@ class TransactionalProducer:
             if remaining:
                 unsent = f"{remaining} record(s) not acknowledged within {waited:g} s (is the broker down?)"
                 raise cluster.error(f"producing to {name} failed, nothing was committed", unsent)
-            producer.commit_transaction(waited)
+            _riding_failover(producer.commit_transaction, waited)
             _await_visible(cluster, spec, last)
         except BaseException as exc:
             try:
@@ -543,6 +543,23 @@ class TransactionalProducer:
             raise
         result.seconds = time.perf_counter() - started
         return result
+
+
+def _riding_failover(call: Callable[[float], Any], budget: float = TIMEOUT_S * 4) -> Any:
+    """``call(timeout)``, called again while it fails with an error Kafka calls retriable, for up to
+    ``budget`` seconds: a broker that dies takes its transaction coordinators with it, and the
+    cluster takes a few seconds to notice (``broker.session.timeout.ms``, 9 s by default) and elect
+    new ones from the replicas. librdkafka says "retry call to resume" then, and the same call on
+    the same producer goes on where it stopped."""
+    deadline = time.monotonic() + budget
+    while True:
+        try:
+            return call(max(min(TIMEOUT_S, deadline - time.monotonic()), 1.0))
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args else None
+            if not (isinstance(err, KafkaError) and err.retriable()) or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.5)
 
 
 def producer_id(root: Path, *names: str) -> str:

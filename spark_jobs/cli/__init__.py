@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from spark_jobs import __version__
 from spark_jobs.cli import demo, joins, kafka, lake, lookups, quality, services, topics
 from spark_jobs.cli.common import Parser, global_options
-from spark_jobs.errors import UserError
+from spark_jobs.errors import UserError, storage_reason
 
 AREAS = (topics, kafka, services, lookups, quality, joins, lake, demo)
 
@@ -38,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
+    args = None
     try:
         args, extra = parser.parse_known_args(argv)
         if extra and getattr(args, "file", None) == "-" and len(extra) == 1 and not extra[0].startswith("-"):
@@ -53,13 +54,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"lake: error: {err}", file=sys.stderr)
         return err.exit_code
     except OSError as err:
-        if err.filename is None or err.errno not in _FILE_SYSTEM:  # not the lake root's file system
-            raise
+        if err.errno not in _FILE_SYSTEM or (err.filename is None and err.errno not in _FULL):
+            raise  # not the lake root's file system
+        if err.filename is None:  # a write into an open file (a full disk): the path is the root's
+            from spark_jobs.config import resolve_root
+
+            err.filename = f"under {resolve_root(getattr(args, 'root', None))}"
         print(f"lake: error: {_file_system_error(err)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("lake: interrupted", file=sys.stderr)
         return 130
+    except Exception as err:  # a Spark write the storage refused (full, read-only) is not a bug
+        reason = storage_reason(err)
+        if reason is None:
+            raise
+        from spark_jobs.config import resolve_root
+
+        root = resolve_root(getattr(args, "root", None))
+        message = f"cannot write under {root} (a Spark write failed): {reason}; {_fix(reason)}"
+        print(f"lake: error: {message}", file=sys.stderr)
+        return 1
     except BrokenPipeError:
         return 0
 
@@ -79,11 +94,16 @@ def _file_system_error(err: OSError) -> str:
     """One line for a lake root (or a file under it) the command cannot write: which path, why, and
     what to do."""
     reason = _FILE_SYSTEM[err.errno or 0]
-    if err.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
-        fix = "free space and run the command again"
-    else:
-        fix = "give a writable lake root with --root or $LAKE_ROOT"
-    return f"cannot write {err.filename}: {reason}; {fix}"
+    return f"cannot write {err.filename}: {reason}; {_fix(reason)}"
+
+
+_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+def _fix(reason: str) -> str:
+    if reason in (_FILE_SYSTEM[e] for e in _FULL):
+        return "free space and run the command again"
+    return "give a writable lake root with --root or $LAKE_ROOT"
 
 
 def entry() -> None:

@@ -261,6 +261,11 @@ def run_join(
                         last_beat[0] = time.monotonic()
             except StreamingQueryException:
                 pass  # reported below, from query.exception()
+            except BaseException:
+                # the driver's own work between batches failed (its heartbeat or metrics on a full
+                # disk, an interrupt): the query must not run on while the command reports it
+                query.stop()
+                raise
             finally:
                 job.flush_metrics()
                 if isinstance(job, StateStoreJob) and job.behind.waiting:  # the table catches up

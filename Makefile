@@ -5,7 +5,7 @@ BIN   := $(VENV)/bin
 export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 
 .DEFAULT_GOAL := help
-.PHONY: help setup demo pipeline airflow kafka-start kafka-stop up down cluster-start cluster-stop test lint bench bench-cluster bench-peer lock lock-jvm clean
+.PHONY: help setup demo pipeline airflow kafka-start kafka-stop up down cluster-start cluster-stop test lint bench bench-cluster bench-peer faults lock lock-jvm clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -75,6 +75,10 @@ bench-cluster: setup ## the table-join benchmark on the standalone cluster (2 wo
 bench-peer: setup ## the product's fk and list joins against the Kafka Streams peer on one broker (about 15 min; PEER_PRODUCTS, PEER_PERSONS set the sizes)
 	@mkdir -p bench-results
 	@$(BIN)/python tests/bench/bench_peer.py | tee bench-results/peer.txt
+
+faults: setup ## the fault suite: a 3-broker SCRAM cluster (RF 3), brokers and join drivers killed -9, results checked exactly (about 35 min)
+	@mkdir -p bench-results
+	@$(BIN)/python tests/bench/faults.py | tee bench-results/faults.txt; exit $${PIPESTATUS[0]}
 
 lock-jvm: ## re-fetch the JVM jars of infra/jvm/*.pom.xml and tests/bench/peer/pom.xml and rewrite their checksums (needs Maven Central)
 	@rm -rf .jvm.tmp && for entry in spark:infra/jvm/spark.pom.xml kafka:infra/jvm/kafka.pom.xml streams:tests/bench/peer/pom.xml; do \

@@ -201,7 +201,11 @@ def demo_lake(tmp_path_factory):
     root = tmp_path_factory.mktemp("demo") / "lake"
     code, out, err = lake_cli(root, "demo", "consents", "marketplace", "people")
     consents, stories = out.split("== the marketplace pipeline (marketplace.yaml)")
-    return root, (code, consents, err), (code, "== the marketplace pipeline (marketplace.yaml)" + stories, err)
+    return (
+        root,
+        (code, consents, err),
+        (code, "== the marketplace pipeline (marketplace.yaml)" + stories, err),
+    )
 
 
 @pytest.mark.slow

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from confluent_kafka.admin import AdminClient
 
+from spark_jobs.broker import LOG4J2
 from spark_jobs.jvm import locked_jars
 from spark_jobs.processes import HOST, free_port
 
@@ -75,7 +76,7 @@ class KafkaCluster:
         for n in self.nodes:
             (n.home / "data").mkdir(parents=True, exist_ok=True)
             n.props.write_text(_properties(n, voters))
-            (n.home / "log4j2.properties").write_text(_LOG4J2.format(log=n.home / "broker.log"))
+            (n.home / "log4j2.properties").write_text(LOG4J2.format(log=n.home / "broker.log", level="WARN"))
             formatted = subprocess.run(
                 [
                     *self._java(n),
@@ -210,15 +211,3 @@ def _properties(n: Node, voters: str) -> str:
             "",
         ]
     )
-
-
-_LOG4J2 = """\
-status = error
-appender.file.type = File
-appender.file.name = file
-appender.file.fileName = {log}
-appender.file.layout.type = PatternLayout
-appender.file.layout.pattern = [%d] %p %m (%c)%n
-rootLogger.level = WARN
-rootLogger.appenderRef.file.ref = file
-"""

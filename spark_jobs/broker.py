@@ -111,6 +111,25 @@ def status(root: Path) -> BrokerStatus:
     )
 
 
+# What every broker this project starts (the embedded one, the fault suite's cluster) is set to
+SHARED_SETTINGS = (
+    # topics are created by the product with their declared partition counts, never by a client that
+    # names an unknown topic
+    "auto.create.topics.enable=false",
+    # keep every record: demo and test data carry fixed old timestamps, which a time-based retention
+    # (7 days by default) would delete at once
+    "log.retention.ms=-1",
+    "log.retention.bytes=-1",
+    "group.initial.rebalance.delay.ms=0",
+    "log.cleaner.dedupe.buffer.size=33554432",
+)
+
+
+def new_cluster_id() -> str:
+    """A KRaft cluster id for a storage format: 16 random bytes, URL-safe base64 without padding."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
 def _server_properties(
     data: Path, port: int, controller: int, sasl_port: int | None, sasl_users: dict[str, str]
 ) -> str:
@@ -147,15 +166,7 @@ def _server_properties(
             "transaction.state.log.num.partitions=4",
             "share.coordinator.state.topic.replication.factor=1",
             "share.coordinator.state.topic.min.isr=1",
-            # topics are created by the product with their declared partition counts, never by a
-            # client that names an unknown topic
-            "auto.create.topics.enable=false",
-            # keep every record: demo and test data carry fixed old timestamps, which a time-based
-            # retention (7 days by default) would delete at once
-            "log.retention.ms=-1",
-            "log.retention.bytes=-1",
-            "group.initial.rebalance.delay.ms=0",
-            "log.cleaner.dedupe.buffer.size=33554432",
+            *SHARED_SETTINGS,
             *lines,
             "",
         ]
@@ -197,7 +208,7 @@ def start(
     java = ["java", f"-Xmx{HEAP}", f"-Xms{HEAP}", "-XX:+UseParallelGC", "-Djava.awt.headless=true"]
     java += [f"-Dlog4j2.configurationFile={log4j}", "-cp", ":".join(str(j) for j in jars)]
     if not (data / "meta.properties").exists():
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        cluster_id = new_cluster_id()
         formatted = subprocess.run(
             [
                 *java,

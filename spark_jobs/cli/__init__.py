@@ -9,7 +9,6 @@ full) is one line naming the path, exit 1. Anything else is a bug and keeps its 
 from __future__ import annotations
 
 import argparse
-import errno
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -17,7 +16,7 @@ from collections.abc import Callable, Sequence
 from spark_jobs import __version__
 from spark_jobs.cli import demo, joins, kafka, lake, lookups, quality, services, topics
 from spark_jobs.cli.common import Parser, global_options
-from spark_jobs.errors import UserError, storage_reason
+from spark_jobs.errors import FILE_SYSTEM, FULL, UserError, cannot_write, storage_errno
 
 AREAS = (topics, kafka, services, lookups, quality, joins, lake, demo)
 
@@ -53,57 +52,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UserError as err:
         print(f"lake: error: {err}", file=sys.stderr)
         return err.exit_code
+    except BrokenPipeError:  # the reader left (lake show … | head)
+        return 0
     except OSError as err:
-        if err.errno not in _FILE_SYSTEM or (err.filename is None and err.errno not in _FULL):
+        if err.errno not in FILE_SYSTEM or (err.filename is None and err.errno not in FULL):
             raise  # not the lake root's file system
-        if err.filename is None:  # a write into an open file (a full disk): the path is the root's
-            from spark_jobs.config import resolve_root
-
-            err.filename = f"under {resolve_root(getattr(args, 'root', None))}"
-        print(f"lake: error: {_file_system_error(err)}", file=sys.stderr)
+        # no filename: a write into an open file (a full disk) under the root
+        where = err.filename if err.filename is not None else f"under {_root(args)}"
+        print(f"lake: error: {cannot_write(where, err.errno)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("lake: interrupted", file=sys.stderr)
         return 130
     except Exception as err:  # a Spark write the storage refused (full, read-only) is not a bug
-        reason = storage_reason(err)
-        if reason is None:
+        code = storage_errno(err)
+        if code is None:
             raise
-        from spark_jobs.config import resolve_root
-
-        root = resolve_root(getattr(args, "root", None))
-        message = f"cannot write under {root} (a Spark write failed): {reason}; {_fix(reason)}"
-        print(f"lake: error: {message}", file=sys.stderr)
+        print(
+            f"lake: error: {cannot_write(f'under {_root(args)} (a Spark write failed)', code)}",
+            file=sys.stderr,
+        )
         return 1
-    except BrokenPipeError:
-        return 0
 
 
-_FILE_SYSTEM = {
-    errno.EROFS: "the file system is read-only",
-    errno.EACCES: "permission denied",
-    errno.EPERM: "permission denied",
-    errno.ENOSPC: "no space left on the device",
-    errno.EDQUOT: "the disk quota is used up",
-    errno.EFBIG: "the file would be larger than this process may write",
-    errno.ENOTDIR: "a part of the path is a file, not a folder",
-}
+def _root(args: argparse.Namespace | None) -> str:
+    from spark_jobs.config import resolve_root
 
-
-def _file_system_error(err: OSError) -> str:
-    """One line for a lake root (or a file under it) the command cannot write: which path, why, and
-    what to do."""
-    reason = _FILE_SYSTEM[err.errno or 0]
-    return f"cannot write {err.filename}: {reason}; {_fix(reason)}"
-
-
-_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
-
-
-def _fix(reason: str) -> str:
-    if reason in (_FILE_SYSTEM[e] for e in _FULL):
-        return "free space and run the command again"
-    return "give a writable lake root with --root or $LAKE_ROOT"
+    return str(resolve_root(getattr(args, "root", None)))
 
 
 def entry() -> None:

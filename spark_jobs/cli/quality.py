@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from spark_jobs.cli.common import SparkProgress, context, stderr, write_json
-from spark_jobs.errors import UserError, storage_reason
+from spark_jobs.errors import UserError, storage_errno
 
 
 def register(sub, common) -> None:
@@ -68,7 +68,7 @@ def cmd_check(args) -> int:
     except UserError:
         raise
     except Exception as exc:  # the checks could not run: exit 2, not a pass or a fail
-        if storage_reason(exc) is not None or isinstance(exc, OSError):
+        if storage_errno(exc) is not None or isinstance(exc, OSError):
             raise  # the lake root's storage: the command's own one line (exit 1)
         raise UserError(
             f"could not run the quality suites: {type(exc).__name__}: {str(exc).splitlines()[0]}"

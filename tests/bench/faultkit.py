@@ -11,7 +11,6 @@ once it answers.
 
 from __future__ import annotations
 
-import base64
 import logging
 import os
 import signal
@@ -23,7 +22,7 @@ from pathlib import Path
 
 from confluent_kafka.admin import AdminClient
 
-from spark_jobs.broker import LOG4J2
+from spark_jobs.broker import LOG4J2, SHARED_SETTINGS, new_cluster_id
 from spark_jobs.jvm import locked_jars
 from spark_jobs.processes import HOST, free_port
 
@@ -72,7 +71,7 @@ class KafkaCluster:
             Node(i, free_port(), free_port(), free_port(), self.folder / f"node{i}") for i in (1, 2, 3)
         ]
         voters = ",".join(f"{n.id}@{HOST}:{n.controller_port}" for n in self.nodes)
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        cluster_id = new_cluster_id()
         for n in self.nodes:
             (n.home / "data").mkdir(parents=True, exist_ok=True)
             n.props.write_text(_properties(n, voters))
@@ -203,11 +202,7 @@ def _properties(n: Node, voters: str) -> str:
             "share.coordinator.state.topic.replication.factor=3",
             "share.coordinator.state.topic.min.isr=2",
             "unclean.leader.election.enable=false",
-            "auto.create.topics.enable=false",
-            "log.retention.ms=-1",
-            "log.retention.bytes=-1",
-            "group.initial.rebalance.delay.ms=0",
-            "log.cleaner.dedupe.buffer.size=33554432",
+            *SHARED_SETTINGS,
             "",
         ]
     )

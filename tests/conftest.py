@@ -114,7 +114,6 @@ def _no_ambient_lake_env(monkeypatch):
 LONGEST_FIRST = (
     "test_cli.py",
     "test_join_runner.py",
-    "test_airflow_joins.py",
     "test_cluster.py",
     "test_join_properties.py",
     "test_stories.py",

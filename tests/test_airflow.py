@@ -203,7 +203,7 @@ def demo(tmp_path):
 
 def test_a_manual_backfill_dry_run_writes_nothing_then_a_real_one_completes_the_lookup(incomplete, tmp_path):
     """The accounts lookup lacks user_9 and user_10 (the gate failing at this point through Airflow is
-    test_airflow_joins.py's, for the fk and list pipelines)."""
+    test_cluster.py's, for the fk pipeline)."""
     af = incomplete
 
     # a person backfills the missing customers by hand: a dry run first (nothing written), ...

@@ -1,7 +1,9 @@
 """Spark as a distributed engine: a standalone master with two workers (infra/spark-cluster.sh, from
-the pyspark installation), a join submitted to it with spark-submit, and the consents pipeline's DAGs
-run against it through Airflow (pipeline, then the streams DAG's start, health and stop). Slow (a few
-minutes), and part of CI."""
+the pyspark installation), a join submitted to it with spark-submit, and the marketplace pipeline's
+DAGs run against it through Airflow (the pipeline failing at its gate, then passing and starting its
+fk joins, then the streams DAG's start, health and stop). Slow (about ten minutes), and part of CI:
+the DAGs on local[2] differ only in the master they hand spark-submit (test_airflow.py's manual
+backfill runs one)."""
 
 from __future__ import annotations
 
@@ -10,11 +12,13 @@ import os
 import subprocess
 import sys
 import urllib.request
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
 from airflowkit import ALL_MAILS, Airflow, demo_topics, mails, output, ran, running, wait_for
 
+from spark_jobs.config import bundled_config_path
 from spark_jobs.session import submit_conf
 
 pytestmark = pytest.mark.slow
@@ -24,7 +28,8 @@ SCRIPT = str(REPO / "infra" / "spark-cluster.sh")
 APP = str(REPO / "spark_jobs" / "_submit" / "lake_app.py")
 PORT, UI = 17077, 18090  # not the defaults, so a developer's own cluster is left alone
 MASTER = f"spark://127.0.0.1:{PORT}"
-JOINS = ("consents_with_mail", "consents_enriched_at_event_time")
+JOINS = ("display_products", "merchants_by_name")
+DATA = bundled_config_path().parent.parent / "demo_data"
 
 
 @pytest.fixture(scope="module")
@@ -88,77 +93,168 @@ def test_a_join_submitted_to_the_standalone_cluster_runs_on_its_workers(cluster,
     }
 
 
-def test_the_pipeline_dag_on_the_cluster_passes_the_gate_starts_the_joins_once_then_health_and_stop(
+def _pipeline(tmp_path: Path, file: str, dump: str, without: str) -> Path:
+    """The bundled pipeline with its dump replaced by ``<tmp>/<dump>`` minus the ``without`` line."""
+    text = bundled_config_path(file).read_text()
+    text = text.replace(f"../demo_data/{dump}", str(tmp_path / dump))
+    text = text.replace("../../expectations/", str(bundled_config_path().parent / "../../expectations") + "/")
+    lines = (DATA / dump).read_text().splitlines()
+    (tmp_path / dump).write_text("\n".join(line for line in lines if not line.startswith(without)) + "\n")
+    path = tmp_path / file
+    path.write_text(text)
+    return path
+
+
+def _rows(af: Airflow, table: str) -> list[dict]:
+    if not af.lake.exists(table):
+        return []
+    rows = af.lake.read_arrow(table).to_pylist()
+    return sorted(({**r, "key": r["key"].decode()} for r in rows), key=lambda r: r["key"])
+
+
+def _products(af: Airflow) -> list[tuple]:
+    return [
+        (r["key"], r["title"], r["price"], r["merchant_id"], r["merchant"], r["merchant_city"])
+        for r in _rows(af, "display_products")
+    ]
+
+
+PRODUCTS = [
+    ("p1", "Claw hammer", Decimal("19.90"), "m1", "Acme Tools", "Oslo"),
+    ("p2", "Spirit level", Decimal("24.50"), "m1", "Acme Tools", "Oslo"),
+    ("p3", "Cordless drill", Decimal("89.00"), "m2", "Bolt Supplies", "Bergen"),
+    ("p4", "Gift card", Decimal("25.00"), None, None, None),
+    ("p5", "Wood screws", Decimal("7.50"), "m3", "Cobalt Hardware", "Stavanger"),
+]
+
+
+def test_the_fk_pipeline_dag_on_the_cluster_fails_at_the_gate_until_its_lookup_is_backfilled_then_runs(
     cluster, tmp_path
 ):
-    """The consents pipeline through Airflow with every Spark task and continuous job on the cluster
-    (the same DAGs on local[2] are test_airflow_joins.py's): the gate passes, the ingest and both
-    joins run as cluster applications and catch up, the marts are built; the streams DAG leaves
-    running joins alone, reports them healthy, stops them, then alerts that they are down."""
+    """The marketplace pipeline through Airflow (``airflow dags test`` through ``lake airflow``), every
+    Spark task and continuous job on the cluster. The pipeline is the bundled one with its merchants
+    dump swapped for a file of the test's own: first an export missing an entity, then the complete
+    one (a person fixing the source export). The DAG fails at its quality gate and starts no join;
+    the next run backfills what was missing, passes, starts the ingest and both fk joins as cluster
+    applications and builds the marts; a merchant renamed on Kafka reaches its product. The streams
+    DAG then leaves the running joins alone, reports them healthy, stops them, and alerts that they
+    are down. (The people pipeline's list-join gate runs the same DAG tasks; its failing and passing
+    gate are the CLI demo's, test_cli.py.)"""
+    pipelines = [_pipeline(tmp_path, "marketplace.yaml", "merchants.dump", "m3;")]
     af = Airflow(
         tmp_path / "airflow",
         tmp_path / "lake",
+        pipelines=pipelines,
         env={"LAKE_SPARK_MASTER": MASTER, "LAKE_SPARK_CORES_MAX": "1"},
     )
     assert af("db", "migrate").returncode == 0
-    demo_topics(af)
+    topics = af.lake_cli("demo", "--topics-only", "marketplace")
+    assert topics.returncode == 0, topics.stderr
+    assert topics.stdout.splitlines() == ["marketplace: topics written"]
     try:
-        _pipeline_then_streams(af)
+        _gate_fails(af)
+        (tmp_path / "merchants.dump").write_text((DATA / "merchants.dump").read_text())
+        jobs = _gate_passes_and_joins_run(af)
+        _streams(af, jobs)
     finally:
         af.stop_joins()
     assert running(af.lake) == {}
 
 
-def _pipeline_then_streams(af: Airflow) -> None:
-    result = af.test_dag("consents_pipeline")
+def _gate_fails(af: Airflow) -> None:
+    """The export lacks m3 (product p5's merchant): the gate fails, no join starts."""
+    result = af.test_dag("marketplace_pipeline")
+    text = output(result)
+    assert result.returncode == 1, text[-3000:]
+    assert f"Spark-Submit cmd: spark-submit --master {MASTER} " in text
+    assert ran(result, "backfill_merchants") and ran(result, "quality_gate")
+    assert "quality gate FAILED (1 check(s)): completeness:" in text
+    assert (
+        "FAILED: 1 foreign key missing in merchants: m3 (referenced by 1 record(s) of products (keys p5), "
+        "first at partition 1 offset 0, last at partition 1 offset 0)"
+    ) in text
+    assert f"report: {af.root}/reports/quality/runs/" in text
+    assert not ran(result, "ensure_joins_running") and not ran(result, "dbt_build")
+    # no join started: no job, no result table
+    assert running(af.lake) == {} and not (af.root / "_jobs").exists()
+    assert not any(af.lake.exists(j) for j in JOINS)
+    alerts = [json.loads(line) for line in (af.root / "_airflow" / "alerts.jsonl").read_text().splitlines()]
+    assert [(a["dag_id"], a["task_id"]) for a in alerts] == [("marketplace_pipeline", "quality_gate")]
+    # the report's index has the pipeline's section, failing
+    index = (af.root / "reports" / "quality" / "index.html").read_text()
+    section = index.split("id='pipeline-marketplace'>")[1].split("</section>")[0]
+    assert "FAILING: 1 of 5 expectations failed" in section
+
+
+def _gate_passes_and_joins_run(af: Airflow) -> dict[str, int]:
+    """The complete export arrived: the next run backfills what is missing, passes, starts the joins
+    on the cluster and builds the pipeline's marts once they caught up."""
+    result = af.test_dag("marketplace_pipeline")
     text = output(result)
     assert result.returncode == 0, text[-3000:]
-    assert f"Spark-Submit cmd: spark-submit --master {MASTER} " in text
-    assert "backfill accounts from" in text and "2 new keys, 0 changed, 8 unchanged" in text
+    assert "1 new keys, 0 changed, " in text  # m3
     assert "quality gate passed: 5 check(s)" in text
     jobs = running(af.lake)
-    assert sorted(jobs) == sorted(["ingest:consents", *(f"join:{j}" for j in JOINS)])
-    assert (
-        f"join consents_with_mail: started (pid {jobs['join:consents_with_mail']}, master {MASTER})" in text
-    )
-    # the continuous table join catches up on the cluster: every consent has its customer's e-mail
-    wait_for(lambda: mails(af.lake, "consents_with_mail") == ALL_MAILS, 300, "the join on the cluster")
-    assert apps("activeapps") == {
-        "ingest-consents": "RUNNING",
-        "join-consents_with_mail": "RUNNING",
-        "join-consents_enriched_at_event_time": "RUNNING",
-    }
-    assert {"consents-backfill_accounts", "consents-run_quality_suites", "consents-dbt_build"} <= set(
-        apps("completedapps")
-    )
-    # the run built the pipeline's marts once the joins had caught up, their tests passing
+    assert sorted(jobs) == sorted(["ingest:marketplace", *(f"join:{j}" for j in JOINS)])
+    assert f"join display_products: started (pid {jobs['join:display_products']}, master {MASTER})" in text
     assert ran(result, "wait_joins_caught_up") and ran(result, "dbt_build")
     assert "Completed successfully" in text
-    assert (af.root / "warehouse" / "marts.db" / "optout_feed").is_dir()
-    assert not (af.root / "warehouse" / "marts.db" / "display_products").exists()  # another pipeline's
+    assert _products(af) == PRODUCTS
+    assert [(r["key"], r["merchant_id"], r["city"]) for r in _rows(af, "merchants_by_name")] == [
+        ("Acme Tools", "m1", "Oslo"),
+        ("Bolt Supplies", "m2", "Bergen"),
+        ("Cobalt Hardware", "m3", "Stavanger"),
+    ]
+    assert apps("activeapps") == {
+        "ingest-marketplace": "RUNNING",
+        "join-display_products": "RUNNING",
+        "join-merchants_by_name": "RUNNING",
+    }
+    assert {
+        "marketplace-backfill_merchants",
+        "marketplace-run_quality_suites",
+        "marketplace-dbt_build",
+    } <= set(apps("completedapps"))
+    assert (af.root / "warehouse" / "marts.db" / "display_products" / "_delta_log").is_dir()
+    assert not (af.root / "warehouse" / "marts.db" / "optout_feed").exists()  # the consents pipeline's
 
-    # start again (the streams DAG): nothing new starts, the same processes run on
-    again = af.test_dag("consents_streams", {"action": "start"})
+    # the joins run on: a merchant renamed on Kafka reaches its product
+    renamed = af.lake_cli(
+        "--config", str(af.pipelines[0]), "produce", "merchants", "-K", ";",
+        stdin='m3;{"name": "Cobalt & Sons", "city": "Stavanger"}\n',
+    )  # fmt: skip
+    assert renamed.returncode == 0, renamed.stderr
+    changed = [*PRODUCTS[:4], (*PRODUCTS[4][:4], "Cobalt & Sons", "Stavanger")]
+    wait_for(lambda: _products(af) == changed, 180, "the renamed merchant in display_products")
+    return jobs
+
+
+def _streams(af: Airflow, jobs: dict[str, int]) -> None:
+    """The streams DAG: start leaves running jobs alone; the scheduled health check; stop; down."""
+    again = af.test_dag("marketplace_streams", {"action": "start"})
     assert again.returncode == 0, output(again)[-3000:]
     assert output(again).count("already running, left alone") == 3  # the ingest and both joins
     assert running(af.lake) == jobs
 
-    healthy = af.test_dag("consents_streams")  # the scheduled action: the health check
+    healthy = af.test_dag("marketplace_streams")  # the scheduled action: the health check
     assert healthy.returncode == 0, output(healthy)[-3000:]
     assert f"healthy: {', '.join(JOINS)} (limit 10000 records behind)" in output(healthy)
 
-    stopped = af.test_dag("consents_streams", {"action": "stop"})
+    stopped = af.test_dag("marketplace_streams", {"action": "stop"})
     assert stopped.returncode == 0, output(stopped)[-3000:]
     assert running(af.lake) == {}
 
-    down = af.test_dag("consents_streams")
+    down = af.test_dag("marketplace_streams")
     text = output(down)
     assert down.returncode == 1
-    assert "join consents_with_mail is down (last batch " in text
+    assert "join display_products is down (last batch " in text
     alerts = [json.loads(line) for line in (af.root / "_airflow" / "alerts.jsonl").read_text().splitlines()]
-    assert [(a["dag_id"], a["task_id"]) for a in alerts] == [("consents_streams", "check_health")]
-    assert alerts[0]["error"].startswith(
-        "3 problem(s): the continuous ingest of consents is down, so the bronze tables fall behind the "
+    assert [(a["dag_id"], a["task_id"]) for a in alerts] == [
+        ("marketplace_pipeline", "quality_gate"),
+        ("marketplace_streams", "check_health"),
+    ]
+    assert alerts[1]["error"].startswith(
+        "3 problem(s): the continuous ingest of marketplace is down, so the bronze tables fall behind the "
         "topics (the joins read Kafka and are not affected); start it with 'lake ingest --continuous "
-        "--detach'; join consents_with_mail is down"
+        "--detach'; join display_products is down"
     )

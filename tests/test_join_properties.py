@@ -112,6 +112,13 @@ def _split_feed(feeder, points):
     points=[],
     name="ss_outer",
 )
+@example(  # one record per micro-batch: l1-r2 and lb-rb are too far apart; lb's window closes when r2
+    # (40 s) moves the watermark, rb's and r2's do not
+    evs=[("L", "a", "x", 0), ("R", "a", "x", 1), ("L", "a", "y", 7), ("L", "b", "x", 1), ("R", "b", "x", 21),
+         ("R", "a", "y", 10)],
+    points=[1, 2, 3, 4, 5],
+    name="ss_outer",
+)  # fmt: skip
 @given(
     evs=events,
     points=cuts,

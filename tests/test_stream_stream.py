@@ -1,11 +1,11 @@
-"""The stream–stream join (DOMAIN.md §2), through its real streaming query."""
+"""The stream–stream join (DOMAIN.md §2), through its real streaming query. That its output is the
+same for any split into micro-batches is test_join_properties.py's (random splits, and this file's
+former fixed one as an explicit example)."""
 
 from __future__ import annotations
 
 import pytest
 from joinkit import SECOND, T0, Feeder, assert_oracle, produce, result_rows, write_config
-
-from spark_jobs.joins.runner import reset_join
 
 
 @pytest.fixture
@@ -36,27 +36,3 @@ def test_stream_stream_pairs_within_the_window_and_emits_the_unmatched_when_it_c
     assert result_rows(lake, "ss_outer") == sorted([*pairs, ("b", "lb", None), ("c", None, "rc")])
     for name in feeders:
         assert_oracle(spark, lake, cfg, name)
-
-
-def test_stream_stream_output_is_the_same_for_any_batch_split(spark, lake, cfg, tmp_path):
-    produce(lake, cfg, "L", [("a", "l1", T0), ("a", "l2", T0 + 8 * SECOND), ("b", "lb", T0 + 9 * SECOND)])
-    produce(
-        lake,
-        cfg,
-        "R",
-        [("a", "r1", T0 + 1 * SECOND), ("b", "rb", T0 + 30 * SECOND), ("a", "r2", T0 + 40 * SECOND)],
-    )
-    one = Feeder(spark, lake, cfg, "ss_outer")
-    one.feed()
-    all_in_one = result_rows(lake, "ss_outer")
-    reset_join(lake, cfg, "ss_outer")
-    split = Feeder(spark, lake, cfg, "ss_outer")
-    rows = split.pending_records()
-    for i in range(rows.num_rows):
-        split.feed(rows.slice(i, 1))
-    # l1-r2 and lb-rb are too far apart; lb's window has closed (watermark 40 s), rb's and r2's not
-    assert (
-        result_rows(lake, "ss_outer")
-        == all_in_one
-        == [("a", "l1", "r1"), ("a", "l2", "r1"), ("b", "lb", None)]
-    )

@@ -19,6 +19,13 @@ def test_shuffle_partitions_setting_wins(monkeypatch):
     assert spark_conf("local[2]")["spark.sql.shuffle.partitions"] == "2"
 
 
+def test_deltas_log_replay_is_one_task_on_a_local_master_and_the_shuffle_width_on_a_cluster(monkeypatch):
+    monkeypatch.delenv("LAKE_SHUFFLE_PARTITIONS")
+    key = "spark.databricks.delta.snapshotPartitions"
+    assert spark_conf("local[2]")[key] == "1"
+    assert spark_conf("spark://spark-master:7077")[key] == "4"
+
+
 def test_the_driver_maps_the_class_archive_setup_wrote_and_executors_do_not(spark):
     from spark_jobs.jvm import CLASS_ARCHIVE
 

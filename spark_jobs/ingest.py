@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from pyspark.sql import SparkSession
 
 from spark_jobs import checkpoints
@@ -52,25 +51,6 @@ def ensure_bronze(lake: Lake, spec: TopicSpec) -> None:
             partition_by=["partition"],
             description=f"bronze mirror of the Kafka topic {spec.name} ({spec.partitions} partitions)",
         )
-
-
-def next_offsets(lake: Lake, spec: TopicSpec) -> np.ndarray:
-    """The offset after the last mirrored record of every partition (int64 [partitions]), from the Delta
-    log's file statistics; 0 for a partition with nothing mirrored."""
-    from pyspark.sql import functions as F
-
-    ensure_bronze(lake, spec)
-    nxt = np.zeros(spec.partitions, dtype=np.int64)
-    files = lake.files(spec.name)
-    last = F.get_json_object("max_values", "$.offset").cast("long")
-    part = F.col("partition")["partition"].cast("int")
-    rows = files.groupBy(part.alias("p")).agg(F.max(last).alias("m"), F.count_if(last.isNull()).alias("n"))
-    for row in rows.collect():
-        if row["n"]:
-            raise RuntimeError(f"bronze table {spec.name}: data files carry no offset statistics")
-        if row["p"] is not None and row["p"] < spec.partitions and row["m"] is not None:
-            nxt[row["p"]] = row["m"] + 1
-    return nxt
 
 
 def checkpoint_dir(lake: Lake, topic: str) -> Path:
@@ -230,6 +210,20 @@ def committed_offsets(lake: Lake, topic: str) -> dict[int, int]:
     """Per partition, the Kafka offset the ingest's last committed micro-batch read up to."""
     positions = checkpoints.committed_positions(checkpoint_dir(lake, topic)) or {}
     return {p: o for by_partition in positions.values() for p, o in by_partition.items()}
+
+
+def mirrored_up_to(lake: Lake, spec: TopicSpec) -> list[int] | None:
+    """Per partition, the Kafka offset the topic's bronze table is complete up to: where the ingest's
+    last committed micro-batch read up to (a transaction's commit marker included, so a mirror that
+    has caught up shows the topic's end offsets), else where a rebuilt table's records end; None: no
+    ingest yet. From the checkpoint's files, no Spark."""
+    done = committed_offsets(lake, spec.name)
+    if not done:
+        start = checkpoint_dir(lake, spec.name).parent / f"{spec.name}.start.json"
+        if not start.exists():
+            return None
+        done = {int(p): int(o) for ends in json.loads(start.read_text()).values() for p, o in ends.items()}
+    return [done.get(p, 0) for p in range(spec.partitions)]
 
 
 def _wait_until_mirrored(lake: Lake, spec: TopicSpec, ends: list[int], timeout: float = 300.0) -> None:

@@ -62,6 +62,28 @@ def test_ingest_mirrors_records_tombstones_and_headers_exactly(spark, lake, tmp_
     assert bronze_records(lake, "events") == kafka_records(cluster, spec)
 
 
+def test_topics_says_in_kafka_offsets_how_far_bronze_is_complete(spark, lake, tmp_path, capsys):
+    from spark_jobs.cli import main
+    from spark_jobs.kafka import watermarks
+
+    (tmp_path / "p.yaml").write_text(PIPELINE)
+    (tmp_path / "in.txt").write_text('a;{"n":1}\nb;{"n":2}\nc;{"n":3}\n')
+    opts = ["--root", str(lake.root), "--config", str(tmp_path / "p.yaml")]
+    assert main([*opts, "produce", "events", str(tmp_path / "in.txt"), "-K", ";"]) == 0
+    config = load_config(tmp_path / "p.yaml")
+    ends = [high for _, high in watermarks(connect(config, lake.root), config.topic("events"))]
+    assert sum(ends) == 3 + sum(1 for end in ends if end)  # one transaction: a commit marker per partition
+
+    def events_line() -> str:
+        capsys.readouterr()
+        assert main([*opts, "topics"]) == 0
+        return next(line for line in capsys.readouterr().out.splitlines() if line.startswith("  events:"))
+
+    assert events_line().endswith(f"end offsets {ends}; not in bronze yet")
+    run_ingest(spark, lake, config, ["events"])
+    assert events_line().endswith(f"end offsets {ends}; bronze up to offsets {ends}")
+
+
 def test_with_lake_profile_each_micro_batch_logs_its_spark_phases(spark, lake, tmp_path, monkeypatch):
     (tmp_path / "p.yaml").write_text(PIPELINE)
     config = load_config(tmp_path / "p.yaml")

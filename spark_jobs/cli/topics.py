@@ -295,7 +295,7 @@ def cmd_repartition(args) -> int:
 
 
 def cmd_topics(args) -> int:
-    from spark_jobs.ingest import next_offsets
+    from spark_jobs.ingest import mirrored_up_to
     from spark_jobs.kafka import connect, ensure_topics, watermarks
 
     config, lake = context(args)
@@ -306,13 +306,13 @@ def cmd_topics(args) -> int:
         print(f"created: {', '.join(created) if created else 'none (all exist)'}")
     for spec in config.topics.values():
         ends = [high for _, high in watermarks(cluster, spec)] if _exists(cluster, spec) else None
-        mirrored = next_offsets(lake, spec).tolist() if lake.exists(spec.name) else None
+        mirrored = mirrored_up_to(lake, spec)
         print(
             f"  {spec.name}: {spec.partitions} partitions, key {spec.key_format}, "
             f"value {spec.value_format}, partitioner {spec.partitioner}"
             f"{', compacted' if spec.compacted else ''}; Kafka {cluster.topic(spec.name)} "
             + (f"end offsets {ends}" if ends is not None else "(not created yet)")
-            + (f"; bronze up to {mirrored}" if mirrored is not None else "; no bronze table yet")
+            + (f"; bronze up to offsets {mirrored}" if mirrored is not None else "; not in bronze yet")
         )
     return 0
 

@@ -111,3 +111,31 @@ def test_a_poisoned_right_record_of_a_foreign_key_join_leaves_its_products_as_th
         "p2": {"title": "Saw", "rating": 5},
         "p3": {"title": "Drill", "rating": None},
     }
+
+
+def test_lake_audit_leaves_out_and_names_the_keys_the_select_fails_on(spark, tmp_path, capsys):
+    """Through the CLI: the fk join's audit with a poisoned merchant compares every other key and
+    names the two products it could not compare, instead of failing on the select itself."""
+    from spark_jobs.cli import main
+
+    (tmp_path / "pipeline.yaml").write_text(PIPELINE)
+    opts = ["--root", str(tmp_path / "lake"), "--config", str(tmp_path / "pipeline.yaml")]
+    (tmp_path / "merchants.txt").write_text('m1;{"rating":"5"}\nm2;{"rating":"4"}\n')
+    (tmp_path / "products.txt").write_text(
+        'p1;{"title":"Hammer","merchant_id":"m1"}\np2;{"title":"Saw","merchant_id":"m1"}\n'
+        'p3;{"title":"Drill","merchant_id":"m2"}\n'
+    )
+    (tmp_path / "poison.txt").write_text('m1;{"rating":"five"}\n')
+    for topic, path in (("merchants", "merchants.txt"), ("products", "products.txt")):
+        assert main([*opts, "produce", topic, str(tmp_path / path), "-K", ";"]) == 0
+    assert main([*opts, "run", "display", "--once"]) == 0
+    assert main([*opts, "produce", "merchants", str(tmp_path / "poison.txt"), "-K", ";"]) == 0
+    assert main([*opts, "run", "display", "--once"]) == 0
+    capsys.readouterr()
+    assert main([*opts, "audit", "display"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines() == [
+        "audit display: 3 result rows, 1 expected by the batch join of products up to offsets [4, 0], "
+        "merchants up to offsets [4, 2] (2 key(s) not compared, as the select fails on their records, "
+        "which the join quarantines: p1, p2): identical"
+    ]

@@ -26,6 +26,7 @@ import pyarrow as pa
 from py4j.protocol import Py4JError, Py4JJavaError
 from pyspark.errors.exceptions.captured import AnalysisException, CapturedException
 from pyspark.logger import PySparkLogger
+from pyspark.sql import DataFrame
 
 from spark_jobs.errors import spark_error
 
@@ -106,6 +107,25 @@ def _guarded(evaluate: Callable[[pa.Table], pa.Table], rows: pa.Table) -> Guarde
         pa.concat_tables([first.failed, second.failed]),
         first.errors + second.errors,
     )
+
+
+def guarded_frame(project: Callable[[DataFrame], DataFrame], rows: DataFrame) -> Guarded:
+    """``project(rows)`` collected, leaving out the rows on which it fails with a data error (the
+    ``rows`` are collected and bisected only then; the failing ones come back as they were)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    from spark_jobs.session import arrow_frame
+
+    with _quiet():
+        try:
+            return Guarded(
+                project(rows).toArrow(), to_arrow_schema(rows.schema, timezone="UTC").empty_table(), []
+            )
+        except Exception as exc:
+            if not is_data_error(exc):
+                raise
+        spark = rows.sparkSession
+        return _guarded(lambda part: project(arrow_frame(spark, part)).toArrow(), rows.toArrow())
 
 
 def fails(evaluate: Callable[[pa.Table], pa.Table], row: pa.Table) -> bool:

@@ -1,6 +1,6 @@
 """``lake diagnose``: two Kafka topics side by side, read-only, no pipeline needed.
 
-What seed 000's author did by hand with kcat (DOMAIN.md): read both topics to their end offsets as
+What one otherwise does by hand with kcat: read both topics to their end offsets as
 the command starts (assigned partitions, no consumer group offsets read or written, nothing
 produced) and report
 

@@ -1,6 +1,6 @@
 """Key hygiene: the ways a key's bytes differ from the plain UTF-8 text both sides of a join mean by
-it (DOMAIN.md: keys that differ in invisible bytes), spelled once. Each rule has its Spark SQL form
-(the quality suite's ``key_format`` check over bronze tables) and its Arrow form (``lake diagnose``,
+it (keys that differ in invisible bytes), spelled once. Each rule has its Spark SQL form
+(the quality suite's ``key_format`` check over the topics' records) and its Arrow form (``lake diagnose``,
 which reads Kafka without Spark).
 """
 

@@ -1,4 +1,4 @@
-"""The list join, rule by rule (DOMAIN.md §5), through its real streaming query."""
+"""The list join, rule by rule (README, "Foreign-key, list and derive joins"), through its real streaming query."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The table–table join, rule by rule (DOMAIN.md §2), through its real streaming query."""
+"""The table–table join, rule by rule (README, "Semantics"), through its real streaming query."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""derive: a lookup keyed by a value of its master topic (DOMAIN.md §6)."""
+"""derive: a lookup keyed by a value of its master topic (README, "Foreign-key, list and derive joins")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""fk: a foreign-key table-table join, keyed by the left key (DOMAIN.md §4)."""
+"""fk: a foreign-key table-table join, keyed by the left key (README, "Foreign-key, list and derive
+joins")."""
 
 from __future__ import annotations
 

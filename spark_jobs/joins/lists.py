@@ -1,4 +1,5 @@
-"""list: the left value holds a list of ids into the right table (DOMAIN.md §5)."""
+"""list: the left value holds a list of ids into the right table (README, "Foreign-key, list and
+derive joins")."""
 
 from __future__ import annotations
 

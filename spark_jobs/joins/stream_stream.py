@@ -1,4 +1,4 @@
-"""stream-stream: every left/right pair of one key within the window (DOMAIN.md §2)."""
+"""stream-stream: every left/right pair of one key within the window (README, "Semantics")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""stream-table: each left event with the right side's value as of its timestamp (DOMAIN.md §2)."""
+"""stream-table: each left event with the right side's value as of its timestamp (README, "Semantics")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""table: both sides' latest value per key, joined (DOMAIN.md §2)."""
+"""table: both sides' latest value per key, joined (README, "Semantics")."""
 
 from __future__ import annotations
 

@@ -3,6 +3,8 @@ goes on (``spark_jobs.joins.poison``)."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from spark_jobs import partitioners
@@ -139,3 +141,13 @@ def test_lake_audit_leaves_out_and_names_the_keys_the_select_fails_on(spark, tmp
         "merchants up to offsets [4, 2] (2 key(s) not compared, as the select fails on their records, "
         "which the join quarantines: p1, p2): identical"
     ]
+    assert main([*opts, "audit", "display", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {
+        "join": "display",
+        "clean": True,
+        "expected_rows": 1,
+        "actual_rows": 3,
+        "differing_keys": [],
+        "not_compared_keys": ["p1", "p2"],
+        "read": "products up to offsets [4, 0], merchants up to offsets [4, 2]",
+    }

@@ -237,6 +237,8 @@ def cmd_audit(args) -> int:
                     "expected_rows": report.expected_rows,
                     "actual_rows": report.actual_rows,
                     "differing_keys": [k.decode("utf-8", "backslashreplace") for k in report.differing_keys],
+                    "not_compared_keys": [k.decode("utf-8", "backslashreplace") for k in report.left_out],
+                    "read": report.read,
                 }
             )
         )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import subprocess
@@ -12,6 +14,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from spark_jobs.cli import main
 from spark_jobs.demo import demo_dump_path
 
 # Java-client (murmur2) placement of the demo keys over 4 partitions. Independent of this repo's code
@@ -195,11 +198,17 @@ def test_a_killed_join_whose_pid_is_a_zombie_is_down(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def demo_lake(tmp_path_factory):
+def demo_lake(spark, tmp_path_factory):
     """``make demo``'s lake: ``lake demo consents marketplace people``, the consents story, then the
-    marketplace and people stories on the same root, as one command (one Spark start)."""
+    marketplace and people stories on the same root, as one command. It runs through the CLI's entry
+    point in this process, on the run's Spark session (a process of its own took a minute longer,
+    most of it a cold JVM's compiling); the commands above and below run ``lake`` as processes."""
     root = tmp_path_factory.mktemp("demo") / "lake"
-    code, out, err = lake_cli(root, "demo", "consents", "marketplace", "people")
+    # the demo writes records' bytes to sys.stdout.buffer, as `lake consume` does
+    out, err = (io.TextIOWrapper(io.BytesIO(), encoding="utf-8", write_through=True) for _ in range(2))
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(["--root", str(root), "demo", "consents", "marketplace", "people"])
+    out, err = (stream.buffer.getvalue().decode() for stream in (out, err))
     consents, stories = out.split("== the marketplace pipeline (marketplace.yaml)")
     return (
         root,

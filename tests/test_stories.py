@@ -1,25 +1,36 @@
-"""The README's user stories as a new user runs them: the `lake` CLI on a fresh lake root, nothing
+"""The documented user stories as a new user runs them: the `lake` CLI on a fresh lake root, nothing
 else. Every answer about a topic is about the topic as Kafka holds it when the command starts, and
-says which offsets it read."""
+says which offsets it read.
+
+The commands run through the CLI's entry point (``spark_jobs.cli.main``, what the ``lake`` script
+calls) inside the test's process, on its Spark session: the same parsing, output and exit codes,
+without a Spark start per command (test_cli.py runs ``lake`` as separate processes)."""
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
+import pytest
+
+from spark_jobs.cli import main
 from spark_jobs.lake import Lake
 from spark_jobs.partitioners import partition_for
 
-LAKE = str(Path(sys.executable).with_name("lake"))
 CONSENTS = "customer_consents"
 ACCOUNTS = "customer_accounts"
 
 
-def lake(root: Path, *args: str) -> tuple[int, str, str]:
-    proc = subprocess.run([LAKE, "--root", str(root), *args], capture_output=True, text=True, timeout=600)
-    return proc.returncode, proc.stdout, proc.stderr
+@pytest.fixture
+def lake(spark, capsys):
+    """``lake --root ROOT ARGS...`` -> (exit code, stdout, stderr)."""
+
+    def run(root: Path, *args: str) -> tuple[int, str, str]:
+        code = main(["--root", str(root), *args])
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return run
 
 
 def consent(n: int) -> str:
@@ -32,7 +43,7 @@ def account(n: int) -> str:
     return json.dumps({"customerId": f"user_{n}", "contactMailAddress": f"user{n}@example.com"})
 
 
-def produce(root: Path, tmp: Path, topic: str, lines: list[str]) -> None:
+def produce(lake, root: Path, tmp: Path, topic: str, lines: list[str]) -> None:
     path = tmp / f"{topic}.txt"
     path.write_text("".join(line + "\n" for line in lines))
     code, _, err = lake(root, "produce", topic, str(path), "-K", ";")
@@ -59,14 +70,14 @@ def ends(keys: list[str], partitions: int = 4) -> list[int]:
     return [n + 1 if n else 0 for n in counts]
 
 
-def test_check_right_after_produce_answers_for_the_topics_on_kafka(tmp_path):
+def test_check_right_after_produce_answers_for_the_topics_on_kafka(lake, tmp_path):
     """No ingest, no other step: `lake check` reads the topics themselves, fails naming the two
     customers the accounts lookup lacks and where they are referenced, and passes after the backfill.
     The report says which offsets it checked."""
     root = tmp_path / "lake"
     users = [f"user_{n}" for n in range(1, 11)]
-    produce(root, tmp_path, CONSENTS, [f"{u};{consent(n)}" for n, u in enumerate(users, 1)])
-    produce(root, tmp_path, ACCOUNTS, [f"{u};{account(n)}" for n, u in enumerate(users[:8], 1)])
+    produce(lake, root, tmp_path, CONSENTS, [f"{u};{consent(n)}" for n, u in enumerate(users, 1)])
+    produce(lake, root, tmp_path, ACCOUNTS, [f"{u};{account(n)}" for n, u in enumerate(users[:8], 1)])
 
     code, out, err = lake(root, "check")
     assert code == 1, err
@@ -101,12 +112,12 @@ def test_check_right_after_produce_answers_for_the_topics_on_kafka(tmp_path):
     assert f"{CONSENTS} up to offsets {ends(users)}" in page
 
 
-def test_run_once_right_after_produce_holds_every_produced_record(spark, tmp_path):
+def test_run_once_right_after_produce_holds_every_produced_record(lake, tmp_path):
     """`lake run JOIN --once` reads the topics up to their end offsets as it starts: the consents
     produced a moment before are all in the result, and a backfill that follows completes them."""
     root = tmp_path / "lake"
     users = [f"user_{n}" for n in range(1, 11)]
-    produce(root, tmp_path, CONSENTS, [f"{u};{consent(n)}" for n, u in enumerate(users, 1)])
+    produce(lake, root, tmp_path, CONSENTS, [f"{u};{consent(n)}" for n, u in enumerate(users, 1)])
 
     code, out, err = lake(root, "run", "consents_with_mail", "--once")
     assert code == 0, err

@@ -54,7 +54,7 @@ test: setup ## the test suite, exactly as CI runs it (two pytest workers, a test
 lint: setup ## ruff + mypy on spark_jobs/
 	@$(BIN)/ruff check spark_jobs tests dags && $(BIN)/ruff format --check spark_jobs tests dags && $(BIN)/mypy
 
-bench: setup ## benchmarks (minutes); figures go to bench-results/ and belong in the README
+bench: setup ## benchmarks (minutes); figures go to bench-results/ and belong in docs/benchmarks.md
 	@mkdir -p bench-results
 	@$(BIN)/python tests/bench/bench_produce.py | tee bench-results/produce.txt
 	@$(BIN)/python tests/bench/bench_freshness.py | tee bench-results/freshness.txt

@@ -1,4 +1,4 @@
-"""Airflow DAG file: four DAGs per configured pipeline (README, "Airflow").
+"""Airflow DAG file: four DAGs per configured pipeline (docs/airflow.md).
 
 Thin on purpose: the DAGs are built from the pipeline YAML by spark_jobs.orchestration.dags, which
 reads the config and nothing else at parse time (no Spark, no lake access, no Great Expectations).

@@ -44,7 +44,7 @@ if ! command -v java >/dev/null 2>&1 || [ "$(java_major)" -lt 17 ] 2>/dev/null; 
     || die "Spark needs a Java 17+ JDK and none was found. Install it, e.g. 'sudo apt-get install openjdk-17-jdk-headless', then rerun."
 fi
 
-# --- Chromium (the report's browser test and README screenshot; nothing else needs it) -----------
+# --- Chromium (the report's browser test and the screenshot in docs/quality.md; nothing else needs it) -----------
 if ! command -v chromium >/dev/null 2>&1; then
   apt_install chromium "Chromium is missing (for the report's browser test)" \
     || say "warning: no chromium found; the report's browser test will fail until it is installed ('sudo apt-get install chromium')"
@@ -135,7 +135,7 @@ command -v javac >/dev/null 2>&1 || apt_install openjdk-17-jdk-headless "javac i
 spark_jars=$(.venv/bin/python -c 'import os, pyspark; print(os.path.join(pyspark.__path__[0], "jars"))')
 build_jar "join operators" spark_jobs/joins/java build/jvm/lake-joins.jar "$spark_jars/*" \
   "$(.venv/bin/python -c 'import pyspark; print(pyspark.__version__)')"
-# The Kafka Streams peer (tests/bench/peer): the benchmarks' peer (README, "Against Kafka Streams") and
+# The Kafka Streams peer (tests/bench/peer): the benchmarks' peer (docs/benchmarks.md, "Against Kafka Streams") and
 # the test that its outputs equal the product's, built against the locked .jvm/streams jars.
 build_jar "Kafka Streams peer" tests/bench/peer/src/main/java build/peer/lake-peer.jar ".jvm/streams/*" \
   "$(cat .jvm/.stamp)"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A Spark standalone cluster on this machine, from the pyspark installation in .venv: one master and
-# two workers, each its own JVM, as on a real cluster (README, "Running on a Spark cluster").
+# two workers, each its own JVM, as on a real cluster (docs/airflow.md, "Running on a Spark cluster").
 #
 #   infra/spark-cluster.sh start    # returns once both workers have registered; prints the master URL
 #   infra/spark-cluster.sh status   # the master's view: workers, running and completed applications

@@ -93,7 +93,7 @@ class QualitySpec:
 
 @dataclass(frozen=True)
 class AirflowSpec:
-    """How the pipeline's DAGs run (README, "Airflow"). Schedules are cron expressions, presets such
+    """How the pipeline's DAGs run (docs/airflow.md). Schedules are cron expressions, presets such
     as ``@daily``, or ``null`` for manual runs only."""
 
     schedule: str | None = "@daily"  # the pipeline DAG: backfill -> quality gate -> joins
@@ -110,7 +110,7 @@ class AirflowSpec:
 
 @dataclass(frozen=True)
 class JoinSpec:
-    """A continuous join of two topics, or a lookup derived from one (README, "Joins")."""
+    """A continuous join of two topics, or a lookup derived from one (docs/joins.md)."""
 
     name: str
     kind: str  # a name of spark_jobs.joins.kinds.KINDS
@@ -283,7 +283,7 @@ def read_located(path: str | os.PathLike[str]) -> LocatedYaml:
 
 
 def load_config(path: str | os.PathLike[str] | None = None) -> PipelineConfig:
-    """Load and validate a pipeline file (see README, "Configuration reference")."""
+    """Load and validate a pipeline file (docs/configuration.md)."""
     cfg_path = resolve_config_path(path)
     source = str(cfg_path)
     try:

@@ -1,4 +1,4 @@
-"""Demo data (the consent / e-mail story of the README) and large synthetic inputs for benchmarks.
+"""Demo data (the consent / e-mail story of docs/demo.md) and large synthetic inputs for benchmarks.
 
 Only the demo command writes demo data: a new lake root starts empty.
 """

@@ -113,7 +113,8 @@ class Cluster:
             s["ssl.truststore.location"] = self.settings["ssl.ca.location"]
         # A Spark task reads a known offset range, and the Java consumer's fetch waits up to
         # fetch.max.wait.ms (500 ms by default) for more bytes at its end: about 1 s per micro-batch of
-        # a 4-partition topic on 2 cores, against 80 ms with 10 ms (README, "Against Kafka Streams").
+        # a 4-partition topic on 2 cores, against 80 ms with 10 ms
+        # (docs/benchmarks.md, "Against Kafka Streams").
         options = {"kafka.bootstrap.servers": self.bootstrap_servers}
         options["kafka.fetch.max.wait.ms"] = FETCH_WAIT_MS
         options.update({f"kafka.{k}": v for k, v in s.items()})

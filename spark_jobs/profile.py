@@ -1,6 +1,6 @@
 """Where a micro-batch's time goes: the join engine's own phases (:class:`Phases`, on every batch's log
 line) and, with ``$LAKE_PROFILE=1``, Spark's phases of every streaming query's micro-batch (ingest and
-joins: :func:`watch_queries`). ``make bench-peer`` reads both from the jobs' logs for the README's
+joins: :func:`watch_queries`). ``make bench-peer`` reads both from the jobs' logs for docs/benchmarks.md's
 profile.
 
 A profile line is ``profile <query> batch <id> at <start, epoch s> rows <n> ms {<phase>: ms, ...}``

@@ -1,6 +1,6 @@
 """The Kafka Streams peer (``tests/bench/peer``, built by ``infra/setup.sh`` into
 ``build/peer/lake-peer.jar``): run it beside the product on the same topics, read its output topic,
-and compare final results per key with the product's (README, "Benchmarks").
+and compare final results per key with the product's (docs/benchmarks.md).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """``lake up`` / ``lake down``: the embedded broker and the Spark Connect server that quick commands
 (``lake show``) use while it runs, with the same output as a local session's, and a local session
-when it is down or does not answer (README, "A quick CLI")."""
+when it is down or does not answer (docs/kafka-and-topics.md, "The quick CLI")."""
 
 from __future__ import annotations
 

@@ -66,8 +66,7 @@ def full(root: Path, spark: bool = True) -> str:
 
 def failed_on_full_disk(result: tuple[int, str, str], root: Path, java_lines: bool = False) -> bool:
     """Exit 1, no traceback, the last line naming the root and the fix. ``java_lines``: Spark may
-    still log Java stack lines before it (a join's query stopping after the failure; README, "What
-    is not here yet")."""
+    still log Java stack lines before it (a join's query stopping after the failure; docs/limits.md)."""
     code, out, err = result
     assert code == 1, out + err
     assert "Traceback" not in err and (java_lines or "\tat " not in err), err

@@ -1,4 +1,4 @@
-"""The list join, rule by rule (README, "Foreign-key, list and derive joins"), through its real streaming query."""
+"""The list join, rule by rule (docs/joins.md, "Foreign-key, list and derive joins"), through its real streaming query."""
 
 from __future__ import annotations
 

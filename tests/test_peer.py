@@ -1,6 +1,6 @@
 """The Kafka Streams peer and the product on the same topics give the same final result per key: the
 foreign-key join of the marketplace pipeline and the list join of the people pipeline, on a few
-hundred records with every kind of update (README, "Benchmarks"; the timing runs are
+hundred records with every kind of update (docs/benchmarks.md; the timing runs are
 ``make bench-peer``)."""
 
 from __future__ import annotations

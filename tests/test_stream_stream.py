@@ -1,4 +1,4 @@
-"""The stream–stream join (README, "Semantics"), through its real streaming query. That its output is the
+"""The stream–stream join (docs/joins.md, "Semantics"), through its real streaming query. That its output is the
 same for any split into micro-batches is test_join_properties.py's (random splits, and this file's
 former fixed one as an explicit example)."""
 

@@ -1,4 +1,4 @@
-"""The stream–table join (README, "Semantics"), through its real streaming query."""
+"""The stream–table join (docs/joins.md, "Semantics"), through its real streaming query."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The table–table join, rule by rule (README, "Semantics"), through its real streaming query."""
+"""The table–table join, rule by rule (docs/joins.md, "Semantics"), through its real streaming query."""
 
 from __future__ import annotations
 

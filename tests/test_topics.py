@@ -97,7 +97,7 @@ def test_consistent_random_places_like_kcat_and_murmur2_random_like_java(kc):
     java = TopicSpec("j", 4, value_format="string")
     put(kc, lines, spec=java, key_sep=";", partitioner="murmur2_random")
     got = dict(line.split(",") for line in dump(kc, java, fmt="%k,%p\\n").splitlines())
-    # the README's table of the seed's keys: where the Java client puts them in 4 partitions
+    # docs/demo.md's table of the seed's keys: where the Java client puts them in 4 partitions
     assert got == {
         "user_1": "3", "user_2": "2", "user_3": "2", "user_4": "2", "user_5": "1",
         "user_6": "1", "user_7": "2", "user_8": "0", "user_9": "2", "user_10": "1",

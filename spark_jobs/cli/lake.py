@@ -44,7 +44,7 @@ def register(sub, common) -> None:
     af = sub.add_parser(
         "airflow",
         parents=[common],
-        help="run an airflow command with this repo's DAGs, lake root and Spark master (see README)",
+        help="run an airflow command with this repo's DAGs, lake root and Spark master (see docs/airflow.md)",
         description="Runs 'airflow ARGS' with AIRFLOW_HOME (default ./.airflow, or $LAKE_AIRFLOW_HOME), "
         "the dags/ folder, no example DAGs, the lake root and the Spark connection configured. "
         "Example: lake airflow standalone",

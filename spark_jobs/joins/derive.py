@@ -1,4 +1,5 @@
-"""derive: a lookup keyed by a value of its master topic (README, "Foreign-key, list and derive joins")."""
+"""derive: a lookup keyed by a value of its master topic (docs/joins.md, "Foreign-key, list and
+derive joins")."""
 
 from __future__ import annotations
 

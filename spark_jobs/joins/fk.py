@@ -1,4 +1,4 @@
-"""fk: a foreign-key table-table join, keyed by the left key (README, "Foreign-key, list and derive
+"""fk: a foreign-key table-table join, keyed by the left key (docs/joins.md, "Foreign-key, list and derive
 joins")."""
 
 from __future__ import annotations

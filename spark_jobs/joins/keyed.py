@@ -1,5 +1,5 @@
-"""What the kinds that follow a key inside the left value share (fk, list, derive; README,
-"Foreign-key, list and derive joins"):
+"""What the kinds that follow a key inside the left value share (fk, list, derive;
+docs/joins.md, "Foreign-key, list and derive joins"):
 the left records' foreign key, derived key or list, computed by Spark in the join's plan
 (:class:`LeftKeys`), ahead of the kind's state operator. Their state is in Spark's state store
 (``state_store``), and the oracle (``oracle.py``) checks each result against a batch join of the

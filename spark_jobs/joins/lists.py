@@ -1,5 +1,5 @@
-"""list: the left value holds a list of ids into the right table (README, "Foreign-key, list and
-derive joins")."""
+"""list: the left value holds a list of ids into the right table (docs/joins.md, "Foreign-key, list
+and derive joins")."""
 
 from __future__ import annotations
 

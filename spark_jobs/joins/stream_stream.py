@@ -1,4 +1,4 @@
-"""stream-stream: every left/right pair of one key within the window (README, "Semantics")."""
+"""stream-stream: every left/right pair of one key within the window (docs/joins.md, "Semantics")."""
 
 from __future__ import annotations
 

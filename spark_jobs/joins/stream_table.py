@@ -1,4 +1,5 @@
-"""stream-table: each left event with the right side's value as of its timestamp (README, "Semantics")."""
+"""stream-table: each left event with the right side's value as of its timestamp (docs/joins.md,
+"Semantics")."""
 
 from __future__ import annotations
 

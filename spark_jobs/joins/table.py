@@ -1,4 +1,4 @@
-"""table: both sides' latest value per key, joined (README, "Semantics")."""
+"""table: both sides' latest value per key, joined (docs/joins.md, "Semantics")."""
 
 from __future__ import annotations
 

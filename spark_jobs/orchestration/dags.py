@@ -1,4 +1,4 @@
-"""The DAG factory: four DAGs per pipeline file, built from its config (README, "Airflow").
+"""The DAG factory: four DAGs per pipeline file, built from its config (docs/airflow.md).
 
 - ``<pipeline>_pipeline``: backfill every lookup -> run the quality suites -> the quality gate ->
   make sure the continuous joins run. Scheduled (``airflow.schedule``).

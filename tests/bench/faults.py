@@ -25,7 +25,7 @@ Then ``lake ingest --once``, and the checks, each exact:
 - each changelog topic (read_committed) ends, per key, at the model's row (a deleted key at a
   tombstone), and no record repeats the one before it for its key (a batch published twice).
 
-Figures go to stdout (``bench-results/faults.txt``) and the README. Usage: faults.py [--products N]
+Figures go to stdout (``bench-results/faults.txt``) and docs/benchmarks.md. Usage: faults.py [--products N]
 [--persons N] [--waves N] [--keep DIR] (the lake and the cluster's logs stay in DIR).
 """
 
@@ -229,7 +229,7 @@ class Workload:
         return {k: vs[-1] for k, vs in self.sent[topic].items() if vs[-1] is not None}
 
     def expected(self, join: str) -> dict[str, dict]:
-        """Each join's result rows by key, as the join's rules give them (README, "Joins")."""
+        """Each join's result rows by key, as the join's rules give them (docs/joins.md)."""
         if join == "display_products":
             merchants = self.latest("merchants")
             out = {}

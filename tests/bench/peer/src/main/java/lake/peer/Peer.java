@@ -38,8 +38,7 @@ import org.apache.kafka.streams.state.Stores;
 
 /**
  * The product's foreign-key and list joins as a Kafka Streams application: the peer a user would
- * pick instead, run on the same broker and topics to compare outputs and speed (README,
- * "Benchmarks").
+ * pick instead, run on the same broker and topics to compare outputs and speed (docs/benchmarks.md).
  *
  * <ul>
  *   <li>{@code fk}: the KIP-213 foreign-key left join of products with merchants, projected as the

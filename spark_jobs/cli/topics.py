@@ -11,6 +11,12 @@ from spark_jobs.errors import UserError
 
 
 def register(sub, common) -> None:
+    for add in (_produce, _consume, _ingest, _topic, _diagnose, _topics):
+        add(sub, common)
+
+
+def _produce(sub, common) -> None:
+    """``lake produce``."""
     p = sub.add_parser(
         "produce",
         parents=[common],
@@ -26,6 +32,9 @@ def register(sub, common) -> None:
     p.add_argument("--timestamp", type=int, metavar="MS", help="record timestamp, epoch ms")
     p.set_defaults(run=cmd_produce)
 
+
+def _consume(sub, common) -> None:
+    """``lake consume``."""
     c = sub.add_parser(
         "consume",
         parents=[common],
@@ -40,6 +49,9 @@ def register(sub, common) -> None:
     c.add_argument("-Z", dest="null_text", action="store_true", help="print null keys/values as NULL")
     c.set_defaults(run=cmd_consume)
 
+
+def _ingest(sub, common) -> None:
+    """``lake ingest``."""
     ing = sub.add_parser(
         "ingest",
         parents=[common],
@@ -61,6 +73,9 @@ def register(sub, common) -> None:
     ing.add_argument("--max-records", type=int, metavar="N", help="at most N offsets per topic and batch")
     ing.set_defaults(run=cmd_ingest)
 
+
+def _topic(sub, common) -> None:
+    """``lake topic repartition``."""
     tp = sub.add_parser("topic", parents=[common], help="topic maintenance (repartition)")
     tsub = tp.add_subparsers(dest="topic_command", metavar="ACTION", parser_class=Parser)
     rp = tsub.add_parser(
@@ -72,6 +87,9 @@ def register(sub, common) -> None:
     rp.add_argument("--partitioner", choices=PARTITIONERS, help="default: the topic's")
     rp.set_defaults(run=cmd_repartition)
 
+
+def _diagnose(sub, common) -> None:
+    """``lake diagnose``."""
     d = sub.add_parser(
         "diagnose",
         parents=[common],
@@ -108,6 +126,9 @@ def register(sub, common) -> None:
     d.add_argument("--json", action="store_true", help="the findings as JSON on stdout")
     d.set_defaults(run=cmd_diagnose)
 
+
+def _topics(sub, common) -> None:
+    """``lake topics``."""
     t = sub.add_parser("topics", parents=[common], help="the pipeline's topics: on Kafka and in bronze")
     t.add_argument("--create", action="store_true", help="create the declared topics that are missing")
     t.set_defaults(run=cmd_topics)

@@ -703,8 +703,6 @@ def _gx_outcome(results: list) -> tuple[bool, str]:
 def _run_check(
     spark, topics: SnapshotReader, config, gxr: _GX, suite: Suite, check: Check
 ) -> list[ExpectationResult]:
-    gx = gxr.gx
-    out: list[ExpectationResult] = []
     asset = f"{suite.name}.{check.name}".replace(":", "_").replace(">", "").replace("+", "_")
     read = check_topics(check, config)
     offsets = {t: list(topics.snapshot.ends[t]) for t in read}
@@ -720,6 +718,7 @@ def _run_check(
                 suite.name, check.name, description, description, False, "no records", 0, [], offsets
             )
         ]
+    out: list[ExpectationResult] = []
 
     def finish(expectation: str, df: DataFrame, describe, what: str, extra: list | None = None, name=asset):
         df = df.persist()  # listed, counted and validated several times: compute the findings once
@@ -736,66 +735,88 @@ def _run_check(
             )
         )
 
-    p = check.params
-    if check.type == "completeness":
-        refs: References = p["refs"]
-        guarded = f" (join {refs.join})" if refs.join else ""
-        if refs.by is not None:
-            shape = "holds a list at" if refs.by.kind == "list" else "has a value at"
-            finish(
-                f"Every record of {refs.stream} {shape} '{refs.by.by}'{guarded}.",
-                reference_shape_findings(spark, topics, config, refs),
-                lambda r: (f"{_show_key(r)}: " if r["key_hex"] else "") + r["problem"],
-                "records without references",
-                name=f"{asset}.shape",
-            )
-        df = completeness_findings(spark, topics, config, refs)
-        finish(
-            f"Every {refs.what} that {refs.stream} references exists in lookup {refs.lookup}{guarded}.",
-            df,
-            lambda r: f"{_show_key(r)} ({r['problem'].split(': ', 1)[1]})",
-            f"{refs.what}s missing in {refs.lookup}",
-        )
-    elif check.type == "co_partitioning" and p.get("join"):
-        join = config.joins[p["join"]]
-        right = str(join.right)
-        # a Kafka Streams fk or list join sends its subscriptions by the right topic's own placement
-        if join.kind in ("fk", "list"):
-            _, keys = co_partitioning_findings(spark, topics, config, [right])
-            partitioner = config.topics[right].partitioner
-            finish(
-                f"Every key of {right} sits in the partition {partitioner} gives it among the topic's "
-                f"{config.topics[right].partitions}, where join {join.name} ({join.kind}) sends its "
-                "subscriptions (the partition counts of the two topics may differ).",
-                keys,
-                lambda r: f"{_show_key(r)}: {r['problem']}",
-                "misplaced keys",
-            )
-        else:
-            _co_partitioning(finish, asset, [join.left, right], spark, topics, config)
-    elif check.type == "co_partitioning":
-        _co_partitioning(finish, asset, p["topics"], spark, topics, config)
-    elif check.type == "key_format":
-        df = key_format_findings(spark, topics, config, p["topics"])
-        finish(
-            f"Keys of {', '.join(p['topics'])} are clean text in the declared encoding.",
-            df,
-            lambda r: f"{r['topic']}: " + (f"{_show_key(r)} " if r["key_hex"] else "") + r["problem"],
-            "badly formatted keys",
-        )
-    else:
-        df = lookup_findings(spark, topics, config, p["lookup"])
-        finish(
-            f"Lookup {p['lookup']} has a non-null unique key and values that parse as declared.",
-            df,
-            lambda r: f"{_show_key(r)}: {r['problem']}",
-            "bad lookup rows",
-            extra=[
-                gx.expectations.ExpectColumnValuesToNotBeNull(column="key_hex"),
-                gx.expectations.ExpectColumnValuesToBeUnique(column="key_hex"),
-            ],
-        )
+    kind = (
+        "join_co_partitioning" if check.type == "co_partitioning" and check.params.get("join") else check.type
+    )
+    _CHECKS[kind](finish, asset, spark, topics, config, check.params, gxr)
     return out
+
+
+def _completeness_check(finish: Callable, asset: str, spark, topics, config, p: dict, gxr: _GX) -> None:
+    refs: References = p["refs"]
+    guarded = f" (join {refs.join})" if refs.join else ""
+    if refs.by is not None:
+        shape = "holds a list at" if refs.by.kind == "list" else "has a value at"
+        finish(
+            f"Every record of {refs.stream} {shape} '{refs.by.by}'{guarded}.",
+            reference_shape_findings(spark, topics, config, refs),
+            lambda r: (f"{_show_key(r)}: " if r["key_hex"] else "") + r["problem"],
+            "records without references",
+            name=f"{asset}.shape",
+        )
+    finish(
+        f"Every {refs.what} that {refs.stream} references exists in lookup {refs.lookup}{guarded}.",
+        completeness_findings(spark, topics, config, refs),
+        lambda r: f"{_show_key(r)} ({r['problem'].split(': ', 1)[1]})",
+        f"{refs.what}s missing in {refs.lookup}",
+    )
+
+
+def _join_co_partitioning_check(
+    finish: Callable, asset: str, spark, topics, config, p: dict, gxr: _GX
+) -> None:
+    join = config.joins[p["join"]]
+    right = str(join.right)
+    # a Kafka Streams fk or list join sends its subscriptions by the right topic's own placement
+    if join.kind not in ("fk", "list"):
+        _co_partitioning(finish, asset, [join.left, right], spark, topics, config)
+        return
+    _, keys = co_partitioning_findings(spark, topics, config, [right])
+    finish(
+        f"Every key of {right} sits in the partition {config.topics[right].partitioner} gives it among "
+        f"the topic's {config.topics[right].partitions}, where join {join.name} ({join.kind}) sends its "
+        "subscriptions (the partition counts of the two topics may differ).",
+        keys,
+        lambda r: f"{_show_key(r)}: {r['problem']}",
+        "misplaced keys",
+    )
+
+
+def _co_partitioning_check(finish: Callable, asset: str, spark, topics, config, p: dict, gxr: _GX) -> None:
+    _co_partitioning(finish, asset, p["topics"], spark, topics, config)
+
+
+def _key_format_check(finish: Callable, asset: str, spark, topics, config, p: dict, gxr: _GX) -> None:
+    finish(
+        f"Keys of {', '.join(p['topics'])} are clean text in the declared encoding.",
+        key_format_findings(spark, topics, config, p["topics"]),
+        lambda r: f"{r['topic']}: " + (f"{_show_key(r)} " if r["key_hex"] else "") + r["problem"],
+        "badly formatted keys",
+    )
+
+
+def _lookup_check(finish: Callable, asset: str, spark, topics, config, p: dict, gxr: _GX) -> None:
+    gx = gxr.gx
+    finish(
+        f"Lookup {p['lookup']} has a non-null unique key and values that parse as declared.",
+        lookup_findings(spark, topics, config, p["lookup"]),
+        lambda r: f"{_show_key(r)}: {r['problem']}",
+        "bad lookup rows",
+        extra=[
+            gx.expectations.ExpectColumnValuesToNotBeNull(column="key_hex"),
+            gx.expectations.ExpectColumnValuesToBeUnique(column="key_hex"),
+        ],
+    )
+
+
+# What each check type of CHECK_TYPES runs (a co-partitioning check of a join is one of its own)
+_CHECKS: dict[str, Callable] = {
+    "completeness": _completeness_check,
+    "join_co_partitioning": _join_co_partitioning_check,
+    "co_partitioning": _co_partitioning_check,
+    "key_format": _key_format_check,
+    "lookup_basics": _lookup_check,
+}
 
 
 def _co_partitioning(finish: Callable, asset: str, topics: list[str], spark, reader, config) -> None:

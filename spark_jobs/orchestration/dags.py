@@ -224,18 +224,9 @@ def pipeline_dag(b: _Builder) -> DAG:
     return dag
 
 
-def manual_backfill_dag(b: _Builder) -> DAG:
-    config = b.config
-    lookups = list(config.lookups)
-    doc = (
-        f"A person's backfill of one lookup of pipeline `{config.name}`, then the quality suites.\n\n"
-        "Trigger it with the form (*Trigger DAG*) or `airflow dags trigger "
-        f'{config.name}_manual_backfill --conf \'{{"lookup": "{lookups[0] if lookups else "NAME"}", '
-        '"dry_run": true}\'`. The log of **report** says what changed (new / changed / unchanged / '
-        "rejected) and what the suites found; the run fails when a suite fails. A real (not dry) "
-        "backfill that wrote records updates the lookup's Asset, which runs the quality DAG."
-    )
-    params = {
+def _backfill_params(lookups: list[str]) -> dict[str, Param]:
+    """The manual backfill's form: which lookup, from which dump, how, and how many bad lines."""
+    return {
         "lookup": Param(
             lookups[0] if lookups else "",
             type="string",
@@ -269,6 +260,20 @@ def manual_backfill_dag(b: _Builder) -> DAG:
             "lines are quarantined and counted, never dropped silently.",
         ),
     }
+
+
+def manual_backfill_dag(b: _Builder) -> DAG:
+    config = b.config
+    lookups = list(config.lookups)
+    doc = (
+        f"A person's backfill of one lookup of pipeline `{config.name}`, then the quality suites.\n\n"
+        "Trigger it with the form (*Trigger DAG*) or `airflow dags trigger "
+        f'{config.name}_manual_backfill --conf \'{{"lookup": "{lookups[0] if lookups else "NAME"}", '
+        '"dry_run": true}\'`. The log of **report** says what changed (new / changed / unchanged / '
+        "rejected) and what the suites found; the run fails when a suite fails. A real (not dry) "
+        "backfill that wrote records updates the lookup's Asset, which runs the quality DAG."
+    )
+    params = _backfill_params(lookups)
     with b.dag("manual_backfill", None, doc, "backfill", params=params, is_paused_upon_creation=False) as dag:
         args = b.python(
             "validate_params",

@@ -538,12 +538,7 @@ def _join(
     doc: LocatedYaml, name: str, spec: Any, topics: dict[str, TopicSpec], lookups: dict[str, LookupSpec]
 ) -> JoinSpec:
     path = ("joins", name)
-    if not COLUMN_RE.match(name):
-        raise doc.error(path, "join names use letters, digits and '_' (they name the result table)")
-    if name in topics or name.startswith("lookup_") or name in SYSTEM_TABLES or "__" in name:
-        raise doc.error(
-            path, f"the name is taken by a topic or would share a name with the lake's own tables {RESERVED}"
-        )
+    _join_name(doc, path, name, topics)
     if not isinstance(spec, dict):
         raise doc.error(path, "must be a mapping")
     kind = choice(doc, (*path, "kind"), spec.get("kind"), tuple(KINDS))
@@ -563,40 +558,80 @@ def _join(
     if sides["left"] == sides["right"]:
         raise doc.error((*path, "right"), "must be a different topic than left")
     join_type = choice(doc, (*path, "type"), spec.get("type", info.types[0]), info.types)
-    meta = info.meta_columns
+    lists = info.keyed_by == "list"
     select, where = _expressions(
-        doc, path, "select", spec.get("select"), meta, f"every {kind} result", required=kind != "list"
+        doc, path, "select", spec.get("select"), info.meta_columns, f"every {kind} result", required=not lists
     )
     window = None
-    if kind == "stream-stream":
+    if "window" in info.settings:
         if "window" not in spec:
-            raise doc.error((*path, "window"), "is required for a stream-stream join, e.g. '10 minutes'")
+            raise doc.error((*path, "window"), f"is required for a {kind} join, e.g. '10 minutes'")
         window = window_ms(doc, (*path, "window"), spec["window"])
-    by_key = info.keyed_by
     by = None
-    if by_key:
-        if by_key not in spec:
-            raise doc.error((*path, by_key), f"is required for a {kind} join")
-        by = text_value(doc, (*path, by_key), spec[by_key])
-        where[f"__{by_key}"] = doc.where((*path, by_key))
-    element_id, list_as = None, "elements"
-    elements: dict[str, str] = {}
-    if kind == "list":
-        if "element_id" in spec:
-            element_id = text_value(doc, (*path, "element_id"), spec["element_id"])
-            if not FIELD_PATH_RE.match(element_id):
-                raise doc.error(
-                    (*path, "element_id"), f"must be a field path such as 'id', got {element_id!r}"
-                )
-        list_as = spec.get("as", "elements")
-        if not isinstance(list_as, str) or not COLUMN_RE.match(list_as) or list_as in (*meta, *select):
-            raise doc.error(
-                (*path, "as"), f"must be a new column name of letters, digits and '_', got {list_as!r}"
-            )
-        elements, element_where = _expressions(
-            doc, path, "elements", spec.get("elements"), ("id", "matched"), "every element", required=True
+    if info.keyed_by:
+        if info.keyed_by not in spec:
+            raise doc.error((*path, info.keyed_by), f"is required for a {kind} join")
+        by = text_value(doc, (*path, info.keyed_by), spec[info.keyed_by])
+        where[f"__{info.keyed_by}"] = doc.where((*path, info.keyed_by))
+    element_id, elements, list_as = (
+        _list_settings(doc, path, spec, (*info.meta_columns, *select), where)
+        if lists
+        else (None, {}, "elements")
+    )
+    table_every, publish = _publish_settings(doc, path, name, spec, topics)
+    return JoinSpec(
+        name,
+        kind,
+        str(sides["left"]),
+        sides["right"],
+        join_type,
+        select,
+        where,
+        window,
+        publish,
+        by,
+        element_id,
+        elements,
+        list_as,
+        table_every,
+    )
+
+
+def _join_name(doc: LocatedYaml, path: tuple, name: str, topics: dict[str, TopicSpec]) -> None:
+    if not COLUMN_RE.match(name):
+        raise doc.error(path, "join names use letters, digits and '_' (they name the result table)")
+    if name in topics or name.startswith("lookup_") or name in SYSTEM_TABLES or "__" in name:
+        raise doc.error(
+            path, f"the name is taken by a topic or would share a name with the lake's own tables {RESERVED}"
         )
-        where |= {f"elements.{c}": w for c, w in element_where.items()}
+
+
+def _list_settings(
+    doc: LocatedYaml, path: tuple, spec: dict[str, Any], taken: tuple[str, ...], where: dict[str, str]
+) -> tuple[str | None, dict[str, str], str]:
+    """A list join's element_id, elements and as (the column of the joined elements, not one of
+    ``taken``); the elements' source lines go into ``where``."""
+    element_id = None
+    if "element_id" in spec:
+        element_id = text_value(doc, (*path, "element_id"), spec["element_id"])
+        if not FIELD_PATH_RE.match(element_id):
+            raise doc.error((*path, "element_id"), f"must be a field path such as 'id', got {element_id!r}")
+    list_as = spec.get("as", "elements")
+    if not isinstance(list_as, str) or not COLUMN_RE.match(list_as) or list_as in taken:
+        raise doc.error(
+            (*path, "as"), f"must be a new column name of letters, digits and '_', got {list_as!r}"
+        )
+    elements, element_where = _expressions(
+        doc, path, "elements", spec.get("elements"), ("id", "matched"), "every element", required=True
+    )
+    where |= {f"elements.{c}": w for c, w in element_where.items()}
+    return element_id, elements, list_as
+
+
+def _publish_settings(
+    doc: LocatedYaml, path: tuple, name: str, spec: dict[str, Any], topics: dict[str, TopicSpec]
+) -> tuple[float, str | None]:
+    """``table_every`` (seconds, 0 for every batch) and the changelog topic ``publish`` names (or None)."""
     table_every = 0.0
     if "table_every" in spec:
         table_every = window_ms(doc, (*path, "table_every"), spec["table_every"]) / 1000
@@ -616,22 +651,7 @@ def _join(
         raise doc.error(
             (*path, "publish"), f"topic '{publish}' is declared already; publish needs its own topic"
         )
-    return JoinSpec(
-        name,
-        kind,
-        str(sides["left"]),
-        sides["right"],
-        join_type,
-        select,
-        where,
-        window,
-        publish,
-        by,
-        element_id,
-        elements,
-        list_as,
-        table_every,
-    )
+    return table_every, publish
 
 
 def publish_set(spec: dict[str, Any]) -> bool:

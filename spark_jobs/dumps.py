@@ -124,6 +124,56 @@ def _reason(conditions: list[tuple[Column, str]]) -> Column:
     return expr
 
 
+def _split_lines(
+    lines: DataFrame, spec: BackfillSpec, sep: str
+) -> tuple[DataFrame, list[tuple[Column, str]]]:
+    """``key SEP value`` lines: ``_key`` and ``_raw_value``, and why a line has neither."""
+    pos_sql = f"instr(cast(_line as string), {_sql_str(sep)})"
+    pos = F.expr(pos_sql)
+    df = lines.withColumn(
+        "_key", F.when(pos > 0, F.expr(f"substring(cast(_line as string), 1, {pos_sql} - 1)"))
+    )
+    df = df.withColumn(
+        "_raw_value", F.when(pos > 0, F.expr(f"substring(cast(_line as string), {pos_sql} + {len(sep)})"))
+    )
+    return df, [(pos == 0, f"no separator {sep!r}")]
+
+
+def _split_jsonl(
+    lines: DataFrame, spec: BackfillSpec, sep: str
+) -> tuple[DataFrame, list[tuple[Column, str]]]:
+    """One JSON object per line: ``_key`` and ``_raw_value`` from its key and value fields (a string
+    value as it is, any other as JSON text)."""
+    value = _sql_str("$." + spec.value_field)
+    df = lines.withColumn("_doc", F.expr("try_parse_json(cast(_line as string))"))
+    df = df.withColumn("_key", F.expr(f"variant_get(_doc, {_sql_str('$.' + spec.key_field)}, 'string')"))
+    df = df.withColumn(
+        "_raw_value",
+        F.expr(
+            f"CASE WHEN variant_get(_doc, {value}, 'string') IS NOT NULL "
+            f"AND schema_of_variant(variant_get(_doc, {value})) = 'STRING' "
+            f"THEN variant_get(_doc, {value}, 'string') "
+            f"ELSE to_json(variant_get(_doc, {value})) END"
+        ),
+    )
+    return df, [
+        (F.col("_doc").isNull(), "line is not a JSON object"),
+        (F.col("_key").isNull(), f"no '{spec.key_field}' field"),
+        (F.col("_raw_value").isNull(), f"no '{spec.value_field}' field"),
+    ]
+
+
+def _split_csv(lines: DataFrame, spec: BackfillSpec, sep: str) -> tuple[DataFrame, list[tuple[Column, str]]]:
+    """CSV with a header line: the first line names the columns."""
+    return _parse_csv(lines, spec, sep), [
+        (F.col("_key").isNull(), f"no '{spec.key_field}' column value"),
+        (F.col("_raw_value").isNull(), f"no '{spec.value_field}' column value"),
+    ]
+
+
+_SPLIT = {"lines": _split_lines, "jsonl": _split_jsonl, "csv": _split_csv}
+
+
 def parse_dump(
     lines: DataFrame,
     spec: BackfillSpec,
@@ -141,45 +191,7 @@ def parse_dump(
     sep = separator if separator is not None else spec.separator
     lines = lines.withColumn("_line", F.expr(_LINE_SQL))
     valid_utf8 = F.expr("is_valid_utf8(_line)")
-    conditions: list[tuple[Column, str]] = []
-    if spec.format == "lines":
-        pos_sql = f"instr(cast(_line as string), {_sql_str(sep)})"
-        pos = F.expr(pos_sql)
-        df = lines.withColumn(
-            "_key",
-            F.when(
-                pos > 0,
-                F.expr(f"substring(cast(_line as string), 1, {pos_sql} - 1)"),
-            ),
-        )
-        df = df.withColumn(
-            "_raw_value",
-            F.when(
-                pos > 0,
-                F.expr(f"substring(cast(_line as string), {pos_sql} + {len(sep)})"),
-            ),
-        )
-        conditions.append((pos == 0, f"no separator {sep!r}"))
-    elif spec.format == "jsonl":
-        doc = F.expr("try_parse_json(cast(_line as string))")
-        df = lines.withColumn("_doc", doc)
-        df = df.withColumn("_key", F.expr(f"variant_get(_doc, {_sql_str('$.' + spec.key_field)}, 'string')"))
-        df = df.withColumn(
-            "_raw_value",
-            F.expr(
-                f"CASE WHEN variant_get(_doc, {_sql_str('$.' + spec.value_field)}, 'string') IS NOT NULL "
-                f"AND schema_of_variant(variant_get(_doc, {_sql_str('$.' + spec.value_field)})) = 'STRING' "
-                f"THEN variant_get(_doc, {_sql_str('$.' + spec.value_field)}, 'string') "
-                f"ELSE to_json(variant_get(_doc, {_sql_str('$.' + spec.value_field)})) END"
-            ),
-        )
-        conditions.append((F.col("_doc").isNull(), "line is not a JSON object"))
-        conditions.append((F.col("_key").isNull(), f"no '{spec.key_field}' field"))
-        conditions.append((F.col("_raw_value").isNull(), f"no '{spec.value_field}' field"))
-    else:  # csv with a header line: the first line names the columns
-        df = _parse_csv(lines, spec, sep)
-        conditions.append((F.col("_key").isNull(), f"no '{spec.key_field}' column value"))
-        conditions.append((F.col("_raw_value").isNull(), f"no '{spec.value_field}' column value"))
+    df, conditions = _SPLIT[spec.format](lines, spec, sep)
     if key_format == "string":
         conditions.insert(0, (~valid_utf8, "not valid UTF-8"))
     conditions.append((F.col("_key") == "", "empty key"))

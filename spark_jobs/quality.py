@@ -29,6 +29,7 @@ from pyspark.sql import functions as F
 
 from spark_jobs.config import JoinSpec, PipelineConfig, choice, mapping, read_located, text_value
 from spark_jobs.errors import UserError
+from spark_jobs.joins.kinds import referencing
 from spark_jobs.kafka import connect
 from spark_jobs.keys import RULES as KEY_RULES
 from spark_jobs.lake import Lake
@@ -61,7 +62,7 @@ class References:
     def what(self) -> str:
         if self.by is None:
             return "key"
-        return "list element" if self.by.kind == "list" else "foreign key"
+        return "list element" if self.by.join_kind.has_list else "foreign key"
 
 
 @dataclass(frozen=True)
@@ -158,7 +159,7 @@ def _references(doc: Any, where: tuple[str, ...], p: dict[str, Any], config: Pip
             )
         if lookup not in config.lookups or config.lookups[lookup].topic != join.right:
             raise doc.error((*where, "lookup"), f"must name a lookup on the join's right topic {join.right}")
-        by = join if join.kind in ("fk", "list") else None
+        by = join if join.join_kind.references else None
         return References(join.left, lookup, join.name, by, current=not join.join_kind.events)
     if p.get("stream") not in config.topics:
         raise doc.error((*where, "stream"), f"must name a topic of {config.source}")
@@ -175,7 +176,7 @@ def _references(doc: Any, where: tuple[str, ...], p: dict[str, Any], config: Pip
         element_id = text_value(doc, (*where, "element_id"), p["element_id"]) if "element_id" in p else None
         by = JoinSpec(
             name=f"completeness of {p['stream']}",
-            kind="fk" if setting == "foreign_key" else "list",
+            kind=referencing(setting).name,
             left=str(p["stream"]),
             right=config.lookups[str(p["lookup"])].topic,
             type="left",
@@ -208,7 +209,7 @@ def completeness_findings(
     invisible bytes, if there is one)."""
     if refs.by is not None:
         left = _left_references(spark, topics, config, refs)
-        if refs.by.kind == "list":  # each id once per list; null ids (and empty lists) reference nothing
+        if refs.by.join_kind.has_list:  # each id once per list; null ids (and empty lists) reference nothing
             left = left.filter(F.col("reason").isNull()).withColumn("ref", F.explode(F.array_distinct("ids")))
         else:
             left = left.withColumn("ref", F.col("by"))
@@ -271,8 +272,8 @@ def reference_shape_findings(
     field)."""
     assert refs.by is not None
     left = _left_references(spark, topics, config, refs)
-    setting = "list" if refs.by.kind == "list" else "foreign_key"
-    if refs.by.kind == "list":
+    setting = str(refs.by.join_kind.keyed_by)
+    if refs.by.join_kind.has_list:
         return left.select(
             *_display("key"),
             F.when(
@@ -637,7 +638,7 @@ def check_topics(check: Check, config: PipelineConfig) -> list[str]:
     if check.type == "co_partitioning" and p.get("join"):
         join = config.joins[p["join"]]
         right = str(join.right)
-        return [right] if join.kind in ("fk", "list") else [join.left, right]
+        return [right] if join.join_kind.references else [join.left, right]
     if check.type in ("co_partitioning", "key_format"):
         return list(p["topics"])
     return [config.lookups[p["lookup"]].topic]
@@ -746,7 +747,7 @@ def _completeness_check(finish: Callable, asset: str, spark, topics, config, p: 
     refs: References = p["refs"]
     guarded = f" (join {refs.join})" if refs.join else ""
     if refs.by is not None:
-        shape = "holds a list at" if refs.by.kind == "list" else "has a value at"
+        shape = "holds a list at" if refs.by.join_kind.has_list else "has a value at"
         finish(
             f"Every record of {refs.stream} {shape} '{refs.by.by}'{guarded}.",
             reference_shape_findings(spark, topics, config, refs),
@@ -768,7 +769,7 @@ def _join_co_partitioning_check(
     join = config.joins[p["join"]]
     right = str(join.right)
     # a Kafka Streams fk or list join sends its subscriptions by the right topic's own placement
-    if join.kind not in ("fk", "list"):
+    if not join.join_kind.references:
         _co_partitioning(finish, asset, [join.left, right], spark, topics, config)
         return
     _, keys = co_partitioning_findings(spark, topics, config, [right])

@@ -53,7 +53,7 @@ class LeftKeys:
 
     def _raw_type(self, frame: DataFrame) -> Any:
         data_type = frame.withColumn("left", self._left()).select(self._raw()).schema[0].dataType
-        if self.spec.kind == "list" and not isinstance(data_type, (StringType, ArrayType)):
+        if self.spec.join_kind.has_list and not isinstance(data_type, (StringType, ArrayType)):
             raise UserError(
                 f"{self.spec.where['__list']}: must give a list (or JSON text of one), "
                 f"not {data_type.simpleString()}"
@@ -64,7 +64,7 @@ class LeftKeys:
         is_left = (F.col("side") == "left") & F.col("value").isNotNull()
         df = frame.withColumn("left", self._left())
         raw = self._raw()
-        if self.spec.kind != "list":
+        if not self.spec.join_kind.has_list:
             by = raw.cast("string").cast("binary")
             return df.withColumn("by", F.when(is_left, by)).drop("left")
         items = (

@@ -24,6 +24,17 @@ class JoinKind:
     def has_right(self) -> bool:
         return "right" in self.settings
 
+    @property
+    def references(self) -> bool:
+        """The left records reference right keys by a value inside them (fk, list): a Kafka Streams
+        join of this kind sends its subscriptions to the right topic's partition of each key."""
+        return self.has_right and self.keyed_by is not None
+
+    @property
+    def has_list(self) -> bool:
+        """The left records hold a list of references (list), each of them joined."""
+        return self.keyed_by == "list"
+
 
 TABLE = JoinKind("table", ("inner", "left", "outer"), ("right", "table_every"), ("key",))
 STREAM_TABLE = JoinKind(
@@ -57,3 +68,9 @@ LIST = JoinKind(
 DERIVE = JoinKind("derive", ("inner",), ("key", "table_every"), ("key", "master_key"), keyed_by="key")
 
 KINDS: dict[str, JoinKind] = {k.name: k for k in (TABLE, STREAM_TABLE, STREAM_STREAM, FK, LIST, DERIVE)}
+
+
+def referencing(setting: str) -> JoinKind:
+    """The kind whose left records reference right keys through ``setting`` (``foreign_key``: fk,
+    ``list``: list)."""
+    return next(k for k in KINDS.values() if k.references and k.keyed_by == setting)

@@ -96,97 +96,112 @@ def expected_rows(
     keys = LeftKeys(spark, config, spec) if spec.join_kind.keyed_by else None
     left = _records(config, records(spec.left), spec.left, "left", keys)
     right = _records(config, records(spec.right), spec.right, "right") if spec.right else None
-    if spec.join_kind.keyed_by:
-        return _evaluated(lake, spec, *_keyed(spark, config, spec, left, right))
-    assert right is not None
-    projection = Projection(spark, config, spec)
-    how = {"inner": "inner", "left": "left", "outer": "full"}[spec.type]
-    if spec.kind == "table":
-        lhs = (
-            _latest(left).filter(F.col("value").isNotNull()).select("key", F.col("value").alias("left_value"))
-        )
-        rhs = (
-            _latest(right)
-            .filter(F.col("value").isNotNull())
-            .select("key", F.col("value").alias("right_value"))
-        )
-        rows = lhs.join(rhs, "key", how)
-    elif spec.kind == "stream-table":
-        events = left.filter(F.col("value").isNotNull()).alias("l")
-        r = right.alias("r")
-        cond = (F.col("l.key") == F.col("r.key")) & (F.col("r.timestamp") <= F.col("l.timestamp"))
-        joined = events.join(r, cond, "left")
-        order = Window.partitionBy("l.partition", "l.offset").orderBy(
-            F.col("r.timestamp").desc_nulls_last(), F.col("r.offset").desc_nulls_last()
-        )
-        rows = (
-            joined.withColumn("_rn", F.row_number().over(order))
-            .filter("_rn = 1")
-            .select(
-                F.col("l.key").alias("key"),
-                F.col("l.timestamp").alias("timestamp"),
-                F.col("l.partition").alias("partition"),
-                F.col("l.offset").alias("offset"),
-                F.col("l.value").alias("left_value"),
-                F.col("r.value").alias("right_value"),
-            )
-        )
-        if spec.type == "inner":
-            rows = rows.filter(F.col("right_value").isNotNull())
-        pending = lake.read(f"{spec.name}__pending").select("partition", "offset")
-        rows = rows.join(pending, ["partition", "offset"], "left_anti")
-    else:
-        rows = _stream_stream(spark, lake, spec, left, right)
-    return _evaluated(lake, spec, rows, projection.frame)
-
-
-def _evaluated(
-    lake: Lake, spec: JoinSpec, rows: DataFrame, project: Callable[[DataFrame], DataFrame]
-) -> Expected:
+    rows, project = ORACLES[spec.kind](spark, lake, config, spec, left, right)
     found = guarded_frame(project, rows)
     table = conform(found.output, lake.schema(spec.name), f"oracle of {spec.name}")
     return Expected(table, sorted(set(found.failed.column("key").to_pylist())))
 
 
-def _keyed(
-    spark: SparkSession, config: PipelineConfig, spec: Any, left: DataFrame, right: DataFrame | None
-) -> tuple[DataFrame, Callable[[DataFrame], DataFrame]]:
-    """fk, derive and list as plain batch joins of the latest live records: the rows, and the
-    projection that makes them result rows."""
-    lhs = _latest(left).filter(F.col("value").isNotNull())
-    rhs = None
-    if right is not None:
-        rhs = (
-            _latest(right)
-            .filter(F.col("value").isNotNull())
-            .select("key", F.col("value").alias("right_value"))
+# A kind's oracle: (spark, lake, config, spec, left records, right records or None) -> the joined
+# rows, and the projection that makes them result rows (the join's select)
+Oracle = Callable[..., tuple[DataFrame, Callable[[DataFrame], DataFrame]]]
+
+
+def _live(records: DataFrame) -> DataFrame:
+    """Each key's latest record, when it is not a tombstone."""
+    return _latest(records).filter(F.col("value").isNotNull())
+
+
+def _table(spark, lake, config, spec: JoinSpec, left: DataFrame, right: DataFrame):
+    """table: both sides' latest live values per key, joined."""
+    how = {"inner": "inner", "left": "left", "outer": "full"}[spec.type]
+    lhs = _live(left).select("key", F.col("value").alias("left_value"))
+    rhs = _live(right).select("key", F.col("value").alias("right_value"))
+    return lhs.join(rhs, "key", how), Projection(spark, config, spec).frame
+
+
+def _stream_table(spark, lake, config, spec: JoinSpec, left: DataFrame, right: DataFrame):
+    """stream-table: each left event with the right value as of its timestamp (events still waiting
+    for the right side to be read are the engine's, not yet in the result)."""
+    events = left.filter(F.col("value").isNotNull()).alias("l")
+    r = right.alias("r")
+    cond = (F.col("l.key") == F.col("r.key")) & (F.col("r.timestamp") <= F.col("l.timestamp"))
+    joined = events.join(r, cond, "left")
+    order = Window.partitionBy("l.partition", "l.offset").orderBy(
+        F.col("r.timestamp").desc_nulls_last(), F.col("r.offset").desc_nulls_last()
+    )
+    rows = (
+        joined.withColumn("_rn", F.row_number().over(order))
+        .filter("_rn = 1")
+        .select(
+            F.col("l.key").alias("key"),
+            F.col("l.timestamp").alias("timestamp"),
+            F.col("l.partition").alias("partition"),
+            F.col("l.offset").alias("offset"),
+            F.col("l.value").alias("left_value"),
+            F.col("r.value").alias("right_value"),
         )
-    if spec.kind == "fk":
-        assert rhs is not None
-        rows = lhs.select("key", F.col("value").alias("left_value"), F.col("by").alias("fk"))
-        rows = rows.join(
-            rhs.withColumnRenamed("key", "fk"), "fk", "inner" if spec.type == "inner" else "left"
-        ).drop("fk")
-        return rows, Projection(spark, config, spec).frame
-    if spec.kind == "derive":
-        newest = Window.partitionBy("by").orderBy(*[F.col(c).desc() for c in NEWEST])
-        rows = (
-            lhs.filter(F.col("by").isNotNull())
-            .withColumn("_rn", F.row_number().over(newest))
-            .filter("_rn = 1")
-            .select(
-                F.col("by").alias("key"), F.col("key").alias("master_key"), F.col("value").alias("left_value")
-            )
+    )
+    if spec.type == "inner":
+        rows = rows.filter(F.col("right_value").isNotNull())
+    pending = lake.read(f"{spec.name}__pending").select("partition", "offset")
+    return rows.join(pending, ["partition", "offset"], "left_anti"), Projection(spark, config, spec).frame
+
+
+def _stream_stream_oracle(spark, lake, config, spec: JoinSpec, left: DataFrame, right: DataFrame):
+    return _stream_stream(spark, lake, spec, left, right), Projection(spark, config, spec).frame
+
+
+def _right_values(right: DataFrame) -> DataFrame:
+    return _live(right).select("key", F.col("value").alias("right_value"))
+
+
+def _fk(spark, lake, config, spec: JoinSpec, left: DataFrame, right: DataFrame):
+    """fk: each live left record with the right value of the key its foreign key names."""
+    rows = _live(left).select("key", F.col("value").alias("left_value"), F.col("by").alias("fk"))
+    rhs = _right_values(right).withColumnRenamed("key", "fk")
+    rows = rows.join(rhs, "fk", "inner" if spec.type == "inner" else "left").drop("fk")
+    return rows, Projection(spark, config, spec).frame
+
+
+def _derive(spark, lake, config, spec: JoinSpec, left: DataFrame, right: None):
+    """derive: per derived key, the newest live master record that derives it."""
+    newest = Window.partitionBy("by").orderBy(*[F.col(c).desc() for c in NEWEST])
+    rows = (
+        _live(left)
+        .filter(F.col("by").isNotNull())
+        .withColumn("_rn", F.row_number().over(newest))
+        .filter("_rn = 1")
+        .select(
+            F.col("by").alias("key"), F.col("key").alias("master_key"), F.col("value").alias("left_value")
         )
-        return rows, Projection(spark, config, spec).frame
-    assert rhs is not None
+    )
+    return rows, Projection(spark, config, spec).frame
+
+
+def _list(spark, lake, config, spec: JoinSpec, left: DataFrame, right: DataFrame):
+    """list: each live left record with every element of its list and the right value it names."""
+    lhs = _live(left)
     elements = lhs.select("key", F.posexplode(F.arrays_zip("items", "ids")).alias("pos", "e")).select(
         "key", "pos", F.col("e.items").alias("item"), F.col("e.ids").alias("id")
     )
-    elements = elements.join(rhs.withColumnRenamed("key", "id"), "id", "left")
-    rows = lhs.select("key", F.col("value").alias("left_value"))
+    elements = elements.join(_right_values(right).withColumnRenamed("key", "id"), "id", "left")
     projection = ListProjection(spark, config, spec)
-    return rows, lambda some: projection.frame(some, elements)
+    return lhs.select("key", F.col("value").alias("left_value")), lambda some: projection.frame(
+        some, elements
+    )
+
+
+# The oracle of every kind of spark_jobs.joins.kinds.KINDS (a kind without one is a KeyError, never
+# another kind's oracle)
+ORACLES: dict[str, Oracle] = {
+    "table": _table,
+    "stream-table": _stream_table,
+    "stream-stream": _stream_stream_oracle,
+    "fk": _fk,
+    "derive": _derive,
+    "list": _list,
+}
 
 
 def _stream_stream(

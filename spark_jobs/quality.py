@@ -108,32 +108,33 @@ def load_suite(path: Path, config: PipelineConfig) -> Suite:
         where = ("checks", str(i))
         if not isinstance(item, dict) or len(item) != 1:
             raise doc.error(where, f"each check is a mapping with one key: {', '.join(CHECK_TYPES)}")
-        ((kind, params),) = item.items()
-        choice(doc, where, kind, CHECK_TYPES)
+        ((check_type, params),) = item.items()
+        choice(doc, where, check_type, CHECK_TYPES)
         params = params or {}
-        if kind == "completeness":
+        if check_type == "completeness":
             keys = ("stream", "lookup", "join", "foreign_key", "list", "element_id")
-            params = mapping(doc, (*where, kind), params, keys)
-            params["refs"] = _references(doc, (*where, kind), params, config)
-        elif kind == "co_partitioning" and "join" in (params or {}):
-            params = mapping(doc, (*where, kind), params, ("join",))
+            params = mapping(doc, (*where, check_type), params, keys)
+            params["refs"] = _references(doc, (*where, check_type), params, config)
+        elif check_type == "co_partitioning" and "join" in (params or {}):
+            params = mapping(doc, (*where, check_type), params, ("join",))
             join = config.joins.get(str(params.get("join")))
             if join is None or join.right is None:
                 raise doc.error(
-                    (*where, kind, "join"), f"must name a join of {config.source} that has a right topic"
+                    (*where, check_type, "join"),
+                    f"must name a join of {config.source} that has a right topic",
                 )
-        elif kind in ("co_partitioning", "key_format"):
-            params = mapping(doc, (*where, kind), params, ("topics",))
+        elif check_type in ("co_partitioning", "key_format"):
+            params = mapping(doc, (*where, check_type), params, ("topics",))
             topics = params.get("topics")
             if not isinstance(topics, list) or not topics or any(t not in config.topics for t in topics):
-                raise doc.error((*where, kind, "topics"), f"must list topics of {config.source}")
-            if kind == "co_partitioning" and len(topics) < 2:
-                raise doc.error((*where, kind, "topics"), "co-partitioning needs at least two topics")
+                raise doc.error((*where, check_type, "topics"), f"must list topics of {config.source}")
+            if check_type == "co_partitioning" and len(topics) < 2:
+                raise doc.error((*where, check_type, "topics"), "co-partitioning needs at least two topics")
         else:
-            params = mapping(doc, (*where, kind), params, ("lookup",))
+            params = mapping(doc, (*where, check_type), params, ("lookup",))
             if params.get("lookup") not in config.lookups:
-                raise doc.error((*where, kind, "lookup"), f"must name a lookup of {config.source}")
-        checks.append(Check(kind, dict(params)))
+                raise doc.error((*where, check_type, "lookup"), f"must name a lookup of {config.source}")
+        checks.append(Check(check_type, dict(params)))
     return Suite(name, version, str(data.get("description", "")).strip(), checks, str(path))
 
 

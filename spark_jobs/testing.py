@@ -359,11 +359,11 @@ class PipelineTestDriver:
         columns = self._value_columns(name)
         out: list[Record] = []
         for row in feed.to_pylist():
-            kind = row["_change_type"]
-            if kind == "update_preimage":
+            change = row["_change_type"]
+            if change == "update_preimage":
                 continue
             key = _text(row["key"])
-            out.append((key, None if kind == "delete" else {c: row[c] for c in columns}))
+            out.append((key, None if change == "delete" else {c: row[c] for c in columns}))
         return out
 
     def _value_columns(self, name: str) -> list[str]:

@@ -116,8 +116,7 @@ def _table(spark, lake, config, spec: JoinSpec, left: DataFrame, right: DataFram
     """table: both sides' latest live values per key, joined."""
     how = {"inner": "inner", "left": "left", "outer": "full"}[spec.type]
     lhs = _live(left).select("key", F.col("value").alias("left_value"))
-    rhs = _live(right).select("key", F.col("value").alias("right_value"))
-    return lhs.join(rhs, "key", how), Projection(spark, config, spec).frame
+    return lhs.join(_right_values(right), "key", how), Projection(spark, config, spec).frame
 
 
 def _stream_table(spark, lake, config, spec: JoinSpec, left: DataFrame, right: DataFrame):

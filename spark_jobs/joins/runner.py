@@ -183,108 +183,143 @@ def run_join(
     ensure_topics(cluster, [config.topic(t) for _, t in spec.sides])  # a join may start before its topics
     checkpoint = checkpoint_dir(lake, spec)
     stop = stop or threading.Event()
-    summary = RunSummary(spec.name)
     with registered(lake, join_job(spec), "once" if once else "continuous") as beat:
         _check_checkpoint(lake, spec, cluster)
         job = job_for(spark, lake, config, spec, lambda: checkpoints.query_id(checkpoint), log)
         job.inputs = KafkaInputs(checkpoint, cluster, config, spec)
         if isinstance(job, StateStoreJob):
             job.table_every = table_every
-        guard = threading.Lock()
-        stopping = [False]
-        done = [-1]  # the last micro-batch this run processed
-        ended = [time.monotonic()]  # when the last micro-batch ended
-
-        def batch(frame: DataFrame, batch_id: int) -> None:
-            with guard:
-                if stopping[0] or stop.is_set():
-                    # Fail (not skip) the batch: Spark then does not commit it, and the next run
-                    # replays it from the checkpoint's offset log.
-                    stopping[0] = True
-                    raise RuntimeError(STOP_MARKER)
-                read = _batch_offsets(checkpoint, cluster, config, spec, batch_id)
-                faults.point("batch")
-                started_at = datetime.now(UTC)
-                began = time.perf_counter()
-                metrics = job.process(frame, batch_id)
-                done[0] = batch_id
-                summary.add(metrics)
-                parked = job.behind.parked if isinstance(job, StateStoreJob) else 0
-                record_batch(
-                    lake,
-                    join_job(spec),
-                    {
-                        "batch_id": batch_id,
-                        "started_at": started_at.isoformat(),
-                        "duration_ms": round((time.perf_counter() - began) * 1000),
-                        "in": metrics.input_left + metrics.input_right,
-                        "out": metrics.upserted + metrics.deleted + metrics.appended,
-                        "pending": metrics.pending,
-                        "offsets": read,
-                        "parked": parked,
-                    },
-                )
-                beat(
-                    {
-                        "last_batch_id": batch_id,
-                        "last_batch": metrics.text(),
-                        "offsets": read,
-                        "parked": parked,
-                    }
-                )
-                ended[0] = time.monotonic()
-
+        batches = _Batches(lake, config, spec, cluster, job, beat, stop)
         stream = job.plan(input_stream(spark, cluster, config, spec, max_records))
-        writer = stream.writeStream.queryName(f"join_{spec.name}").foreachBatch(batch)
+        writer = stream.writeStream.queryName(f"join_{spec.name}").foreachBatch(batches)
         writer = writer.option("checkpointLocation", str(checkpoint))
         if once:
             writer = writer.trigger(availableNow=True)
         else:
             writer = writer.trigger(processingTime=f"{trigger_seconds} seconds")
-        last_beat = [time.monotonic()]
         with stop_on_signals(stop):
             query = writer.start()
             log(f"join {spec.name}: started ({'once' if once else f'every {trigger_seconds:g} s'})")
             try:
-                while query.isActive:
-                    if stop.is_set():
-                        with guard:  # wait for the batch in progress, then keep new ones out
-                            stopping[0] = True
-                        _await_commit(query, done[0])  # a stop before it would replay the batch
-                        query.stop()
-                        break
-                    query.awaitTermination(0.25)  # type: ignore[arg-type]  # seconds, a float is fine
-                    if time.monotonic() - ended[0] >= IDLE_SECONDS:
-                        _between_batches(job, guard, table_every)
-                    if time.monotonic() - last_beat[0] >= HEARTBEAT_SECONDS:  # alive, even when idle
-                        beat({"parked": job.behind.parked if isinstance(job, StateStoreJob) else 0})
-                        last_beat[0] = time.monotonic()
-            except StreamingQueryException:
-                pass  # reported below, from query.exception()
-            except BaseException:
-                # the driver's own work between batches failed (its heartbeat or metrics on a full
-                # disk, an interrupt): the query must not run on while the command reports it
-                query.stop()
-                raise
+                _watch(query, batches, table_every)
             finally:
                 job.flush_metrics()
                 if isinstance(job, StateStoreJob) and job.behind.waiting:  # the table catches up
-                    job.fold()
-                    last = last_batch(lake, join_job(spec))
-                    if last is not None:
-                        record_batch(lake, join_job(spec), {**last, "parked": job.behind.parked})
-        summary.stopped_by_signal = stopping[0]
+                    _fold_at_end(lake, spec, job)
+        batches.summary.stopped_by_signal = batches.stopping
         error = query.exception()
-        if error is not None and not (stopping[0] and STOP_MARKER in str(error)):
+        if error is not None and not (batches.stopping and STOP_MARKER in str(error)):
             cause = _user_error(error, spec, cluster)
             if cause:
                 raise UserError(cause)
             raise RuntimeError(f"join {spec.name} failed: {str(error).strip().splitlines()[0]}") from error
     read = consumed_offsets(lake, config, spec, cluster)
-    summary.read = (
+    batches.summary.read = (
         offsets_read(spec, config, read) if read is not None else "nothing yet (no committed records)"
     )
-    return summary
+    return batches.summary
+
+
+class _Batches:
+    """The ``foreachBatch`` function of a run: each micro-batch through the join's engine, then its
+    record under ``<root>/_jobs`` and a heartbeat. A stop keeps new micro-batches out by failing them
+    (Spark then does not commit them, and the next run replays them from the offset log)."""
+
+    def __init__(
+        self,
+        lake: Lake,
+        config: PipelineConfig,
+        spec: JoinSpec,
+        cluster: Cluster,
+        job: Any,
+        beat: Callable[[dict[str, Any]], None],
+        stop: threading.Event,
+    ):
+        self.lake, self.config, self.spec, self.cluster = lake, config, spec, cluster
+        self.job, self.beat, self.stop = job, beat, stop
+        self.checkpoint = checkpoint_dir(lake, spec)
+        self.summary = RunSummary(spec.name)
+        self.guard = threading.Lock()  # one micro-batch or one piece of upkeep at a time
+        self.stopping = False
+        self.done = -1  # the last micro-batch this run processed
+        self.ended = time.monotonic()  # when the last micro-batch ended
+
+    def __call__(self, frame: DataFrame, batch_id: int) -> None:
+        with self.guard:
+            if self.stopping or self.stop.is_set():
+                self.stopping = True
+                raise RuntimeError(STOP_MARKER)
+            read = _batch_offsets(self.checkpoint, self.cluster, self.config, self.spec, batch_id)
+            faults.point("batch")
+            started_at = datetime.now(UTC)
+            began = time.perf_counter()
+            metrics = self.job.process(frame, batch_id)
+            self.done = batch_id
+            self.summary.add(metrics)
+            parked = _parked(self.job)
+            record_batch(
+                self.lake,
+                join_job(self.spec),
+                {
+                    "batch_id": batch_id,
+                    "started_at": started_at.isoformat(),
+                    "duration_ms": round((time.perf_counter() - began) * 1000),
+                    "in": metrics.input_left + metrics.input_right,
+                    "out": metrics.upserted + metrics.deleted + metrics.appended,
+                    "pending": metrics.pending,
+                    "offsets": read,
+                    "parked": parked,
+                },
+            )
+            self.beat(
+                {"last_batch_id": batch_id, "last_batch": metrics.text(), "offsets": read, "parked": parked}
+            )
+            self.ended = time.monotonic()
+
+    def keep_out(self) -> None:
+        """Wait for the micro-batch in progress, then fail every new one."""
+        with self.guard:
+            self.stopping = True
+
+
+def _watch(query: Any, batches: _Batches, table_every: float) -> None:
+    """Watch a started query until it ends or a stop is asked for (then stop it after its current
+    micro-batch has committed), doing the upkeep between micro-batches and a heartbeat when idle."""
+    last_beat = time.monotonic()
+    try:
+        while query.isActive:
+            if batches.stop.is_set():
+                batches.keep_out()
+                _await_commit(query, batches.done)  # a stop before it would replay the batch
+                query.stop()
+                break
+            query.awaitTermination(0.25)  # type: ignore[arg-type]  # seconds, a float is fine
+            if time.monotonic() - batches.ended >= IDLE_SECONDS:
+                _between_batches(batches.job, batches.guard, table_every)
+            if time.monotonic() - last_beat >= HEARTBEAT_SECONDS:  # alive, even when idle
+                batches.beat({"parked": _parked(batches.job)})
+                last_beat = time.monotonic()
+    except StreamingQueryException:
+        pass  # the caller reports it, from query.exception()
+    except BaseException:
+        # the driver's own work between batches failed (its heartbeat or metrics on a full disk, an
+        # interrupt): the query must not run on while the command reports it
+        query.stop()
+        raise
+
+
+def _parked(job: Any) -> int:
+    """Result rows a keyed join has parked for the table's next catch-up (0 for the other kinds)."""
+    return job.behind.parked if isinstance(job, StateStoreJob) else 0
+
+
+def _fold_at_end(lake: Lake, spec: JoinSpec, job: StateStoreJob) -> None:
+    """The result table takes what the run parked before the run ends, and the run's last batch
+    record says so."""
+    job.fold()
+    last = last_batch(lake, join_job(spec))
+    if last is not None:
+        record_batch(lake, join_job(spec), {**last, "parked": job.behind.parked})
 
 
 def _batch_offsets(

@@ -60,64 +60,19 @@ class StreamStreamJob(StreamJob):
             .unionByName(_window_pairs(old["left"], new["right"], window))
             .persist()
         )
-        watermark = decision.get("watermark")
-        rows, unmatched, cached = {}, [], [paired]
+        cached = [paired]
         try:
+            rows = {}
             for side in SIDES:
-                hits = (
-                    paired.select(
-                        F.col(f"{side}_partition").alias("__p"), F.col(f"{side}_offset").alias("__o")
-                    )
-                    .distinct()
-                    .withColumn("__hit", F.lit(True))
-                )
-                hit = (F.col("partition") == F.col("__p")) & (F.col("offset") == F.col("__o"))
-                expires = F.lit(False)
-                if watermark is not None:  # the window has closed: no later record can pair with it
-                    limit = F.unix_micros(F.lit(watermark))
-                    expires = F.unix_micros("timestamp") + F.lit(window) < limit
-                rows[side] = (
-                    old[side]
-                    .unionByName(new[side])
-                    .join(hits, hit, "left")
-                    .select(
-                        F.lit(side).alias("__side"),
-                        *RECORD_COLUMNS,
-                        (F.col("matched") | F.coalesce(F.col("__hit"), F.lit(False))).alias("matched"),
-                        F.coalesce(F.col("__hit"), F.lit(False)).alias("__hit"),
-                        F.col("matched").alias("__was_matched"),
-                        "__old",
-                    )
-                    .withColumn("__expires", expires)
-                    .persist()
-                )
-                cached.append(rows[side])
-                if self._keeps(side):
-                    closed = rows[side].filter(F.col("__expires") & ~F.col("matched"))
-                    unmatched.append(_unmatched(closed, side))
-            # one job counts both sides: kept in the buffer, closed unmatched, paired now, and how
-            # many buffered events the batch changes (closed, or paired for the first time) or adds
-            was, expires = F.col("__old"), F.col("__expires")
-            newly = F.col("__hit") & ~F.col("__was_matched")
-            counted = (
-                rows["left"]
-                .unionByName(rows["right"])
-                .groupBy("__side")
-                .agg(
-                    F.count_if(~expires).alias("kept"),
-                    F.count_if(expires & ~F.col("matched")).alias("closed"),
-                    F.count_if(F.col("__hit")).alias("hit"),
-                    F.count_if((was & (expires | newly)) | (~was & ~expires)).alias("changed"),
-                )
-            )
-            counts = {side: {"kept": 0, "closed": 0, "hit": 0, "changed": 0} for side in SIDES}
-            for r in counted.collect():
-                counts[r["__side"]] = r.asDict()
+                rows[side] = _side_rows(old[side], new[side], paired, side, decision.get("watermark"), window)
+                cached.append(rows[side].persist())
+            counts = _count(rows)
             m.pending = counts["left"]["kept"] + counts["right"]["kept"]
             if counts["left"]["hit"] or any(counts[s]["closed"] for s in SIDES if self._keeps(s)):
                 out_rows = paired
-                for part in unmatched:
-                    out_rows = out_rows.unionByName(part)
+                for side in filter(self._keeps, SIDES):
+                    closed = rows[side].filter(F.col("__expires") & ~F.col("matched"))
+                    out_rows = out_rows.unionByName(_unmatched(closed, side))
                 out_rows = out_rows.withColumns({blame: F.col(source) for blame, source in BLAME.items()})
                 self._append_events(out_rows, list(STREAM_STREAM.meta_columns[1:]), txn, at, m)
                 m.affected_keys = m.appended
@@ -132,6 +87,58 @@ class StreamStreamJob(StreamJob):
     def _keeps(self, side: str) -> bool:
         """Does the join type emit this side's events that found no pair?"""
         return self.spec.type == "outer" or (side == "left" and self.spec.type == "left")
+
+
+def _side_rows(
+    old: DataFrame, new: DataFrame, paired: DataFrame, side: str, watermark: Any, window_us: int
+) -> DataFrame:
+    """A side's buffered and new events, each with whether it is paired now (``__hit``), has ever
+    been (``matched``), was buffered before (``__old``) and leaves the buffer as its window closed
+    (``__expires``: no later record can pair with it once the watermark is past its window)."""
+    hits = (
+        paired.select(F.col(f"{side}_partition").alias("__p"), F.col(f"{side}_offset").alias("__o"))
+        .distinct()
+        .withColumn("__hit", F.lit(True))
+    )
+    hit = (F.col("partition") == F.col("__p")) & (F.col("offset") == F.col("__o"))
+    expires = F.lit(False)
+    if watermark is not None:
+        expires = F.unix_micros("timestamp") + F.lit(window_us) < F.unix_micros(F.lit(watermark))
+    return (
+        old.unionByName(new)
+        .join(hits, hit, "left")
+        .select(
+            F.lit(side).alias("__side"),
+            *RECORD_COLUMNS,
+            (F.col("matched") | F.coalesce(F.col("__hit"), F.lit(False))).alias("matched"),
+            F.coalesce(F.col("__hit"), F.lit(False)).alias("__hit"),
+            F.col("matched").alias("__was_matched"),
+            "__old",
+        )
+        .withColumn("__expires", expires)
+    )
+
+
+def _count(rows: dict[str, DataFrame]) -> dict[str, dict[str, int]]:
+    """One job counts both sides: kept in the buffer, closed unmatched, paired now, and how many
+    buffered events the batch changes (closed, or paired for the first time) or adds."""
+    was, expires = F.col("__old"), F.col("__expires")
+    newly = F.col("__hit") & ~F.col("__was_matched")
+    counted = (
+        rows["left"]
+        .unionByName(rows["right"])
+        .groupBy("__side")
+        .agg(
+            F.count_if(~expires).alias("kept"),
+            F.count_if(expires & ~F.col("matched")).alias("closed"),
+            F.count_if(F.col("__hit")).alias("hit"),
+            F.count_if((was & (expires | newly)) | (~was & ~expires)).alias("changed"),
+        )
+    )
+    counts = {side: {"kept": 0, "closed": 0, "hit": 0, "changed": 0} for side in SIDES}
+    for r in counted.collect():
+        counts[r["__side"]] = r.asDict()
+    return counts
 
 
 def _window_pairs(left: DataFrame, right: DataFrame, window_us: int) -> DataFrame:

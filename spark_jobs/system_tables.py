@@ -3,8 +3,8 @@ the layout's, ``spark_jobs.layout``).
 
 - ``quarantine``: every input a job rejected (a backfill's bad dump line, a join's record whose value
   does not parse), with the job, where it came from, its bytes in hex and the reason.
-- ``quality_runs``: every quality run, one row per expectation, with up to 1,000 offending keys and
-  the topics' offsets it checked.
+- ``quality_runs``: every quality run, one row per expectation, with up to 50 findings (in words and
+  typed) and the topics' offsets it checked.
 - ``join_metrics``: one row per join micro-batch (inputs, outputs, pending, duration).
 """
 
@@ -14,6 +14,7 @@ import pyarrow as pa
 
 from spark_jobs.lake import Lake
 from spark_jobs.layout import JOIN_METRICS, QUALITY_RUNS, QUARANTINE
+from spark_jobs.quality.findings import FINDING_TYPE
 
 QUARANTINE_SCHEMA = pa.schema(
     [
@@ -40,6 +41,8 @@ QUALITY_RUNS_SCHEMA = pa.schema(
         ("observed_value", pa.string()),
         ("offending_total", pa.int64()),
         ("offending_sample", pa.list_(pa.string())),
+        # the same findings typed (spark_jobs.quality.findings): key, topic, offsets, placements
+        ("findings", pa.list_(FINDING_TYPE)),
         # what the check read: each of its topics' end offset per partition, taken at offsets_at
         ("topic_offsets", pa.map_(pa.string(), pa.list_(pa.int64()))),
         ("offsets_at", pa.timestamp("us", tz="UTC")),

@@ -14,7 +14,7 @@ from spark_jobs.cli import main
 from spark_jobs.config import load_config
 from spark_jobs.kafka import connect
 from spark_jobs.lake import Lake
-from spark_jobs.quality import run_suites
+from spark_jobs.quality.run import run_suites
 from spark_jobs.snapshots import SnapshotReader, take
 from spark_jobs.system_tables import QUALITY_RUNS
 
@@ -201,7 +201,7 @@ def test_clean_lake_passes_and_cli_exit_codes(spark, broken, tmp_path, capsys):
 
 
 def test_key_format_requires_joined_topics_to_agree_on_encoding(spark, tmp_path):
-    from spark_jobs.quality import key_format_findings
+    from spark_jobs.quality.key_format import key_format_findings
 
     (tmp_path / "p.yaml").write_text("topics:\n  a: {partitions: 2}\n  b: {partitions: 2, key: bytes}\n")
     config = load_config(tmp_path / "p.yaml")

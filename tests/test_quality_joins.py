@@ -14,7 +14,8 @@ from spark_jobs.config import load_config
 from spark_jobs.errors import UserError
 from spark_jobs.lake import Lake
 from spark_jobs.partitioners import partition_for
-from spark_jobs.quality import load_suite, run_suites
+from spark_jobs.quality.run import run_suites
+from spark_jobs.quality.suites import load_suite
 
 CONFIG = """
 topics:

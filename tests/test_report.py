@@ -14,8 +14,9 @@ from spark_jobs.backfill import run_backfill
 from spark_jobs.config import load_config
 from spark_jobs.kafka import connect, watermarks
 from spark_jobs.lake import Lake
-from spark_jobs.quality import run_suites
-from spark_jobs.report import failures_per_run, latest_per_suite, misplaced, report_path, split_offending
+from spark_jobs.quality.pages import failures_per_run, latest_per_suite, report_path, write_report
+from spark_jobs.quality.run import run_suites
+from spark_jobs.system_tables import QUALITY_RUNS
 from spark_jobs.topics import produce_lines
 
 CONFIG = """
@@ -42,23 +43,6 @@ checks:
 # user_3 / user_4 / user_10: murmur2 places them in 2 / 2 / 1, crc32 (kcat) in 0 / 3 / 0 (pinned by
 # test_partitioners). Line 3 has no separator: quarantined.
 DUMP = b'user_3|{"n":3}\nuser_4|{"n":4}\nbroken line\nuser_10|{"n":10}\n'
-
-
-def test_misplaced_items_are_read_back_into_key_topic_and_partitions():
-    item = "user_10: in customers at partition 0 but murmur2 places it in 1; different partitions: orders=1, customers=0"
-    (m,) = misplaced(item)
-    assert (m.key, m.topic, m.partitions, m.expected, m.partitioner) == (
-        "user_10",
-        "customers",
-        "0",
-        "1",
-        "murmur2",
-    )
-    assert misplaced("user_1: different partitions: orders=3, narrow=0") == []
-    assert split_offending("user_9 (referenced by 1 record(s) of orders)") == (
-        "user_9",
-        "referenced by 1 record(s) of orders",
-    )
 
 
 def test_latest_run_per_suite_and_failures_per_run():
@@ -122,6 +106,44 @@ def visible_rows(page, section: str) -> list[list[str]]:
     assert table.is_visible()
     rows = table.locator("tr").all()[1:]
     return [[c.inner_text().strip() for c in row.locator("td").all()] for row in rows]
+
+
+def test_quality_runs_keep_each_finding_typed(shop):
+    """The findings are typed rows in quality_runs (key, topic, records and offsets, placements): the
+    report renders them without reading them back out of the sentences."""
+    lake, _, _ = shop
+    rows = sorted(lake.read_arrow(QUALITY_RUNS).to_pylist(), key=lambda r: r["run_time"])
+    first = {r["check"]: r for r in rows[:4]}
+    second = {r["check"]: r for r in rows[4:]}
+    missing = {f["key"]: f for f in first["completeness:orders->customers"]["findings"]}
+    assert sorted(missing) == ["user_10", "user_3", "user_4"]
+    where = "referenced by 2 record(s) of orders, first at partition 1 offset 0, last at partition 1 offset 1"
+    assert missing["user_10"] == {
+        "text": f"user_10 ({where})",
+        "problem": where,
+        "key": "user_10",
+        "key_hex": "757365725F3130",
+        "topic": "orders",
+        "records": 2,
+        "offsets": [{"partition": 1, "offset": 0}, {"partition": 1, "offset": 1}],
+        "placements": [],
+    }
+    misplaced = second["co_partitioning:orders+customers"]["findings"]
+    assert [(f["key"], f["placements"]) for f in misplaced] == [
+        (
+            key,
+            [
+                {
+                    "topic": "customers",
+                    "partitions": [at],
+                    "expected_partition": want,
+                    "partitioner": "murmur2",
+                }
+            ],
+        )
+        for key, at, want in (("user_10", 0, 1), ("user_3", 0, 2), ("user_4", 3, 2))
+    ]
+    assert [f["text"] for f in misplaced] == second["co_partitioning:orders+customers"]["offending_sample"]
 
 
 def test_report_page_shows_what_failed_as_a_person_sees_it(shop, browser, tmp_path):
@@ -214,8 +236,6 @@ def test_report_page_shows_what_failed_as_a_person_sees_it(shop, browser, tmp_pa
 
 
 def test_report_of_a_pipeline_without_runs_says_so(tmp_path, browser):
-    from spark_jobs.report import write_report
-
     (tmp_path / "p.yaml").write_text(CONFIG)
     (tmp_path / "suite.yaml").write_text(SUITE)
     (tmp_path / "dump.txt").write_bytes(DUMP)

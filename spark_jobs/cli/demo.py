@@ -106,7 +106,7 @@ def _gate(spark, lake, config, heading) -> bool:
     (failing while a lookup misses referenced entities), the backfill of each lookup from its dump,
     the suites again, and the gate's verdict."""
     from spark_jobs.backfill import run_backfill
-    from spark_jobs.quality import run_suites
+    from spark_jobs.quality.run import run_suites
 
     def check(step: str) -> bool:
         heading(step)

@@ -42,7 +42,9 @@ def register(sub, common) -> None:
 def cmd_check(args) -> int:
     from pathlib import Path
 
-    from spark_jobs.quality import load_suite, preload_great_expectations, run_suites
+    from spark_jobs.quality.gx import preload_great_expectations
+    from spark_jobs.quality.run import run_suites
+    from spark_jobs.quality.suites import load_suite
     from spark_jobs.session import get_spark
 
     config, lake = context(args)
@@ -89,7 +91,7 @@ def cmd_check(args) -> int:
 
 def cmd_report(args) -> int:
     from spark_jobs.config import load_config, pipeline_files
-    from spark_jobs.report import write_report
+    from spark_jobs.quality.pages import write_report
 
     config, lake = context(args)
     if not args.all:

@@ -19,7 +19,7 @@ from spark_jobs.backfill import run_backfill
 from spark_jobs.config import load_config
 from spark_jobs.demo import synthetic_dump_chunks, write_synthetic_dump
 from spark_jobs.lake import Lake
-from spark_jobs.quality import run_suites
+from spark_jobs.quality.run import run_suites
 
 STREAM = int(sys.argv[1]) if len(sys.argv) > 1 else 10_000_000
 KEYS = int(sys.argv[2]) if len(sys.argv) > 2 else 1_000_000

@@ -6,16 +6,20 @@ one their partitioner gives, the quarantined records of the pipeline's backfills
 small chart of failed expectations per run over time from ``quality_runs``. It links each run's own
 page and Great Expectations Data Docs for the full validation results. ``index.html`` beside it lists
 the pipelines. Written after every quality run and by ``lake report``; it reads the Delta tables
-through Spark (delta-spark), and holds no script: what it says is in the HTML itself.
+through Spark (delta-spark), and holds no script: what it says is in the HTML itself. The missing
+and misplaced keys come from the typed findings ``quality_runs`` keeps (:mod:`.findings`).
+
+Each run also has its own page (``runs/<time>-<id>.html``, and ``summary.html`` for the latest): each
+expectation, passed or failed, with its findings in words (:func:`render_summary`).
 """
 
 from __future__ import annotations
 
 import html
-import re
-from dataclasses import dataclass
+import os
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from spark_jobs.config import PipelineConfig
 from spark_jobs.lake import Lake
@@ -23,20 +27,11 @@ from spark_jobs.layout import Layout
 from spark_jobs.snapshots import offsets_text
 from spark_jobs.system_tables import QUALITY_RUNS, QUARANTINE
 
+if TYPE_CHECKING:
+    from spark_jobs.quality.run import QualityReport
+
 CHART_RUNS = 30  # runs shown in the chart
 QUARANTINE_ROWS = 100  # quarantined records listed (with the total)
-MISPLACED_RE = re.compile(
-    r"in (?P<topic>\S+) at partition (?P<at>[\d,]+) but (?P<by>\S+) places it in (?P<want>\d+)"
-)
-
-
-@dataclass(frozen=True)
-class Misplaced:
-    key: str
-    topic: str
-    partitions: str
-    expected: str
-    partitioner: str
 
 
 def report_path(lake: Lake, pipeline: str) -> Path:
@@ -78,20 +73,6 @@ def failures_per_run(runs: list[dict]) -> list[tuple[datetime, str, int, int]]:
         entry[2] += 0 if r["success"] else 1
         entry[3] += 1
     return [tuple(v) for v in sorted(per.values())]  # type: ignore[misc]
-
-
-def split_offending(item: str) -> tuple[str, str]:
-    """``'user_10 (referenced by ...)'`` or ``'user_10: in ...'`` -> (key, detail)."""
-    for sep in (" (", ": "):
-        if sep in item:
-            key, rest = item.split(sep, 1)
-            return key, rest.removesuffix(")") if sep == " (" else rest
-    return item, ""
-
-
-def misplaced(item: str) -> list[Misplaced]:
-    key, detail = split_offending(item)
-    return [Misplaced(key, m["topic"], m["at"], m["want"], m["by"]) for m in MISPLACED_RE.finditer(detail)]
 
 
 def write_report(lake: Lake, config: PipelineConfig, data_docs: str | None = None) -> Path:
@@ -267,33 +248,43 @@ def _offsets(row: dict) -> str:
     return items + at
 
 
+def _findings(rows: list[dict]) -> list[tuple[dict, dict]]:
+    """(expectation row, finding) of each typed finding the rows keep."""
+    return [(r, f) for r in rows for f in r.get("findings") or []]
+
+
+def _untyped(rows: list[dict]) -> list[tuple[dict, str]]:
+    """(expectation row, finding in words) of rows from before ``quality_runs`` kept typed findings."""
+    return [(r, item) for r in rows if r.get("findings") is None for item in r["offending_sample"]]
+
+
 def _missing_section(rows: list[dict]) -> list[str]:
     out = ["<h2 id='missing'>Missing keys</h2>"]
     checks = [r for r in rows if r["check"].startswith("completeness:")]
-    found = [(r, item) for r in checks for item in r["offending_sample"]]
-    if not found:
+    found = _findings(checks)
+    older = _untyped(checks)
+    if not found and not older:
         out.append("<p>None: every referenced key exists in its lookup.</p>")
         return out
     total = sum(r["offending_total"] for r in checks)
-    out.append(f"<p>{total} key(s) referenced but missing in their lookup (first {len(found)} listed).</p>")
+    listed = len(found) + len(older)
+    out.append(f"<p>{total} key(s) referenced but missing in their lookup (first {listed} listed).</p>")
     out.append("<table><tr><th>Key</th><th>Check</th><th>Where it is referenced</th></tr>")
-    for r, item in found:
-        key, detail = split_offending(item)
-        out.append(f"<tr><td><code>{_e(key)}</code></td><td>{_e(r['check'])}</td><td>{_e(detail)}</td></tr>")
+    for r, f in found:
+        out.append(
+            f"<tr><td><code>{_e(f['key'])}</code></td><td>{_e(r['check'])}</td><td>{_e(f['problem'])}</td></tr>"
+        )
     out.append("</table>")
+    out += [f"<p>{_e(r['check'])}: {_e(item)}</p>" for r, item in older]
     return out
 
 
 def _misplaced_section(rows: list[dict]) -> list[str]:
     out = ["<h2 id='misplaced'>Misplaced keys</h2>"]
-    placement = [r for r in rows if r["check"].startswith("co_partitioning:") and r["offending_sample"]]
-    found = [(r, m) for r in placement for item in r["offending_sample"] for m in misplaced(item)]
-    other = [
-        (r, item)
-        for r in placement
-        for item in r["offending_sample"]
-        if not misplaced(item)  # partition-count mismatches, or different partitions only
-    ]
+    placement = [r for r in rows if r["check"].startswith("co_partitioning:")]
+    found = [(f, p) for _, f in _findings(placement) for p in f["placements"] or []]
+    # partition-count mismatches, keys in different partitions only, and rows from before typed findings
+    other = [(r, f["text"]) for r, f in _findings(placement) if not f["placements"]] + _untyped(placement)
     if not found and not other:
         out.append("<p>None: every key sits in the partition its partitioner gives, in every topic.</p>")
         return out
@@ -302,10 +293,11 @@ def _misplaced_section(rows: list[dict]) -> list[str]:
             "<table><tr><th>Key</th><th>Topic</th><th>Is in partition</th><th>Belongs in partition</th>"
             "<th>Partitioner</th></tr>"
         )
-        for _, m in found:
+        for f, p in found:
+            partitions = ",".join(str(n) for n in p["partitions"])
             out.append(
-                f"<tr><td><code>{_e(m.key)}</code></td><td>{_e(m.topic)}</td><td>{_e(m.partitions)}</td>"
-                f"<td>{_e(m.expected)}</td><td>{_e(m.partitioner)}</td></tr>"
+                f"<tr><td><code>{_e(f['key'])}</code></td><td>{_e(p['topic'])}</td><td>{_e(partitions)}</td>"
+                f"<td>{_e(p['expected_partition'])}</td><td>{_e(p['partitioner'])}</td></tr>"
             )
         out.append("</table>")
     for r, item in other:
@@ -376,3 +368,54 @@ def _chart_section(per_run: list[tuple[datetime, str, int, int]]) -> list[str]:
         f"passed. Latest run: {last[2]} of {last[3]} failed.</p>"
     )
     return out
+
+
+# --- a run's own page ----------------------------------------------------------------------------
+
+
+def docs_href(docs: str | None, page: Path) -> str | None:
+    """The Data Docs link as seen from ``page``: relative, so it works on disk (file://) and when the
+    reports are served over http (the Airflow UI's "Data quality" view)."""
+    if not docs or not docs.startswith("file://"):
+        return docs
+    return os.path.relpath(docs.removeprefix("file://"), page.parent)
+
+
+def render_summary(report: QualityReport, docs_href: str | None = None) -> str:
+    """The page a person opens first: each expectation, passed or failed, with the offending keys."""
+    status = "All checks passed" if report.success else "Some checks FAILED"
+    parts = [
+        "<!doctype html><html><head><meta charset='utf-8'>",
+        f"<title>Data quality: {html.escape(report.pipeline)}</title>",
+        "<style>body{font-family:sans-serif;max-width:60em;margin:2em auto}"
+        ".ok{color:#176f2c}.bad{color:#b00020}li{margin:.2em 0}code{background:#f3f3f3}</style>",
+        "</head><body>",
+        f"<h1>Data quality: pipeline {html.escape(report.pipeline)}</h1>",
+        f"<p class='{'ok' if report.success else 'bad'}'><strong>{status}</strong> "
+        f"(run {html.escape(report.run_id)} at {html.escape(report.run_time)})</p>",
+        f"<p>Checked the topics as Kafka held them: <code>{html.escape(report.covers())}</code></p>",
+    ]
+    docs_href = docs_href or report.data_docs
+    if docs_href:
+        parts.append(
+            f"<p>Full validation results: <a href='{html.escape(docs_href)}'>"
+            "Great Expectations Data Docs</a></p>"
+        )
+    for r in report.results:
+        cls = "ok" if r.success else "bad"
+        parts.append(
+            f"<h2 class='{cls}'>{'PASSED' if r.success else 'FAILED'}: {html.escape(r.expectation)}</h2>"
+        )
+        parts.append(
+            f"<p>Suite <code>{html.escape(r.suite)}</code>, check <code>{html.escape(r.check)}</code></p>"
+        )
+        if r.offending_total:
+            shown = len(r.offending)
+            head = f"{r.offending_total} offending" + (
+                f" (first {shown} listed)" if shown < r.offending_total else ""
+            )
+            parts.append(f"<p>{head}:</p><ul>")
+            parts += [f"<li>{html.escape(item)}</li>" for item in r.offending]
+            parts.append("</ul>")
+    parts.append("</body></html>")
+    return "\n".join(parts)

@@ -1,0 +1,232 @@
+"""A quality run: the suites' checks over the topics as Kafka holds them when the run starts.
+
+A run takes the end offsets of every topic its checks read (``spark_jobs.snapshots``) and reads the
+topics from Kafka up to them: it answers for the topics as they are, never for an older copy, and
+says which offsets it checked. Each check computes its findings with Spark and Great Expectations
+validates them (:mod:`spark_jobs.quality.gx`). A check over a topic that holds no records fails and
+says so: nothing was checked. Results go to ``summary.json``, a one-page ``summary.html``, every
+run's own page, the ``quality_runs`` Delta table (one row per expectation, with its typed findings)
+and the pipeline's report page (:mod:`spark_jobs.quality.pages`). One run at a time per lake.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+
+from spark_jobs.config import PipelineConfig
+from spark_jobs.errors import UserError
+from spark_jobs.kafka import connect
+from spark_jobs.lake import Lake
+from spark_jobs.layout import Layout
+from spark_jobs.quality.findings import Finding, as_row, offending
+from spark_jobs.quality.gx import GreatExpectations, outcome, unexpected_rows
+from spark_jobs.quality.pages import docs_href, render_summary, report_path, run_page, write_report
+from spark_jobs.quality.suites import CHECKS, Check, Suite, load_suite
+from spark_jobs.snapshots import Snapshot, SnapshotReader, offsets_text, take
+from spark_jobs.system_tables import QUALITY_RUNS, QUALITY_RUNS_SCHEMA, ensure_quality_runs
+
+DESCRIPTION_LIMIT = 20  # offending keys spelled out in the Data Docs description
+SAMPLE = 50  # findings kept per expectation in quality_runs (with the total)
+
+
+@dataclass
+class ExpectationResult:
+    suite: str
+    check: str
+    expectation: str
+    description: str
+    success: bool
+    observed_value: str
+    offending_total: int = 0
+    findings: list[Finding] = field(default_factory=list)  # the first LIST_LIMIT
+    # what the check read: its topics' end offsets (per partition) in the run's snapshot
+    offsets: dict[str, list[int]] = field(default_factory=dict)
+
+    @property
+    def offending(self) -> list[str]:
+        """The findings in words, one line each."""
+        return [f.text for f in self.findings]
+
+
+@dataclass
+class QualityReport:
+    run_id: str
+    run_time: str
+    pipeline: str
+    success: bool
+    results: list[ExpectationResult]
+    data_docs: str | None
+    summary_html: str | None
+    # the run's snapshot: when its offsets were taken and, per topic, its end offset per partition
+    offsets_at: str = ""
+    offsets: dict[str, list[int]] = field(default_factory=dict)
+
+    def covers(self) -> str:
+        """``orders up to offsets [3, 2]; customers up to offsets [1, 0] (taken ...)``."""
+        parts = [offsets_text(t, e) for t, e in self.offsets.items()]
+        return f"{'; '.join(parts)} (taken {self.offsets_at})"
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def _plain(total: int, items: list[str], what: str) -> str:
+    if not total:
+        return f"PASSED: no {what}."
+    listed = "; ".join(items[:DESCRIPTION_LIMIT])
+    more = f"; and {total - DESCRIPTION_LIMIT} more" if total > DESCRIPTION_LIMIT else ""
+    return f"FAILED: {total} {_singular(what) if total == 1 else what}: {listed}{more}."
+
+
+def _singular(what: str) -> str:
+    """``foreign keys missing in m`` -> ``foreign key missing in m``: the first plural word."""
+    words = what.split(" ")
+    for i, word in enumerate(words):
+        if word.endswith("s") and len(word) > 2:
+            words[i] = word[:-1]
+            break
+    return " ".join(words)
+
+
+def run_suites(
+    spark: SparkSession,
+    lake: Lake,
+    config: PipelineConfig,
+    suite_names: list[str] | None = None,
+    report_dir: Path | None = None,
+    log=print,
+) -> QualityReport:
+    names = suite_names or list(config.quality.suites)
+    if not names:
+        raise UserError(f"{config.source} declares no quality suites (quality.suites)")
+    unknown = [n for n in names if n not in config.quality.suites]
+    if unknown:
+        raise UserError(
+            f"unknown suite(s) {', '.join(unknown)} (declared: {', '.join(config.quality.suites) or 'none'})"
+        )
+    suites = [load_suite(config.quality.suites[n], config) for n in names]
+    # one quality run at a time per lake: runs share the Great Expectations project
+    with lake.lock("quality", log):
+        return _run_suites(spark, lake, config, suites, report_dir, log)
+
+
+def _run_suites(
+    spark: SparkSession,
+    lake: Lake,
+    config: PipelineConfig,
+    suites: list[Suite],
+    report_dir: Path | None,
+    log,
+) -> QualityReport:
+    report_dir = (report_dir or Layout(lake.root).quality_reports).absolute()
+    report_dir.mkdir(parents=True, exist_ok=True)
+    cluster = connect(config, lake.root)
+    read = list(dict.fromkeys(t for suite in suites for check in suite.checks for t in check.topics(config)))
+    snapshot = take(cluster, [config.topic(t) for t in read])
+    log(f"reading {snapshot.covers()} from Kafka at {cluster.bootstrap_servers}")
+    topics = SnapshotReader(spark, cluster, {t: config.topic(t) for t in read}, snapshot)
+    log("loading Great Expectations ...")
+    gxr = GreatExpectations(report_dir)
+    run_id = str(uuid.uuid4())
+    run_time = datetime.now(UTC)
+    results: list[ExpectationResult] = []
+    try:
+        for suite in suites:
+            for check in suite.checks:
+                log(f"checking {suite.name} / {check.name} ...")
+                results += _run_check(spark, topics, config, gxr, suite, check)
+    finally:
+        topics.close()
+    success = all(r.success for r in results)
+    docs = gxr.docs_index()
+    report = QualityReport(run_id, run_time.isoformat(), config.name, success, results, docs, None)
+    report.offsets_at = snapshot.taken_at.isoformat(timespec="seconds")
+    report.offsets = {t: list(snapshot.ends[t]) for t in read}
+    # every run keeps its own page (runs/<time>-<id>.html); summary.html/.json are the latest run
+    page = report_dir / run_page(run_time, run_id)
+    page.parent.mkdir(exist_ok=True)
+    report.summary_html = str(page)
+    for target in (page, report_dir / "summary.html"):
+        target.write_text(render_summary(report, docs_href(docs, target)), encoding="utf-8")
+    as_json = json.dumps(report.as_dict(), indent=2)
+    for target in (page.with_suffix(".json"), report_dir / "summary.json"):
+        target.write_text(as_json, encoding="utf-8")
+    _record(spark, lake, report, suites, snapshot)
+    pipeline_page = write_report(lake, config, docs_href(docs, report_path(lake, config.name)))
+    log(f"report: {pipeline_page}")
+    return report
+
+
+def _run_check(
+    spark, topics: SnapshotReader, config, gxr: GreatExpectations, suite: Suite, check: Check
+) -> list[ExpectationResult]:
+    asset = f"{suite.name}.{check.name}".replace(":", "_").replace(">", "").replace("+", "_")
+    read = check.topics(config)
+    offsets = {t: list(topics.snapshot.ends[t]) for t in read}
+    empty = [t for t in read if topics.count(t) == 0]
+    if empty:  # nothing to check: say so, never pass on it
+        covers = "; ".join(offsets_text(t, offsets[t]) for t in empty)
+        description = (
+            f"NO DATA: {', '.join(empty)} hold(s) no records ({covers}); nothing was checked. Produce or "
+            "backfill the topic first."
+        )
+        return [
+            ExpectationResult(
+                suite.name, check.name, description, description, False, "no records", 0, [], offsets
+            )
+        ]
+    out: list[ExpectationResult] = []
+
+    def finish(expectation: str, df: DataFrame, describe, what: str, extra: list | None = None, name=asset):
+        df = df.persist()  # listed, counted and validated several times: compute the findings once
+        try:
+            total, found = offending(df, describe)
+            description = f"{expectation} {_plain(total, [f.text for f in found], what)}"
+            results = gxr.validate(name, df, [unexpected_rows("*", description), *(extra or [])])
+        finally:
+            df.unpersist()
+        ok, observed = outcome(results)
+        out.append(
+            ExpectationResult(
+                suite.name, check.name, expectation, description, ok, observed, total, found, offsets
+            )
+        )
+
+    CHECKS[check.type].run(finish, asset, spark, topics, config, check.params, gxr)
+    return out
+
+
+def _record(
+    spark: SparkSession, lake: Lake, report: QualityReport, suites: list[Suite], snapshot: Snapshot
+) -> None:
+    ensure_quality_runs(lake)
+    versions = {s.name: s.version for s in suites}
+    when = datetime.fromisoformat(report.run_time)
+    rows = [
+        {
+            "run_id": report.run_id,
+            "run_time": when,
+            "pipeline": report.pipeline,
+            "suite": r.suite,
+            "suite_version": versions[r.suite],
+            "check": r.check,
+            "expectation": r.expectation,
+            "success": r.success,
+            "observed_value": r.observed_value,
+            "offending_total": r.offending_total,
+            "offending_sample": r.offending[:SAMPLE],
+            "findings": [as_row(f) for f in r.findings[:SAMPLE]],
+            "topic_offsets": list(r.offsets.items()),
+            "offsets_at": snapshot.taken_at,
+        }
+        for r in report.results
+    ]
+    # from the driver, one run's rows are one data file: they read back in the suite's order
+    lake.append(QUALITY_RUNS, pa.Table.from_pylist(rows, schema=QUALITY_RUNS_SCHEMA))

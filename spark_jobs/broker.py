@@ -95,7 +95,7 @@ class BrokerStatus:
 def status(root: Path) -> BrokerStatus:
     """The broker's state from ``broker.json``; a file left by a dead broker reads as not running."""
     try:
-        info = json.loads((home(root) / "broker.json").read_text())
+        info = json.loads(Layout(root).broker_state.read_text())
     except (OSError, ValueError):
         return BrokerStatus(False)
     if not alive(int(info.get("pid", 0))):
@@ -202,7 +202,7 @@ def start(
     controller = free_port()
     props = folder / "server.properties"
     props.write_text(_server_properties(data, port, controller, sasl_port, sasl_users))
-    broker_log = folder / "broker.log"
+    broker_log = Layout(root).broker_log
     log4j = folder / "log4j2.properties"
     log4j.write_text(LOG4J2.format(log=broker_log, level=os.environ.get("LAKE_KAFKA_LOG_LEVEL", "WARN")))
     java = ["java", f"-Xmx{HEAP}", f"-Xms{HEAP}", "-XX:+UseParallelGC", "-Djava.awt.headless=true"]
@@ -249,7 +249,7 @@ def start(
     await_answer(
         proc, lambda: _answers(bootstrap), "the embedded Kafka broker", bootstrap, logs, START_TIMEOUT_S
     )
-    write_state(folder / "broker.json", info)
+    write_state(Layout(root).broker_state, info)
     return status(root)
 
 
@@ -264,9 +264,9 @@ def stop(root: Path, log=lambda _: None) -> bool:
     """Stop the broker (controlled shutdown, then SIGKILL after 30 s); False when it was not running."""
     current = status(root)
     if not current.running or current.pid is None:
-        (home(root) / "broker.json").unlink(missing_ok=True)  # what a dead broker left behind
+        Layout(root).broker_state.unlink(missing_ok=True)  # what a dead broker left behind
         return False
     log(f"stopping the embedded Kafka broker (pid {current.pid}) ...")
     terminate(current.pid, STOP_TIMEOUT_S)
-    (home(root) / "broker.json").unlink(missing_ok=True)
+    Layout(root).broker_state.unlink(missing_ok=True)
     return True

@@ -16,7 +16,7 @@ import yaml
 
 from spark_jobs.errors import UserError
 from spark_jobs.joins.kinds import KINDS, JoinKind
-from spark_jobs.layout import SYSTEM_TABLES
+from spark_jobs.layout import LOOKUP_PREFIX, OWNED, SYSTEM_TABLES, is_reserved
 
 DEFAULT_CONFIG = "demo.yaml"
 KEY_FORMATS = ("string", "bytes")
@@ -480,14 +480,14 @@ def _airflow(doc: LocatedYaml, raw: Any) -> AirflowSpec:
 
 
 # the names the lake keeps for its own tables, which no topic or join may take
-RESERVED = f"({', '.join(SYSTEM_TABLES)}, lookup_<name>, <join>__<state>); choose another"
+RESERVED = f"({', '.join(SYSTEM_TABLES)}, {LOOKUP_PREFIX}<name>, <join>{OWNED}<state>); choose another"
 
 
 def _topic(doc: LocatedYaml, name: str, spec: Any) -> TopicSpec:
     path = ("topics", name)
     if not NAME_RE.match(name):
         raise doc.error(path, "topic names use letters, digits, '_', '-' or '.'")
-    if name in SYSTEM_TABLES or name.startswith("lookup_") or "__" in name:
+    if is_reserved(name):
         raise doc.error(
             path, f"'{name}' would share its bronze table's name with the lake's own tables {RESERVED}"
         )
@@ -600,7 +600,7 @@ def _join(
 def _join_name(doc: LocatedYaml, path: tuple, name: str, topics: dict[str, TopicSpec]) -> None:
     if not COLUMN_RE.match(name):
         raise doc.error(path, "join names use letters, digits and '_' (they name the result table)")
-    if name in topics or name.startswith("lookup_") or name in SYSTEM_TABLES or "__" in name:
+    if name in topics or is_reserved(name):
         raise doc.error(
             path, f"the name is taken by a topic or would share a name with the lake's own tables {RESERVED}"
         )

@@ -61,7 +61,7 @@ def home(root: Path) -> Path:
 def status(root: Path) -> ConnectStatus:
     """The server's state from ``server.json``; a file left by a dead server reads as not running."""
     try:
-        info = json.loads((home(root) / "server.json").read_text())
+        info = json.loads(Layout(root).connect_state.read_text())
     except (OSError, ValueError):
         return ConnectStatus(False)
     if not alive(int(info.get("pid", 0))):
@@ -105,7 +105,7 @@ def start(root: Path, port: int = DEFAULT_PORT, log=lambda _: None) -> ConnectSt
         )
     folder = home(root)
     folder.mkdir(parents=True, exist_ok=True)
-    server_log = folder / "server.log"
+    server_log = Layout(root).connect_log
     conf = submit_conf() | {
         "spark.connect.grpc.binding.address": HOST,
         "spark.connect.grpc.binding.port": str(port),
@@ -134,7 +134,7 @@ def start(root: Path, port: int = DEFAULT_PORT, log=lambda _: None) -> ConnectSt
         START_TIMEOUT_S,
     )
     _warm_up(url, folder)
-    write_state(folder / "server.json", info)
+    write_state(Layout(root).connect_state, info)
     return status(root)
 
 
@@ -157,9 +157,9 @@ def stop(root: Path, log=lambda _: None) -> bool:
     not running."""
     current = status(root)
     if not current.running or current.pid is None:
-        (home(root) / "server.json").unlink(missing_ok=True)  # what a dead server left behind
+        Layout(root).connect_state.unlink(missing_ok=True)  # what a dead server left behind
         return False
     log(f"stopping the Spark Connect server (pid {current.pid}) ...")
     terminate(current.pid, STOP_TIMEOUT_S)
-    (home(root) / "server.json").unlink(missing_ok=True)
+    Layout(root).connect_state.unlink(missing_ok=True)
     return True

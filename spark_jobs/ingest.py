@@ -33,7 +33,6 @@ from spark_jobs.errors import UserError
 from spark_jobs.jobs import HEARTBEAT_SECONDS, ingest_job, registered
 from spark_jobs.kafka import Cluster, connect, ensure_topics, watermarks
 from spark_jobs.lake import Lake
-from spark_jobs.layout import Layout
 from spark_jobs.lookups import refresh_lookup
 from spark_jobs.snapshots import RECORD_SCHEMA, records, stream
 from spark_jobs.stopping import stop_on_signals
@@ -54,7 +53,7 @@ def ensure_bronze(lake: Lake, spec: TopicSpec) -> None:
 
 
 def checkpoint_dir(lake: Lake, topic: str) -> Path:
-    return Layout(lake.root).ingest_checkpoint(topic)
+    return lake.layout.ingest_checkpoint(topic)
 
 
 @dataclass
@@ -219,7 +218,7 @@ def mirrored_up_to(lake: Lake, spec: TopicSpec) -> list[int] | None:
     ingest yet. From the checkpoint's files, no Spark."""
     done = committed_offsets(lake, spec.name)
     if not done:
-        start = checkpoint_dir(lake, spec.name).parent / f"{spec.name}.start.json"
+        start = lake.layout.ingest_start(spec.name)
         if not start.exists():
             return None
         done = {int(p): int(o) for ends in json.loads(start.read_text()).values() for p, o in ends.items()}
@@ -264,12 +263,12 @@ def rebuild_bronze(spark: SparkSession, lake: Lake, config: PipelineConfig, spec
         ends = [high for _, high in watermarks(cluster, spec)]
         frame = records(spark, cluster, spec, ends)
         ensure_bronze(lake, spec)
-        frame.write.format("delta").mode("overwrite").save(lake.uri(spec.name))
+        lake.overwrite(spec.name, frame)
         checkpoint = checkpoint_dir(lake, spec.name)
         if checkpoint.exists():
             shutil.rmtree(checkpoint)
         checkpoint.parent.mkdir(parents=True, exist_ok=True)
-        (checkpoint.parent / f"{spec.name}.start.json").write_text(
+        lake.layout.ingest_start(spec.name).write_text(
             json.dumps({cluster.topic(spec.name): {str(p): end for p, end in enumerate(ends)}})
         )
     return mirrored_records(lake, spec)
@@ -277,7 +276,7 @@ def rebuild_bronze(spark: SparkSession, lake: Lake, config: PipelineConfig, spec
 
 def _starting_offsets(lake: Lake, topic: str) -> str:
     """Where a new ingest checkpoint starts: after a rebuilt table's records, else the beginning."""
-    path = checkpoint_dir(lake, topic).parent / f"{topic}.start.json"
+    path = lake.layout.ingest_start(topic)
     return path.read_text() if path.exists() else "earliest"
 
 

@@ -28,7 +28,6 @@ from typing import Any
 from spark_jobs.config import JoinSpec, PipelineConfig
 from spark_jobs.errors import UserError
 from spark_jobs.lake import Lake
-from spark_jobs.layout import Layout
 from spark_jobs.processes import alive
 
 HEARTBEAT_SECONDS = 10  # a running job rewrites its registry entry at least this often
@@ -63,18 +62,14 @@ class JobState:
     log: Path
 
 
-def jobs_dir(lake: Lake) -> Path:
-    return Layout(lake.root).jobs
-
-
 def log_path(lake: Lake, job: Job) -> Path:
-    return jobs_dir(lake) / f"{job.name}.log"
+    return lake.layout.job_log(job.name)
 
 
 def running_jobs(lake: Lake) -> dict[str, int]:
     """Job id -> pid of the jobs registered under ``<root>/_jobs`` whose process is alive."""
     found: dict[str, int] = {}
-    folder = jobs_dir(lake)
+    folder = lake.layout.jobs
     if not folder.is_dir():
         return found
     for entry in folder.glob("*.json"):
@@ -92,7 +87,7 @@ def running_jobs(lake: Lake) -> dict[str, int]:
 def registry(lake: Lake, job: Job) -> dict[str, Any]:
     """The job's registry entry (empty when it is not registered)."""
     try:
-        return json.loads((jobs_dir(lake) / f"{job.name}.json").read_text())
+        return json.loads(lake.layout.job_entry(job.name).read_text())
     except (OSError, ValueError):
         return {}
 
@@ -100,16 +95,15 @@ def registry(lake: Lake, job: Job) -> dict[str, Any]:
 @contextmanager
 def registered(lake: Lake, job: Job, mode: str) -> Iterator[Callable[[dict], None]]:
     """Register a running job (refusing a second copy); yields ``beat(info)`` to record a heartbeat."""
-    folder = jobs_dir(lake)
-    folder.mkdir(parents=True, exist_ok=True)
-    lock = open(folder / f"{job.name}.lock", "w")  # noqa: SIM115 - held for the job's lifetime
+    lake.layout.jobs.mkdir(parents=True, exist_ok=True)
+    lock = open(lake.layout.job_lock(job.name), "w")  # noqa: SIM115 - held for the job's lifetime
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         lock.close()
         pid = running_jobs(lake).get(job.id)
         raise UserError(f"{job.label} is already running{f' (pid {pid})' if pid else ''}") from None
-    entry = folder / f"{job.name}.json"
+    entry = lake.layout.job_entry(job.name)
     info: dict[str, Any] = {
         "job": job.id,
         "pid": os.getpid(),
@@ -134,7 +128,7 @@ def registered(lake: Lake, job: Job, mode: str) -> Iterator[Callable[[dict], Non
 
 
 def last_batch_path(lake: Lake, job: Job) -> Path:
-    return jobs_dir(lake) / f"{job.name}.last.json"
+    return lake.layout.job_last_batch(job.name)
 
 
 def record_batch(lake: Lake, job: Job, batch: dict[str, Any]) -> None:

@@ -17,6 +17,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.window import Window
 
+from spark_jobs import layout
 from spark_jobs.config import LookupSpec
 from spark_jobs.lake import Lake
 
@@ -33,7 +34,7 @@ LOOKUP_SCHEMA = pa.schema(
 
 
 def lookup_table(lookup: LookupSpec) -> str:
-    return f"lookup_{lookup.name}"
+    return layout.lookup_table(lookup.name)
 
 
 def ensure_lookup(lake: Lake, lookup: LookupSpec) -> None:

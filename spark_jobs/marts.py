@@ -20,7 +20,6 @@ from pathlib import Path
 
 from spark_jobs.errors import UserError
 from spark_jobs.lake import Lake
-from spark_jobs.layout import Layout
 from spark_jobs.system_tables import ensure_quality_runs, ensure_quarantine
 
 PROJECT_DIR = Path(__file__).resolve().parents[1] / "dbt"
@@ -74,14 +73,14 @@ def _run_dbt(lake: Lake, project: Path, args: Sequence[str], log: Callable[[str]
 
     from spark_jobs.session import get_spark
 
-    log(f"starting Spark with the lake's catalog ({lake.root / 'catalog'}) ...")
+    log(f"starting Spark with the lake's catalog ({lake.layout.catalog}) ...")
     spark = get_spark(app_name="dbt", catalog=lake.root)  # first: the lake's writes use this session
     ensure_system_tables(lake)
     names = register_lake_tables(spark, lake)
     log(f"{len(names)} lake tables in the catalog as {LAKE_SCHEMA}.<table>")
     if not spark.catalog.databaseExists(MARTS_SCHEMA):  # (Hive logs an ERROR for IF NOT EXISTS hits)
         spark.sql(f"CREATE SCHEMA {MARTS_SCHEMA}")
-    work = Layout(lake.root).dbt
+    work = lake.layout.dbt
     argv = [
         *args,
         "--project-dir",

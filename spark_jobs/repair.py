@@ -39,7 +39,6 @@ from spark_jobs.ingest import rebuild_bronze
 from spark_jobs.jobs import ingest_job, running_jobs
 from spark_jobs.kafka import Cluster, connect, delete_topics, ensure_topics, partition_counts, produce, read
 from spark_jobs.lake import Lake
-from spark_jobs.layout import Layout
 from spark_jobs.snapshots import take
 from spark_jobs.topics import producing
 
@@ -105,7 +104,7 @@ def _read_all(cluster: Cluster, spec: TopicSpec, as_topic: str | None = None) ->
 
 
 def _marker(lake: Lake, topic: str):
-    return Layout(lake.root).repair_marker(topic)
+    return lake.layout.repair_marker(topic)
 
 
 def repartition(

@@ -39,7 +39,7 @@ from spark_jobs.config import PipelineConfig, TopicSpec, load_config
 from spark_jobs.errors import UserError
 from spark_jobs.joins.engine import RECORD_FIELDS, BatchMetrics, Changelog, Inputs
 from spark_jobs.lake import Lake
-from spark_jobs.layout import QUARANTINE, Layout
+from spark_jobs.layout import QUARANTINE
 
 Record = tuple[str, dict | None]
 RECORDS_SCHEMA = pa.schema(RECORD_FIELDS)  # key, value, timestamp, partition, offset
@@ -145,7 +145,7 @@ class JoinQuery:
         self.job = job_for(spark, lake, config, config.join(name), query_id)
         self.inputs = MemoryInputs(ends or (lambda topic: np.zeros(topic.partitions, dtype=np.int64)))
         self.job.inputs = self.inputs
-        self.checkpoint = Layout(lake.root).driver_checkpoint(name)
+        self.checkpoint = lake.layout.driver_checkpoint(name)
         shutil.rmtree(self.checkpoint, ignore_errors=True)  # the source starts empty: so does the query
         empty = spark.createDataFrame([], RECORDS)
         self._columns = empty.columns

@@ -3,6 +3,7 @@ commits, quarantine, and the oracle on a fresh lake."""
 
 from __future__ import annotations
 
+import pyarrow as pa
 import pytest
 from joinkit import (
     T0,
@@ -20,6 +21,7 @@ from spark_jobs.errors import UserError
 from spark_jobs.joins.kinds import KINDS
 from spark_jobs.joins.oracle import ORACLES, consumed_records, expected
 from spark_jobs.joins.registry import JOBS, job_for
+from spark_jobs.joins.streams import STATE_SCHEMA
 from spark_jobs.system_tables import QUARANTINE
 
 
@@ -97,3 +99,18 @@ def test_expected_matches_for_a_fresh_lake(spark, lake, cfg):
     records, read = consumed_records(spark, lake, cfg, cfg.join("t_outer"))
     assert read == "L up to offsets [0, 0], R up to offsets [0, 0]"
     assert expected(spark, lake, cfg, "t_outer", records).num_rows == 0
+
+
+def test_a_former_pending_table_gets_the_name_of_what_it_holds(spark, lake, cfg):
+    """Before a stream-table's waiting events and a keyed join's parked rows had names of their own,
+    both were <join>__pending: the job renames it when it starts, its rows kept."""
+    row = {"key": b"k", "value": b"v", "timestamp": None, "partition": 0, "offset": 7}
+    for join in ("st_left", "t_left"):
+        lake.create(f"{join}__pending", STATE_SCHEMA)
+        lake.append(f"{join}__pending", pa.Table.from_pylist([row], STATE_SCHEMA))
+    job_for(spark, lake, cfg, cfg.join("st_left"), "q")
+    keyed = job_for(spark, lake, cfg, cfg.join("t_left"), "q")
+    assert not lake.exists("st_left__pending") and not lake.exists("t_left__pending")
+    for table in ("st_left__waiting", "t_left__parked"):
+        assert [(r["key"], r["offset"]) for r in lake.read_arrow(table).to_pylist()] == [(b"k", 7)]
+    assert keyed.behind.parked == 1  # the keyed join sees the parked row: its table catches up with it

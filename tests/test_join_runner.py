@@ -286,7 +286,7 @@ def test_kill_9_at_every_commit_point_loses_and_doubles_nothing(spark, setup):
     run_join(spark, lake, cfg, "t_left", once=True)  # resumes after the last kill
     want = model_table(topic_history(lake, "L"), topic_history(lake, "R"), "left")
     assert result_rows(lake, "t_left") == want
-    assert lake.read_arrow("t_left__pending").num_rows == 0
+    assert lake.read_arrow("t_left__parked").num_rows == 0
     no_noop_changes(lake, "t_left")
     # the changelog replays to the same table, and no batch's records went out twice
     records = sorted(changelog(lake, cfg, "t_left_changelog"), key=lambda r: (r["partition"], r["offset"]))
@@ -457,7 +457,7 @@ def _published(lake, cfg) -> dict:
 
 @pytest.mark.slow
 def test_table_every_publishes_first_writes_the_table_behind_and_loses_nothing_on_a_kill(spark, setup):
-    """--table-every: each micro-batch publishes and parks its rows in t_left__pending; the result table
+    """--table-every: each micro-batch publishes and parks its rows in t_left__parked; the result table
     catches up at most every SECONDS and when the job stops. A job killed with rows parked leaves them
     for the next run, which folds them in before its own writes."""
     cfg, lake, opts = setup
@@ -472,7 +472,7 @@ def test_table_every_publishes_first_writes_the_table_behind_and_loses_nothing_o
         # parked after the publish: a and b; the first load went straight into the empty table, and
         # the rest waits for a catch-up 600 s away
         assert _wait(
-            lambda: lake.exists("t_left__pending") and lake.read_arrow("t_left__pending").num_rows == 2,
+            lambda: lake.exists("t_left__parked") and lake.read_arrow("t_left__parked").num_rows == 2,
             30,
             proc,
         )
@@ -487,14 +487,14 @@ def test_table_every_publishes_first_writes_the_table_behind_and_loses_nothing_o
             proc.kill()
     assert "join t_left: result table caught up with 2 pending row(s)" in err
     assert result_rows(lake, "t_left") == [("a", "a1", "r1"), ("b", "b1", None)]
-    assert lake.read_arrow("t_left__pending").num_rows == 0
+    assert lake.read_arrow("t_left__parked").num_rows == 0
     assert next(r for r in status(lake, cfg) if r["join"] == "t_left")["table_behind"] == 0
 
     proc = _start(opts, "--table-every", "600")
     try:
         produce(lake, cfg, "L", [("a", None, T0 + 2)])  # a deleted: parked, then the job is killed
         assert _wait(lambda: _published(lake, cfg).get("a", "?") is None, 120, proc)
-        assert _wait(lambda: lake.read_arrow("t_left__pending").num_rows == 1, 30, proc)
+        assert _wait(lambda: lake.read_arrow("t_left__parked").num_rows == 1, 30, proc)
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
     finally:
@@ -506,7 +506,7 @@ def test_table_every_publishes_first_writes_the_table_behind_and_loses_nothing_o
     want = model_table(topic_history(lake, "L"), topic_history(lake, "R"), "left")
     assert result_rows(lake, "t_left") == want == [("b", "b1", "r2")]
     assert _published(lake, cfg) == {"a": None, "b": {"lv": "b1", "rv": "r2"}}
-    assert lake.read_arrow("t_left__pending").num_rows == 0
+    assert lake.read_arrow("t_left__parked").num_rows == 0
     no_noop_changes(lake, "t_left")
 
 
@@ -558,7 +558,7 @@ def test_table_every_tombstones_a_key_whose_row_is_only_parked(spark, tmp_path):
     ]
     f.job.fold()
     assert result_rows(lake, "t_inner") == [("d", "d1", "r1")]
-    assert lake.read_arrow("t_inner__pending").num_rows == 0
+    assert lake.read_arrow("t_inner__parked").num_rows == 0
 
 
 def test_records_gone_from_kafka_before_the_join_read_them_stop_it_in_one_line(spark, setup, capsys):

@@ -3,7 +3,7 @@
 A keyed join's most expensive step is the ``MERGE`` into its result: on a 1M-row result it costs
 1.5-2 s whatever the batch's size, and every micro-batch pays it. A join that publishes shows its
 changes on its changelog topic first (``state_store``); with ``--table-every`` each micro-batch then
-appends its result rows to ``<join>__pending`` (an append costs a few tenths of a second) and the
+appends its result rows to ``<join>__parked`` (an append costs a few tenths of a second) and the
 result table catches up with one ``MERGE`` of everything pending at most every SECONDS (and when the
 job stops or idles). So micro-batches stay short and a burst pays one ``MERGE`` per interval, not per
 batch; the result table lags the topic by up to SECONDS plus one ``MERGE``. A first load into an
@@ -27,12 +27,9 @@ from pyspark.sql import functions as F
 
 from spark_jobs import faults
 from spark_jobs.lake import Lake
+from spark_jobs.layout import join_table
 
 BATCH, DELETE = "__batch", "__delete"
-
-
-def pending_table(join: str) -> str:
-    return f"{join}__pending"
 
 
 def pending_schema(result: pa.Schema) -> pa.Schema:
@@ -45,7 +42,7 @@ class TableBehind:
 
     def __init__(self, lake: Lake, join: str, result: pa.Schema, log: Callable[[str], None]):
         self.lake, self.join, self.result, self.log = lake, join, result, log
-        self.table = pending_table(join)
+        self.table = join_table(join, "parked")
         self.folded_at = time.monotonic()
         # rows may be waiting: from a run that wrote behind and crashed before its last fold
         self.parked = lake.read(self.table).count() if lake.exists(self.table) else 0

@@ -47,6 +47,7 @@ from spark_jobs.errors import UserError, spark_error
 from spark_jobs.joins.poison import Guarded, fails, guarded
 from spark_jobs.kafka import Cluster, TransactionalProducer, connect, ensure_topics, producer_id, tail
 from spark_jobs.lake import Lake, conform
+from spark_jobs.layout import former_pending_table, join_table
 from spark_jobs.profile import Phases
 from spark_jobs.session import arrow_frame
 from spark_jobs.system_tables import (
@@ -248,6 +249,7 @@ class JoinJob:
         self.projection = self._projection()
         self.result_schema = self.projection.output_schema
         self.tables = self.state_tables(spec)
+        adopt_former_names(lake, spec, self.tables, log)
         self._quarantined: list[pa.Table] = []  # the batch's quarantine rows (written once, at its end)
         self._last_batch: int | None = None  # the last batch this process started (None: none yet)
         self._replay = True  # the batch in progress may be a replay (the first after a (re)start)
@@ -472,6 +474,21 @@ class Changelog:
 
     def send(self, keys: pa.Array, values: pa.Array, tag: bytes, at: datetime) -> None:
         raise NotImplementedError
+
+
+def adopt_former_names(
+    lake: Lake, spec: JoinSpec, tables: dict[str, Any], log: Callable[[str], None]
+) -> None:
+    """A lake from before a join's tables had distinct names keeps ``<join>__pending``: a
+    stream-table's waiting events (the kind owns ``__waiting`` now), else a keyed join's parked result
+    rows (``__parked``). Give it its name."""
+    former = former_pending_table(spec.name)
+    if not lake.exists(former):
+        return
+    waiting = join_table(spec.name, "waiting")
+    new = waiting if waiting in tables else join_table(spec.name, "parked")
+    lake.rename(former, new)
+    log(f"join {spec.name}: table {former} is called {new} now (renamed)")
 
 
 class KafkaChangelog(Changelog):

@@ -23,13 +23,15 @@ from pyspark.sql import functions as F
 from spark_jobs.config import JoinSpec, PipelineConfig
 from spark_jobs.errors import UserError
 from spark_jobs.joins.derive import NEWEST
-from spark_jobs.joins.engine import Projection, prepare, side_records
+from spark_jobs.joins.engine import Projection, adopt_former_names, prepare, side_records
 from spark_jobs.joins.keyed import LeftKeys
 from spark_jobs.joins.lists import ListProjection
 from spark_jobs.joins.poison import guarded_frame
+from spark_jobs.joins.registry import JOBS
 from spark_jobs.joins.runner import consumed_offsets, offsets_read
 from spark_jobs.kafka import connect
 from spark_jobs.lake import Lake, conform
+from spark_jobs.layout import join_table
 from spark_jobs.snapshots import records as kafka_records
 from spark_jobs.snapshots import take
 
@@ -143,8 +145,8 @@ def _stream_table(spark, lake, config, spec: JoinSpec, left: DataFrame, right: D
     )
     if spec.type == "inner":
         rows = rows.filter(F.col("right_value").isNotNull())
-    pending = lake.read(f"{spec.name}__pending").select("partition", "offset")
-    return rows.join(pending, ["partition", "offset"], "left_anti"), Projection(spark, config, spec).frame
+    waiting = lake.read(join_table(spec.name, "waiting")).select("partition", "offset")
+    return rows.join(waiting, ["partition", "offset"], "left_anti"), Projection(spark, config, spec).frame
 
 
 def _stream_stream_oracle(spark, lake, config, spec: JoinSpec, left: DataFrame, right: DataFrame):
@@ -219,7 +221,7 @@ def _stream_stream(
         F.col("right_value"),
     ]
     result = pairs.select(*out)
-    progress = lake.read_arrow(f"{spec.name}__progress", columns=["watermark"])  # the last batch's
+    progress = lake.read_arrow(join_table(spec.name, "progress"), columns=["watermark"])  # the last batch's
     if spec.type != "inner" and progress.num_rows:
         last = progress["watermark"][0].as_py()
         if last is not None:
@@ -298,6 +300,7 @@ def audit(
     spec = config.join(name)
     if not lake.exists(spec.name):
         raise UserError(f"join {spec.name} has no result yet: run 'lake run {spec.name} --once' first")
+    adopt_former_names(lake, spec, JOBS[spec.kind].state_tables(spec), lambda _: None)
     if records is None:
         records, read = consumed_records(spark, lake, config, spec)
     found = expected_rows(spark, lake, config, name, records)
@@ -318,6 +321,7 @@ def audit(
     report = AuditReport(spec.name, *sizes, missing, unexpected, keys)
     report.read = read
     report.left_out = found.failing_keys
-    if lake.exists(f"{spec.name}__pending"):
-        report.pending = lake.read_arrow(f"{spec.name}__pending").num_rows
+    # what the join holds back: a stream-table's waiting events, a keyed join's parked result rows
+    held = [join_table(spec.name, part) for part in ("waiting", "parked")]
+    report.pending = sum(lake.read_arrow(t).num_rows for t in held if lake.exists(t))
     return report

@@ -55,7 +55,6 @@ from spark_jobs.kafka import (
     topic_ids,
 )
 from spark_jobs.lake import Lake
-from spark_jobs.layout import Layout
 from spark_jobs.snapshots import offsets_text, stream
 from spark_jobs.stopping import stop_on_signals
 
@@ -65,7 +64,7 @@ Sides = dict[str, list[int]]  # side -> the next offset of each partition
 
 
 def checkpoint_dir(lake: Lake, spec: JoinSpec) -> Path:
-    return Layout(lake.root).join_checkpoint(spec.name)
+    return lake.layout.join_checkpoint(spec.name)
 
 
 def input_stream(
@@ -406,7 +405,7 @@ def _check_checkpoint(lake: Lake, spec: JoinSpec, cluster: Cluster) -> None:
         )
     names = [cluster.topic(topic) for _, topic in spec.sides]
     ids = topic_ids(cluster, names)
-    path = Layout(lake.root).join_inputs(spec.name)
+    path = lake.layout.join_inputs(spec.name)
     recorded = json.loads(path.read_text()) if path.exists() else None
     if committed and recorded is not None:
         if sorted(recorded) != sorted(names):
@@ -472,14 +471,10 @@ def reset_join(lake: Lake, config: PipelineConfig, name: str) -> list[str]:
         raise UserError(f"join {spec.name} is running; stop it before --reset")
     removed = []
     # with the state tables of older versions (<join>__*) that the current kind no longer has
-    folder = lake.tables_dir
-    older = sorted(p.name for p in folder.glob(f"{spec.name}__*")) if folder.is_dir() else []
+    older = [path.name for path in lake.layout.join_tables(spec.name)]
     owned = JOBS[spec.kind].state_tables(spec)
     tables = [spec.name, *owned, *([spec.publish] if spec.publish else []), *older]
-    for table in dict.fromkeys(tables):
-        if lake.exists(table):
-            shutil.rmtree(lake.path(table))
-            removed.append(table)
+    removed += [table for table in dict.fromkeys(tables) if lake.drop(table)]
     checkpoint = checkpoint_dir(lake, spec)
     if checkpoint.exists():
         shutil.rmtree(checkpoint)

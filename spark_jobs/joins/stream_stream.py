@@ -13,6 +13,7 @@ from spark_jobs.config import JoinSpec
 from spark_jobs.joins.engine import RECORD_COLUMNS, BatchMetrics
 from spark_jobs.joins.kinds import STREAM_STREAM
 from spark_jobs.joins.streams import BUFFER_SCHEMA, PAIR_COLUMNS, Counts, StreamJob, _stream_tables
+from spark_jobs.layout import join_table
 
 SIDES = ("left", "right")
 BLAME = {"__lp": "left_partition", "__lo": "left_offset", "__rp": "right_partition", "__ro": "right_offset"}
@@ -28,8 +29,8 @@ class StreamStreamJob(StreamJob):
     @classmethod
     def _kind_tables(cls, spec: JoinSpec) -> dict[str, pa.Schema]:
         return _stream_tables(spec) | {
-            f"{spec.name}__left_buffer": BUFFER_SCHEMA,
-            f"{spec.name}__right_buffer": BUFFER_SCHEMA,
+            join_table(spec.name, "left_buffer"): BUFFER_SCHEMA,
+            join_table(spec.name, "right_buffer"): BUFFER_SCHEMA,
         }
 
     def _batch(
@@ -50,7 +51,7 @@ class StreamStreamJob(StreamJob):
             for side in SIDES
         }
         old = {
-            side: self._state(f"{name}__{side}_buffer", [*RECORD_COLUMNS, "matched"]).withColumn(
+            side: self._state(join_table(name, f"{side}_buffer"), [*RECORD_COLUMNS, "matched"]).withColumn(
                 "__old", F.lit(True)
             )
             for side in SIDES
@@ -79,7 +80,7 @@ class StreamStreamJob(StreamJob):
             for side in SIDES:
                 if counts[side]["changed"]:  # else the buffer holds what it held
                     buffer = rows[side].filter(~F.col("__expires")).select(*RECORD_COLUMNS, "matched")
-                    self.lake.overwrite(f"{name}__{side}_buffer", buffer, txn=txn)
+                    self.lake.overwrite(join_table(name, f"{side}_buffer"), buffer, txn=txn)
         finally:
             for frame in cached:
                 frame.unpersist()

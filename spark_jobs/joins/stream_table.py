@@ -13,6 +13,7 @@ from pyspark.sql import functions as F
 from spark_jobs.config import JoinSpec
 from spark_jobs.joins.engine import RECORD_COLUMNS, BatchMetrics
 from spark_jobs.joins.streams import STATE_SCHEMA, Counts, StreamJob, _stream_tables
+from spark_jobs.layout import join_table
 
 EVENT_ORDER = ["timestamp", "partition", "offset"]
 
@@ -21,13 +22,13 @@ class StreamTableJob(StreamJob):
     """stream-table: each left event with the right side's value as of its timestamp.
 
     State (Delta tables the job owns): ``__right_history``, every right record (appended), and
-    ``__pending``, the events still waiting for the right side (overwritten when it changes)."""
+    ``__waiting``, the events still waiting for the right side (overwritten when it changes)."""
 
     @classmethod
     def _kind_tables(cls, spec: JoinSpec) -> dict[str, pa.Schema]:
         return _stream_tables(spec) | {
-            f"{spec.name}__right_history": STATE_SCHEMA,
-            f"{spec.name}__pending": STATE_SCHEMA,
+            join_table(spec.name, "right_history"): STATE_SCHEMA,
+            join_table(spec.name, "waiting"): STATE_SCHEMA,
         }
 
     def _watermark(self, decision: dict[str, Any], maxima: dict[str, Any]) -> Any:  # noqa: ARG002
@@ -45,9 +46,9 @@ class StreamTableJob(StreamJob):
         name = self.spec.name
         m.ignored = totals["left"].tombstones
         if totals["right"].valid:
-            self.lake.append(f"{name}__right_history", sides["right"], txn=txn)
+            self.lake.append(join_table(name, "right_history"), sides["right"], txn=txn)
         events = sides["left"].filter(F.col("value").isNotNull()).withColumn("__old", F.lit(False))
-        pending = self._state(f"{name}__pending", RECORD_COLUMNS).withColumn("__old", F.lit(True))
+        pending = self._state(join_table(name, "waiting"), RECORD_COLUMNS).withColumn("__old", F.lit(True))
         if decision["right_caught_up"]:
             ready = F.lit(True)
         elif decision.get("watermark") is not None:
@@ -75,7 +76,7 @@ class StreamTableJob(StreamJob):
                 self._append_events(self._as_of(candidates.filter("__ready")), EVENT_ORDER, txn, at, m)
             if n_changed:  # an event decided that was waiting, or a new one that waits
                 waiting = candidates.filter(~F.col("__ready")).select(RECORD_COLUMNS)
-                self.lake.overwrite(f"{name}__pending", waiting, txn=txn)
+                self.lake.overwrite(join_table(name, "waiting"), waiting, txn=txn)
         finally:
             candidates.unpersist()
 
@@ -89,7 +90,7 @@ class StreamTableJob(StreamJob):
             "partition",
             "offset",
         )
-        history = self._state(f"{self.spec.name}__right_history", RECORD_COLUMNS).select(
+        history = self._state(join_table(self.spec.name, "right_history"), RECORD_COLUMNS).select(
             F.col("key").alias("__hk"),
             F.col("value").alias("__rv"),
             F.col("timestamp").alias("__rts"),

@@ -25,6 +25,7 @@ from spark_jobs.joins.engine import (
 from spark_jobs.joins.kinds import STREAM_STREAM
 from spark_jobs.joins.poison import _quiet, is_data_error
 from spark_jobs.lake import conform
+from spark_jobs.layout import join_table
 
 STATE_SCHEMA = pa.schema(RECORD_FIELDS)
 BAD_SCHEMA = pa.schema([("side", pa.string()), *RECORD_FIELDS, ("reason", pa.string())])
@@ -68,7 +69,7 @@ class StreamJob(JoinJob):
         super().__init__(*args, **kwargs)
         self._progress_rows: pa.Table | None = None  # the progress table as this job last read or wrote it
         # a lake from before the decision moved into the progress table: add its columns
-        self.lake.add_missing_columns(f"{self.spec.name}__progress", PROGRESS_SCHEMA)
+        self.lake.add_missing_columns(join_table(self.spec.name, "progress"), PROGRESS_SCHEMA)
 
     def _step(self, frame: DataFrame, txn: tuple[str, int], at: datetime, metrics: BatchMetrics) -> None:
         """A micro-batch of records with ``reason``: quarantine the bad ones, hand the rest to the
@@ -121,7 +122,7 @@ class StreamJob(JoinJob):
         timestamp seen per side and partition (``grouped``: the batch's largest per side and
         partition) with the batch's decision, in one commit; returns the decision. A replay of a
         batch whose commit is in reads the decision it recorded."""
-        table = f"{self.spec.name}__progress"
+        table = join_table(self.spec.name, "progress")
         if self._replay and self.lake.committed(table, txn):  # only the first batch of a run can be
             self._progress_rows = self.lake.read_arrow(table)
             recorded = self._progress_rows.slice(0, 1).select(DECISION_COLUMNS).to_pylist()
@@ -282,7 +283,7 @@ def _rows_schema(columns: list[str]) -> pa.Schema:
 
 def _stream_tables(spec: JoinSpec) -> dict[str, pa.Schema]:
     """The stream kinds' progress per side and partition, and each batch's recorded decisions."""
-    return {f"{spec.name}__progress": PROGRESS_SCHEMA}
+    return {join_table(spec.name, "progress"): PROGRESS_SCHEMA}
 
 
 def _watermark(decision: dict[str, Any], maxima: dict[str, Any]) -> Any:

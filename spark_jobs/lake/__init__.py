@@ -23,6 +23,7 @@ import fcntl
 import json
 import os
 import re
+import shutil
 import threading
 import time
 import uuid
@@ -158,6 +159,7 @@ class Lake:
         """``quick``: a lake that only reads takes the root's Spark Connect server when it runs
         (:func:`spark_jobs.session.quick_session`), built on first use like the local session."""
         self.root = resolve_root(root)
+        self.layout = Layout(self.root)  # every path under the root
         self._spark = spark
         self._quick, self._log = quick, log
 
@@ -172,7 +174,7 @@ class Lake:
     # --- locations ------------------------------------------------------------------------------
     @property
     def tables_dir(self) -> Path:
-        return Layout(self.root).tables
+        return self.layout.tables
 
     def path(self, name: str) -> Path:
         return self.tables_dir / name
@@ -197,10 +199,10 @@ class Lake:
         ``shared`` with other shared holders. Waits for a conflicting holder, or with ``wait=False``
         yields False at once instead of taking the lock (True when taken). The lock dies with its
         process, so a killed holder never leaves it taken."""
-        folder = Layout(self.root).locks
-        folder.mkdir(parents=True, exist_ok=True)
+        path = self.layout.lock(name)
+        path.parent.mkdir(parents=True, exist_ok=True)
         mode = fcntl.LOCK_SH if shared else fcntl.LOCK_EX
-        with open(folder / f"{name}.lock", "w") as handle:
+        with open(path, "w") as handle:
             try:
                 fcntl.flock(handle, mode | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -214,6 +216,20 @@ class Lake:
                 yield True
             finally:
                 fcntl.flock(handle, fcntl.LOCK_UN)
+
+    def drop(self, name: str) -> bool:
+        """Delete a table with its files (True: it existed)."""
+        if not self.exists(name):
+            return False
+        shutil.rmtree(self.path(name))
+        return True
+
+    def rename(self, name: str, new: str) -> None:
+        """Give a table another name (its folder moves; a Delta log holds no absolute paths)."""
+        self._known(name)
+        if self.path(new).exists():
+            raise UserError(f"cannot rename table '{name}' to '{new}': '{new}' exists in lake {self.root}")
+        self.path(name).rename(self.path(new))
 
     def tables(self) -> list[str]:
         if not self.tables_dir.is_dir():

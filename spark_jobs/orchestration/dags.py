@@ -27,7 +27,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from spark_jobs.config import PARTITIONERS, PipelineConfig, load_config, resolve_root
 from spark_jobs.errors import UserError
-from spark_jobs.layout import QUALITY_RUNS, QUARANTINE
+from spark_jobs.layout import QUALITY_RUNS, QUARANTINE, lookup_table
 from spark_jobs.orchestration import tasks
 from spark_jobs.orchestration.environment import unique_pipelines
 from spark_jobs.session import submit_conf
@@ -131,7 +131,7 @@ class _Builder:
         """``--select`` of the dbt models over this pipeline's tables (its lookups and join results)
         and the lake's shared ones (quality runs, quarantine). Models of other pipelines are left to
         their own DAGs, so a lake without them builds cleanly."""
-        tables = [f"lookup_{name}" for name in self.config.lookups] + list(self.config.joins)
+        tables = [lookup_table(name) for name in self.config.lookups] + list(self.config.joins)
         return [
             "--select",
             *[f"source:lake.{t}+" for t in [*tables, QUALITY_RUNS, QUARANTINE]],

@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING
 
 from spark_jobs.config import PipelineConfig
 from spark_jobs.lake import Lake
-from spark_jobs.layout import Layout
 from spark_jobs.snapshots import offsets_text
 from spark_jobs.system_tables import QUALITY_RUNS, QUARANTINE
 
@@ -35,7 +34,7 @@ QUARANTINE_ROWS = 100  # quarantined records listed (with the total)
 
 
 def report_path(lake: Lake, pipeline: str) -> Path:
-    return Layout(lake.root).pipeline_report(pipeline)
+    return lake.layout.pipeline_report(pipeline)
 
 
 def run_page(run_time: datetime, run_id: str) -> str:

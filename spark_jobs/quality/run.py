@@ -24,7 +24,6 @@ from spark_jobs.config import PipelineConfig
 from spark_jobs.errors import UserError
 from spark_jobs.kafka import connect
 from spark_jobs.lake import Lake
-from spark_jobs.layout import Layout
 from spark_jobs.quality.findings import Finding, as_row, offending
 from spark_jobs.quality.gx import GreatExpectations, outcome, unexpected_rows
 from spark_jobs.quality.pages import docs_href, render_summary, report_path, run_page, write_report
@@ -125,7 +124,7 @@ def _run_suites(
     report_dir: Path | None,
     log,
 ) -> QualityReport:
-    report_dir = (report_dir or Layout(lake.root).quality_reports).absolute()
+    report_dir = (report_dir or lake.layout.quality_reports).absolute()
     report_dir.mkdir(parents=True, exist_ok=True)
     cluster = connect(config, lake.root)
     read = list(dict.fromkeys(t for suite in suites for check in suite.checks for t in check.topics(config)))

@@ -1,0 +1,70 @@
+"""Dump files into (line, key, value, reason) rows: newline-aligned byte ranges with exact line
+numbers, the three formats, and a BOM or CRLF never inside a key or value."""
+
+from __future__ import annotations
+
+import pytest
+
+from spark_jobs.config import BackfillSpec
+from spark_jobs.dumps import line_ranges, local_source, parse_dump, read_lines
+from spark_jobs.errors import UserError
+
+
+def test_byte_ranges_end_at_newlines_and_know_their_first_line(tmp_path):
+    dump = tmp_path / "d.txt"
+    dump.write_bytes(b"a;1\nbb;22\nccc;333\nd;4")  # no newline at the end
+    ranges = line_ranges(str(dump), range_bytes=5)
+    assert ranges == [(0, 10, 1), (10, 18, 3), (18, 21, 4)]
+    data = dump.read_bytes()
+    assert b"".join(data[s:e] for s, e, _ in ranges) == data
+    (tmp_path / "empty.txt").touch()
+    assert line_ranges(str(tmp_path / "empty.txt"), 5) == []
+
+
+def test_a_dump_is_a_local_file(tmp_path):
+    dump = tmp_path / "d.txt"
+    dump.write_text("a;1\n")
+    assert local_source(str(dump)) == str(dump)
+    assert local_source(f"file://{dump}") == str(dump)
+    with pytest.raises(UserError, match=r"^s3://b/d\.txt: only local files and file:// URIs"):
+        local_source("s3://b/d.txt")
+    with pytest.raises(UserError, match=r"no such file$"):
+        local_source(str(tmp_path / "missing.txt"))
+
+
+def parsed(spark, path, spec: BackfillSpec, **kwargs) -> list[tuple]:
+    rows = parse_dump(read_lines(spark, str(path)), spec, **kwargs).orderBy("line").collect()
+    return [(r["line"], r["key"], r["value"], r["reason"]) for r in rows]
+
+
+def test_lines_lose_the_bom_and_crlf_and_bad_lines_say_why(spark, tmp_path):
+    dump = tmp_path / "d.txt"
+    dump.write_bytes(b'\xef\xbb\xbfuser_1|{"n":1}\r\nno separator\r\n user_2|{"n":2}\nuser_3|{bad\n')
+    spec = BackfillSpec(None, separator="|", value_format="json")
+    assert parsed(spark, dump, spec) == [
+        (1, b"user_1", b'{"n":1}', None),
+        (2, None, None, "no separator '|'"),
+        (3, None, None, "key has leading or trailing whitespace"),
+        (4, None, None, "value is not valid JSON"),
+    ]
+
+
+def test_jsonl_and_csv_take_the_named_fields(spark, tmp_path):
+    jsonl = tmp_path / "d.jsonl"
+    jsonl.write_text('{"id": "u1", "doc": {"a": 1}}\n{"id": "u2", "doc": "text"}\n{"doc": 1}\nnot json\n')
+    spec = BackfillSpec(None, format="jsonl", key_field="id", value_field="doc", value_format="string")
+    assert parsed(spark, jsonl, spec, topic_value_format="string") == [
+        (1, b"u1", b'{"a":1}', None),
+        (2, b"u2", b"text", None),
+        (3, None, None, "no 'id' field"),
+        (4, None, None, "line is not a JSON object"),
+    ]
+    csv = tmp_path / "d.csv"
+    csv.write_text("id,mail\nu1,a@x\nu2,\n")
+    spec = BackfillSpec(
+        None, format="csv", separator=",", key_field="id", value_field="mail", value={"mail": "value"}
+    )
+    assert parsed(spark, csv, spec) == [
+        (2, b"u1", b'{"mail":"a@x"}', None),
+        (3, None, None, "no 'mail' column value"),
+    ]

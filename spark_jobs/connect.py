@@ -6,7 +6,7 @@ session); a command that only reads (``lake show``) then does a fraction of a se
 server is Spark's own ``SparkConnectServer`` (its jar ships in the pyspark wheel), started with
 ``spark-submit`` and the product's session settings (:func:`spark_jobs.session.submit_conf`: the
 locked jars, Delta, the state store), listening on loopback. A command that can run on it
-(:func:`spark_jobs.session.quick_session`) connects when the server of its lake root runs, and
+(:func:`quick_session`) connects when the server of its lake root runs, and
 builds a local session otherwise. The joins, the ingest and the catalog's commands (``lake sql``,
 ``lake dbt``: embedded Derby serves one process) always run their own session.
 
@@ -27,6 +27,7 @@ from typing import Any
 from spark_jobs.errors import UserError
 from spark_jobs.layout import Layout
 from spark_jobs.processes import HOST, alive, await_answer, port_free, terminate, write_state
+from spark_jobs.session import DEFAULT_MASTER, get_spark, submit_conf
 
 DEFAULT_PORT = 15002  # Spark Connect's own default
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
@@ -92,8 +93,6 @@ def answering(state: ConnectStatus) -> bool:
 
 def start(root: Path, port: int = DEFAULT_PORT, log=lambda _: None) -> ConnectStatus:
     """Start the server unless it runs; returns once it accepts connections."""
-    from spark_jobs.session import DEFAULT_MASTER, submit_conf
-
     current = status(root)
     if current.running:
         return current
@@ -163,3 +162,24 @@ def stop(root: Path, log=lambda _: None) -> bool:
     terminate(current.pid, STOP_TIMEOUT_S)
     Layout(root).connect_state.unlink(missing_ok=True)
     return True
+
+
+def quick_session(root: Path, app_name: str = "lake", log: Any = lambda _: None):
+    """A session for a command that only reads the lake (``lake show``): the lake root's Spark Connect
+    server when it runs (``lake up``), a second or two instead of a local
+    Spark's start-up; else, or when the server does not answer, a local session (:func:`get_spark`)."""
+    server = status(root)
+    if server.running and not answering(server):
+        log(f"the Spark Connect server at {server.url} does not answer; starting a local Spark")
+    elif server.running and server.url:
+        from pyspark.sql import SparkSession
+
+        try:
+            spark = SparkSession.builder.remote(server.url).getOrCreate()
+            _ = spark.version  # the first request: a server that does not answer fails here
+            log(f"(on the Spark Connect server at {server.url})")
+            return spark
+        except Exception as exc:  # a stuck or dying server: the command still runs
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            log(f"the Spark Connect server at {server.url} did not answer ({first}); starting a local Spark")
+    return get_spark(app_name=app_name)

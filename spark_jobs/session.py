@@ -128,29 +128,6 @@ def arrow_frame(spark: Any, table: Any) -> Any:
     return spark.createDataFrame(table.combine_chunks())
 
 
-def quick_session(root: Path, app_name: str = "lake", log: Any = lambda _: None):
-    """A session for a command that only reads the lake (``lake show``): the lake root's Spark Connect
-    server when it runs (:mod:`spark_jobs.connect`, ``lake up``), a second or two instead of a local
-    Spark's start-up; else, or when the server does not answer, a local session (:func:`get_spark`)."""
-    from spark_jobs import connect
-
-    server = connect.status(root)
-    if server.running and not connect.answering(server):
-        log(f"the Spark Connect server at {server.url} does not answer; starting a local Spark")
-    elif server.running and server.url:
-        from pyspark.sql import SparkSession
-
-        try:
-            spark = SparkSession.builder.remote(server.url).getOrCreate()
-            _ = spark.version  # the first request: a server that does not answer fails here
-            log(f"(on the Spark Connect server at {server.url})")
-            return spark
-        except Exception as exc:  # a stuck or dying server: the command still runs
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            log(f"the Spark Connect server at {server.url} did not answer ({first}); starting a local Spark")
-    return get_spark(app_name=app_name)
-
-
 def get_spark(master: str | None = None, app_name: str = "lake", catalog: Path | None = None):
     """Return the process's SparkSession, building it on first use.
 

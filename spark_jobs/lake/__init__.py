@@ -157,7 +157,7 @@ class Lake:
         log: Callable[[str], None] = lambda _: None,
     ):
         """``quick``: a lake that only reads takes the root's Spark Connect server when it runs
-        (:func:`spark_jobs.session.quick_session`), built on first use like the local session."""
+        (:func:`spark_jobs.connect.quick_session`), built on first use like the local session."""
         self.root = resolve_root(root)
         self.layout = Layout(self.root)  # every path under the root
         self._spark = spark
@@ -166,7 +166,8 @@ class Lake:
     @property
     def spark(self) -> SparkSession:
         if self._spark is None:
-            from spark_jobs.session import get_spark, quick_session
+            from spark_jobs.connect import quick_session
+            from spark_jobs.session import get_spark
 
             self._spark = quick_session(self.root, log=self._log) if self._quick else get_spark()
         return self._spark

@@ -3,6 +3,12 @@ derive joins")."""
 
 from __future__ import annotations
 
+from pyspark.sql import DataFrame, Window
+from pyspark.sql import functions as F
+
+from spark_jobs.config import JoinSpec
+from spark_jobs.joins.batch import live
+from spark_jobs.joins.engine import Projection
 from spark_jobs.joins.keyed import KeyedJob
 from spark_jobs.joins.state_store import StateStoreJob
 
@@ -19,3 +25,18 @@ class DeriveJob(KeyedJob, StateStoreJob):
     operator = "DeriveJoin"
     row_columns = ["key", "master_key", "left_value", "__lp", "__lo"]
     tombstones_follow_left = False  # its result is keyed by the derived key, not the left topic's
+
+    @staticmethod
+    def expected(spark, lake, config, spec: JoinSpec, left: DataFrame, right: None):
+        """derive: per derived key, the newest live master record that derives it."""
+        newest = Window.partitionBy("by").orderBy(*[F.col(c).desc() for c in NEWEST])
+        rows = (
+            live(left)
+            .filter(F.col("by").isNotNull())
+            .withColumn("_rn", F.row_number().over(newest))
+            .filter("_rn = 1")
+            .select(
+                F.col("by").alias("key"), F.col("key").alias("master_key"), F.col("value").alias("left_value")
+            )
+        )
+        return rows, Projection(spark, config, spec).frame

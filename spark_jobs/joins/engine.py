@@ -225,6 +225,21 @@ class JoinJob:
     # kinds publish the rows their operator answered instead.
     publishes_projection = True
 
+    @staticmethod
+    def expected(
+        spark: SparkSession,
+        lake: Lake,
+        config: PipelineConfig,
+        spec: JoinSpec,
+        left: DataFrame,
+        right: Any,  # None for a kind without a right topic (derive)
+    ) -> tuple[DataFrame, Callable[[DataFrame], DataFrame]]:
+        """The kind's oracle (:mod:`spark_jobs.joins.oracle`): from the topics' valid records per side
+        (the left with what the kind reads from it: ``by``, ``items``, ``ids``), the joined rows as a
+        plain batch join would give them, and the projection that makes them result rows. Every kind
+        writes its own; a kind without one is an error, never another kind's."""
+        raise NotImplementedError(f"join kind {spec.kind} has no oracle")
+
     @classmethod
     def state_tables(cls, spec: JoinSpec) -> dict[str, pa.Schema]:
         """The job-owned tables of a join besides its result, with their schemas."""

@@ -3,6 +3,12 @@ joins")."""
 
 from __future__ import annotations
 
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from spark_jobs.config import JoinSpec
+from spark_jobs.joins.batch import live, right_values
+from spark_jobs.joins.engine import Projection
 from spark_jobs.joins.keyed import KeyedJob
 from spark_jobs.joins.state_store import StateStoreJob
 
@@ -13,3 +19,11 @@ class FkJob(KeyedJob, StateStoreJob):
     right change is answered for exactly the left keys that point at it."""
 
     operator = "FkJoin"
+
+    @staticmethod
+    def expected(spark, lake, config, spec: JoinSpec, left: DataFrame, right: DataFrame):
+        """fk: each live left record with the right value of the key its foreign key names."""
+        rows = live(left).select("key", F.col("value").alias("left_value"), F.col("by").alias("fk"))
+        rhs = right_values(right).withColumnRenamed("key", "fk")
+        rows = rows.join(rhs, "fk", "inner" if spec.type == "inner" else "left").drop("fk")
+        return rows, Projection(spark, config, spec).frame

@@ -16,6 +16,7 @@ from pyspark.sql.utils import AnalysisException
 
 from spark_jobs.config import JoinSpec, PipelineConfig
 from spark_jobs.errors import UserError, spark_error
+from spark_jobs.joins.batch import live, right_values
 from spark_jobs.joins.engine import (
     BatchMetrics,
     value_column,
@@ -146,6 +147,19 @@ class ListJob(KeyedJob, StateStoreJob):
         self, live: pa.Table, txn: tuple[str, int], at: datetime, m: BatchMetrics
     ) -> tuple[pa.Table, pa.Array]:
         return self._project(live.select(self.row_columns[:4]), txn, at, m, _elements(live))
+
+    @staticmethod
+    def expected(spark, lake, config, spec: JoinSpec, left: DataFrame, right: DataFrame):
+        """list: each live left record with every element of its list and the right value it names."""
+        lhs = live(left)
+        elements = lhs.select("key", F.posexplode(F.arrays_zip("items", "ids")).alias("pos", "e")).select(
+            "key", "pos", F.col("e.items").alias("item"), F.col("e.ids").alias("id")
+        )
+        elements = elements.join(right_values(right).withColumnRenamed("key", "id"), "id", "left")
+        projection = ListProjection(spark, config, spec)
+        return lhs.select("key", F.col("value").alias("left_value")), lambda some: projection.frame(
+            some, elements
+        )
 
 
 def _elements(rows: pa.Table) -> pa.Table:

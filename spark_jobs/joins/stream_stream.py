@@ -10,7 +10,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from spark_jobs.config import JoinSpec
-from spark_jobs.joins.engine import RECORD_COLUMNS, BatchMetrics
+from spark_jobs.joins.engine import RECORD_COLUMNS, BatchMetrics, Projection
 from spark_jobs.joins.kinds import STREAM_STREAM
 from spark_jobs.joins.streams import BUFFER_SCHEMA, PAIR_COLUMNS, Counts, StreamJob, _stream_tables
 from spark_jobs.layout import join_table
@@ -88,6 +88,12 @@ class StreamStreamJob(StreamJob):
     def _keeps(self, side: str) -> bool:
         """Does the join type emit this side's events that found no pair?"""
         return self.spec.type == "outer" or (side == "left" and self.spec.type == "left")
+
+    @staticmethod
+    def expected(spark, lake, config, spec: JoinSpec, left: DataFrame, right: DataFrame):
+        """stream-stream: every pair within the window, and the events of the kept sides whose window
+        had closed by the last batch's watermark without a pair."""
+        return _expected_pairs(lake, spec, left, right), Projection(spark, config, spec).frame
 
 
 def _side_rows(
@@ -172,3 +178,40 @@ def _unmatched(rows: DataFrame, side: str) -> DataFrame:
         f"{other}_value": F.lit(None).cast("binary"),
     }
     return rows.select(*[columns[c].alias(c) for c in PAIR_COLUMNS])
+
+
+def _expected_pairs(lake: Any, spec: JoinSpec, left: DataFrame, right: DataFrame) -> DataFrame:
+    """The oracle's pairs: every left/right pair of one key within the window, then (left and outer
+    joins) each kept side's event with no pair whose window closed before the last batch's watermark."""
+    window_us = int(spec.window_ms or 0) * 1000
+    cols = ["key", "timestamp", "partition", "offset", "value"]
+    lhs = left.filter(F.col("value").isNotNull()).select(*[F.col(c).alias(f"left_{c}") for c in cols])
+    rhs = right.filter(F.col("value").isNotNull()).select(*[F.col(c).alias(f"right_{c}") for c in cols])
+    gap = F.abs(F.unix_micros("left_timestamp") - F.unix_micros("right_timestamp"))
+    pairs = lhs.join(rhs, (F.col("left_key") == F.col("right_key")) & (gap <= window_us), "inner")
+    out = [
+        F.coalesce("left_key", "right_key").alias("key"),
+        *[F.col(f"{s}_{c}") for s in ("left", "right") for c in ("timestamp", "partition", "offset")],
+        F.col("left_value"),
+        F.col("right_value"),
+    ]
+    result = pairs.select(*out)
+    progress = lake.read_arrow(join_table(spec.name, "progress"), columns=["watermark"])  # the last batch's
+    if spec.type != "inner" and progress.num_rows:
+        last = progress["watermark"][0].as_py()
+        if last is not None:
+            sides = [("left", lhs, rhs)] + ([("right", rhs, lhs)] if spec.type == "outer" else [])
+            for side, mine, other in sides:
+                o = "right" if side == "left" else "left"
+                near = (
+                    F.abs(F.unix_micros(f"{side}_timestamp") - F.unix_micros(f"{o}_timestamp")) <= window_us
+                )
+                lonely = mine.join(other, (F.col(f"{side}_key") == F.col(f"{o}_key")) & near, "left_anti")
+                expired = F.unix_micros(f"{side}_timestamp") + window_us < F.lit(int(last.timestamp() * 1e6))
+                lonely = lonely.filter(expired)
+                for c in ("key", "timestamp", "partition", "offset", "value"):
+                    lonely = lonely.withColumn(
+                        f"{o}_{c}", F.lit(None).cast(mine.schema[f"{side}_{c}"].dataType)
+                    )
+                result = result.unionByName(lonely.select(*out))
+    return result

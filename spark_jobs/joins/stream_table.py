@@ -7,11 +7,11 @@ from datetime import datetime
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 from spark_jobs.config import JoinSpec
-from spark_jobs.joins.engine import RECORD_COLUMNS, BatchMetrics
+from spark_jobs.joins.engine import RECORD_COLUMNS, BatchMetrics, Projection
 from spark_jobs.joins.streams import STATE_SCHEMA, Counts, StreamJob, _stream_tables
 from spark_jobs.layout import join_table
 
@@ -114,3 +114,31 @@ class StreamTableJob(StreamJob):
         if self.spec.type == "inner":
             rows = rows.filter(F.col("right_value").isNotNull())
         return rows
+
+    @staticmethod
+    def expected(spark, lake, config, spec: JoinSpec, left: DataFrame, right: DataFrame):
+        """stream-table: each left event with the right value as of its timestamp (events still waiting
+        for the right side to be read are the engine's, not yet in the result)."""
+        events = left.filter(F.col("value").isNotNull()).alias("l")
+        r = right.alias("r")
+        cond = (F.col("l.key") == F.col("r.key")) & (F.col("r.timestamp") <= F.col("l.timestamp"))
+        joined = events.join(r, cond, "left")
+        order = Window.partitionBy("l.partition", "l.offset").orderBy(
+            F.col("r.timestamp").desc_nulls_last(), F.col("r.offset").desc_nulls_last()
+        )
+        rows = (
+            joined.withColumn("_rn", F.row_number().over(order))
+            .filter("_rn = 1")
+            .select(
+                F.col("l.key").alias("key"),
+                F.col("l.timestamp").alias("timestamp"),
+                F.col("l.partition").alias("partition"),
+                F.col("l.offset").alias("offset"),
+                F.col("l.value").alias("left_value"),
+                F.col("r.value").alias("right_value"),
+            )
+        )
+        if spec.type == "inner":
+            rows = rows.filter(F.col("right_value").isNotNull())
+        waiting = lake.read(join_table(spec.name, "waiting")).select("partition", "offset")
+        return rows.join(waiting, ["partition", "offset"], "left_anti"), Projection(spark, config, spec).frame

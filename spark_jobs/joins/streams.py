@@ -170,7 +170,8 @@ class StreamJob(JoinJob):
         """Has each side read all its topic holds (``progress``: the next offset and largest timestamp
         per side and partition, against the topic's end offsets now), and the watermark."""
         assert self.inputs is not None
-        decision: dict[str, Any] = {"query_id": txn[0], "batch_id": txn[1]}
+        # a kind without a right topic has nothing to wait for on that side
+        decision: dict[str, Any] = {"query_id": txn[0], "batch_id": txn[1], "right_caught_up": True}
         maxima: dict[str, Any] = {}
         for side, name in self.spec.sides:
             topic = self.config.topic(name)

@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from spark_jobs.config import JoinSpec
+from spark_jobs.joins.batch import live, right_values
+from spark_jobs.joins.engine import Projection
 from spark_jobs.joins.state_store import StateStoreJob
 
 
@@ -12,3 +18,10 @@ class TableJob(StateStoreJob):
     holds a row, whether the batch deleted a live left value."""
 
     operator = "TableJoin"
+
+    @staticmethod
+    def expected(spark, lake, config, spec: JoinSpec, left: DataFrame, right: DataFrame):
+        """table: both sides' latest live values per key, joined."""
+        how = {"inner": "inner", "left": "left", "outer": "full"}[spec.type]
+        lhs = live(left).select("key", F.col("value").alias("left_value"))
+        return lhs.join(right_values(right), "key", how), Projection(spark, config, spec).frame

@@ -17,7 +17,6 @@ SASL_PLAINTEXT with the PLAIN mechanism and those users, to try client settings 
 from __future__ import annotations
 
 import base64
-import json
 import os
 import subprocess
 import uuid
@@ -31,11 +30,11 @@ from spark_jobs.jvm import locked_jars
 from spark_jobs.layout import Layout
 from spark_jobs.processes import (
     HOST,
-    alive,
     await_answer,
     free_port,
     last_line,
     port_free,
+    read_state,
     terminate,
     write_state,
 )
@@ -94,11 +93,8 @@ class BrokerStatus:
 
 def status(root: Path) -> BrokerStatus:
     """The broker's state from ``broker.json``; a file left by a dead broker reads as not running."""
-    try:
-        info = json.loads(Layout(root).broker_state.read_text())
-    except (OSError, ValueError):
-        return BrokerStatus(False)
-    if not alive(int(info.get("pid", 0))):
+    info = read_state(Layout(root).broker_state)
+    if info is None:
         return BrokerStatus(False)
     return BrokerStatus(
         True,

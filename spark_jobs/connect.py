@@ -15,7 +15,6 @@ State under ``<root>/_connect/``: ``server.json`` (pid, port, while it runs), ``
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import subprocess
@@ -26,7 +25,7 @@ from typing import Any
 
 from spark_jobs.errors import UserError
 from spark_jobs.layout import Layout
-from spark_jobs.processes import HOST, alive, await_answer, port_free, terminate, write_state
+from spark_jobs.processes import HOST, await_answer, port_free, read_state, terminate, write_state
 from spark_jobs.session import DEFAULT_MASTER, get_spark, submit_conf
 
 DEFAULT_PORT = 15002  # Spark Connect's own default
@@ -61,11 +60,8 @@ def home(root: Path) -> Path:
 
 def status(root: Path) -> ConnectStatus:
     """The server's state from ``server.json``; a file left by a dead server reads as not running."""
-    try:
-        info = json.loads(Layout(root).connect_state.read_text())
-    except (OSError, ValueError):
-        return ConnectStatus(False)
-    if not alive(int(info.get("pid", 0))):
+    info = read_state(Layout(root).connect_state)
+    if info is None:
         return ConnectStatus(False)
     return ConnectStatus(True, info["url"], int(info["pid"]), info.get("started_at"), info.get("log"))
 

@@ -45,6 +45,8 @@ from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 from spark_jobs import partitioners
 from spark_jobs.config import PipelineConfig, TopicSpec
 from spark_jobs.errors import UserError
+from spark_jobs.layout import Layout
+from spark_jobs.processes import read_state
 
 FETCH_WAIT_MS = "10"  # Spark's Kafka reads: see Cluster.spark_options (a pipeline's own setting wins)
 TIMEOUT_S = float(os.environ.get("LAKE_KAFKA_TIMEOUT", "15"))  # a request to an unreachable cluster
@@ -151,11 +153,11 @@ def connect(config: PipelineConfig, root: Path) -> Cluster:
     env = os.environ.get("LAKE_KAFKA_BOOTSTRAP")
     if env:
         return Cluster(env, config.kafka.settings, prefix, "$LAKE_KAFKA_BOOTSTRAP")
-    from spark_jobs import broker
-
-    running = broker.status(root)
-    if running.running and running.bootstrap_servers:
-        return Cluster(running.bootstrap_servers, config.kafka.settings, prefix, f"embedded broker of {root}")
+    embedded = read_state(Layout(root).broker_state)  # the lake root's broker (spark_jobs.broker)
+    if embedded is not None and embedded.get("bootstrap_servers"):
+        return Cluster(
+            embedded["bootstrap_servers"], config.kafka.settings, prefix, f"embedded broker of {root}"
+        )
     raise UserError(
         f"no Kafka cluster: {config.source} names no kafka.bootstrap_servers, $LAKE_KAFKA_BOOTSTRAP is "
         f"not set, and the embedded broker of {root} is not running; start it with 'lake kafka start'"

@@ -96,6 +96,17 @@ def await_answer(
         time.sleep(0.25)
 
 
+def read_state(path: Path) -> dict[str, Any] | None:
+    """A running service's state file; None when there is none, it does not parse, or the process it
+    names is gone (a file left by a dead service)."""
+    try:
+        info = json.loads(path.read_text())
+        pid = int(info.get("pid", 0))
+    except (OSError, ValueError, AttributeError):
+        return None
+    return info if alive(pid) else None
+
+
 def write_state(path: Path, info: dict[str, Any]) -> None:
     """A running service's state file (pid, address, log), replaced atomically."""
     tmp = path.with_name(path.name + ".tmp")

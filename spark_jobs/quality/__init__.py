@@ -6,5 +6,6 @@
 - :mod:`.findings`: a finding as a typed row (key, topic, records' offsets, placements);
 - :mod:`.gx`: the Great Expectations adapter (validation and Data Docs);
 - :mod:`.run`: a quality run over the topics as Kafka holds them, recorded in ``quality_runs``;
+- :mod:`.results`: what a run answers (each expectation's result, the run's report);
 - :mod:`.pages`: the report pages (one per pipeline, an index, and each run's own page).
 """

@@ -19,15 +19,12 @@ import html
 import os
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from spark_jobs.config import PipelineConfig
 from spark_jobs.lake import Lake
+from spark_jobs.quality.results import QualityReport
 from spark_jobs.snapshots import offsets_text
 from spark_jobs.system_tables import QUALITY_RUNS, QUARANTINE
-
-if TYPE_CHECKING:
-    from spark_jobs.quality.run import QualityReport
 
 CHART_RUNS = 30  # runs shown in the chart
 QUARANTINE_ROWS = 100  # quarantined records listed (with the total)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import uuid
-from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -24,56 +23,16 @@ from spark_jobs.config import PipelineConfig
 from spark_jobs.errors import UserError
 from spark_jobs.kafka import connect
 from spark_jobs.lake import Lake
-from spark_jobs.quality.findings import Finding, as_row, offending
+from spark_jobs.quality.findings import as_row, offending
 from spark_jobs.quality.gx import GreatExpectations, outcome, unexpected_rows
 from spark_jobs.quality.pages import docs_href, render_summary, report_path, run_page, write_report
+from spark_jobs.quality.results import ExpectationResult, QualityReport
 from spark_jobs.quality.suites import CHECKS, Check, Suite, load_suite
 from spark_jobs.snapshots import Snapshot, SnapshotReader, offsets_text, take
 from spark_jobs.system_tables import QUALITY_RUNS, QUALITY_RUNS_SCHEMA, ensure_quality_runs
 
 DESCRIPTION_LIMIT = 20  # offending keys spelled out in the Data Docs description
 SAMPLE = 50  # findings kept per expectation in quality_runs (with the total)
-
-
-@dataclass
-class ExpectationResult:
-    suite: str
-    check: str
-    expectation: str
-    description: str
-    success: bool
-    observed_value: str
-    offending_total: int = 0
-    findings: list[Finding] = field(default_factory=list)  # the first LIST_LIMIT
-    # what the check read: its topics' end offsets (per partition) in the run's snapshot
-    offsets: dict[str, list[int]] = field(default_factory=dict)
-
-    @property
-    def offending(self) -> list[str]:
-        """The findings in words, one line each."""
-        return [f.text for f in self.findings]
-
-
-@dataclass
-class QualityReport:
-    run_id: str
-    run_time: str
-    pipeline: str
-    success: bool
-    results: list[ExpectationResult]
-    data_docs: str | None
-    summary_html: str | None
-    # the run's snapshot: when its offsets were taken and, per topic, its end offset per partition
-    offsets_at: str = ""
-    offsets: dict[str, list[int]] = field(default_factory=dict)
-
-    def covers(self) -> str:
-        """``orders up to offsets [3, 2]; customers up to offsets [1, 0] (taken ...)``."""
-        parts = [offsets_text(t, e) for t, e in self.offsets.items()]
-        return f"{'; '.join(parts)} (taken {self.offsets_at})"
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
 def _plain(total: int, items: list[str], what: str) -> str:

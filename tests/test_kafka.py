@@ -23,7 +23,9 @@ from spark_jobs.kafka import (
     topic_ids,
     watermarks,
 )
+from spark_jobs.layout import Layout
 from spark_jobs.partitioners import partition_for
+from spark_jobs.processes import write_state
 
 
 class Config:
@@ -50,6 +52,12 @@ def test_the_cluster_comes_from_the_pipeline_then_the_environment_then_the_embed
         "$LAKE_KAFKA_BOOTSTRAP",
     )
     monkeypatch.delenv("LAKE_KAFKA_BOOTSTRAP")
+    # the lake root's embedded broker, found from its state file while its process lives
+    Layout(tmp_path).kafka.mkdir()
+    write_state(Layout(tmp_path).broker_state, {"pid": os.getpid(), "bootstrap_servers": "127.0.0.1:19"})
+    embedded = connect(Config(KafkaSpec()), tmp_path)
+    assert (embedded.bootstrap_servers, embedded.origin) == ("127.0.0.1:19", f"embedded broker of {tmp_path}")
+    Layout(tmp_path).broker_state.unlink()
     with pytest.raises(
         UserError, match=r"^no Kafka cluster: p\.yaml names no kafka\.bootstrap_servers.*'lake kafka start'$"
     ):

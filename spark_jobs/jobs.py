@@ -28,7 +28,7 @@ from typing import Any
 from spark_jobs.config import JoinSpec, PipelineConfig
 from spark_jobs.errors import UserError
 from spark_jobs.lake import Lake
-from spark_jobs.processes import alive
+from spark_jobs.processes import alive, read_state
 
 HEARTBEAT_SECONDS = 10  # a running job rewrites its registry entry at least this often
 STALE_AFTER_SECONDS = 60  # six missed heartbeats: the process lives but its query is stuck
@@ -72,15 +72,10 @@ def running_jobs(lake: Lake) -> dict[str, int]:
     folder = lake.layout.jobs
     if not folder.is_dir():
         return found
-    for entry in folder.glob("*.json"):
-        try:
-            info = json.loads(entry.read_text())
-            pid = int(info["pid"])
-        except (ValueError, KeyError, OSError):
-            continue
-        if not alive(pid):  # exited, killed (a zombie until its parent reaps it) or never started
-            continue
-        found[info.get("job", entry.stem)] = pid
+    for entry in folder.glob("*.json"):  # a job's last batch (<job>.last.json) names no pid
+        info = read_state(entry)
+        if info is not None:
+            found[info.get("job", entry.stem)] = int(info["pid"])
     return found
 
 

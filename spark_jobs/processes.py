@@ -97,14 +97,15 @@ def await_answer(
 
 
 def read_state(path: Path) -> dict[str, Any] | None:
-    """A running service's state file; None when there is none, it does not parse, or the process it
-    names is gone (a file left by a dead service)."""
+    """A running process's state file (a service's, a job's registry entry); None when there is none,
+    it does not parse, it names no pid, or the process it names is gone (a file left by a dead one:
+    exited, killed, a zombie until its parent reaps it, or never started)."""
     try:
         info = json.loads(path.read_text())
-        pid = int(info.get("pid", 0))
-    except (OSError, ValueError, AttributeError):
+        pid = int(info["pid"])
+    except (OSError, ValueError, KeyError, TypeError):
         return None
-    return info if alive(pid) else None
+    return info if pid > 0 and alive(pid) else None
 
 
 def write_state(path: Path, info: dict[str, Any]) -> None:

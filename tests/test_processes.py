@@ -40,6 +40,8 @@ def test_a_state_file_counts_only_while_its_process_lives(tmp_path):
     assert read_state(state) is None
     state.write_text("{cut")
     assert read_state(state) is None
+    write_state(state, {"url": "sc://127.0.0.1:1"})  # no pid: pid 0 would signal our own group
+    assert read_state(state) is None
     assert [p.name for p in tmp_path.iterdir()] == ["service.json"]  # no temporary file left
 
 

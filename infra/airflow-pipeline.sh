@@ -34,7 +34,7 @@ dag_test() {
   return $status
 }
 
-PIPELINES=spark_jobs/pipelines
+PIPELINES=spark_jobs/demo/pipelines
 # pipeline name, its file, the join result shown once it has caught up
 RUNS=("consents demo.yaml consents_with_mail" "marketplace marketplace.yaml display_products"
       "people people.yaml people_with_addresses")

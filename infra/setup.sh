@@ -139,13 +139,13 @@ build_jar "join operators" spark_jobs/joins/java build/jvm/lake-joins.jar "$spar
 # the test that its outputs equal the product's, built against the locked .jvm/streams jars.
 build_jar "Kafka Streams peer" tests/bench/peer/src/main/java build/peer/lake-peer.jar ".jvm/streams/*" \
   "$(cat .jvm/.stamp)"
-# The Spark driver's class-data archive (spark_jobs/jvm.py, write_class_archive): the classes a Spark start
+# The Spark driver's class-data archive (spark_jobs/seams/jvm.py, write_class_archive): the classes a Spark start
 # loads, parsed and verified once, so each later start maps them (a CLI command starts about twice as
 # fast). Written again when what it was taken from changes: the JDK, the Python set, the jars.
-cds_stamp=$( (java -version 2>&1; cat .venv/.setup-stamp .jvm/.stamp build/jvm/.stamp spark_jobs/jvm.py) | sha256sum | cut -d' ' -f1)
+cds_stamp=$( (java -version 2>&1; cat .venv/.setup-stamp .jvm/.stamp build/jvm/.stamp spark_jobs/seams/jvm.py) | sha256sum | cut -d' ' -f1)
 if ! [ -f build/cds/spark-driver.jsa ] || [ "$(cat build/cds/.stamp 2>/dev/null)" != "$cds_stamp" ]; then
   say "writing the Spark driver's class-data archive (a Spark start with a small Delta workload, about a minute)"
-  .venv/bin/python -c 'from spark_jobs.jvm import write_class_archive; write_class_archive()' \
+  .venv/bin/python -c 'from spark_jobs.seams.jvm import write_class_archive; write_class_archive()' \
     || die "could not write build/cds/spark-driver.jsa (see above)"
   echo "$cds_stamp" > build/cds/.stamp
   say "class-data archive ready: build/cds/spark-driver.jsa ($(du -m build/cds/spark-driver.jsa | cut -f1) MB)"

@@ -20,7 +20,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from spark_jobs.lake import Lake
+from spark_jobs.seams.delta import Lake
 
 CHANGE_COLUMNS = ["_change_type", "_commit_version", "_commit_timestamp"]
 

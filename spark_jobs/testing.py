@@ -34,12 +34,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from spark_jobs import partitioners
-from spark_jobs.config import PipelineConfig, TopicSpec, load_config
 from spark_jobs.errors import UserError
 from spark_jobs.joins.engine import RECORD_FIELDS, BatchMetrics, Changelog, Inputs
-from spark_jobs.lake import Lake
-from spark_jobs.layout import QUARANTINE
+from spark_jobs.seams import partitioners
+from spark_jobs.seams.config import PipelineConfig, TopicSpec, load_config
+from spark_jobs.seams.delta import Lake
+from spark_jobs.seams.layout import QUARANTINE
 
 Record = tuple[str, dict | None]
 RECORDS_SCHEMA = pa.schema(RECORD_FIELDS)  # key, value, timestamp, partition, offset
@@ -177,7 +177,7 @@ class JoinQuery:
     def feed(self, rows: pa.Table) -> BatchMetrics | None:
         """Process ``rows`` (``side`` and the record columns) as the next micro-batch; returns its
         metrics. A failure in the batch is raised as itself and stops the query."""
-        from spark_jobs.session import arrow_frame
+        from spark_jobs.seams.session import arrow_frame
 
         if self._query is None or not self._query.isActive:
             self.start()
@@ -262,7 +262,7 @@ class PipelineTestDriver:
     """A pipeline's joins driven record by record, in one Spark session, without Kafka."""
 
     def __init__(self, pipeline: str | Path, root: str | Path, spark: Any = None):
-        from spark_jobs.session import get_spark
+        from spark_jobs.seams.session import get_spark
 
         self.config: PipelineConfig = load_config(pipeline)
         self.lake = Lake(root)

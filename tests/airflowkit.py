@@ -10,8 +10,8 @@ import sys
 import time
 from pathlib import Path
 
-from spark_jobs.config import load_config
-from spark_jobs.lake import Lake
+from spark_jobs.seams.config import load_config
+from spark_jobs.seams.delta import Lake
 
 LAKE = str(Path(sys.executable).with_name("lake"))
 ALL_MAILS = {f"user_{i}": f"user{i}@example.com" for i in range(1, 11)}
@@ -75,7 +75,7 @@ def output(result: subprocess.CompletedProcess) -> str:
 
 
 def running(lake: Lake) -> dict[str, int]:
-    from spark_jobs.jobs import running_jobs
+    from spark_jobs.runtime.jobs import running_jobs
 
     return running_jobs(lake)
 

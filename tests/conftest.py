@@ -36,7 +36,7 @@ def _free_port() -> int:
 def kafka(tmp_path_factory):
     """One KRaft broker for the run (with a SASL/PLAIN listener for the pass-through test); every test
     and every process it starts reaches it through $LAKE_KAFKA_BOOTSTRAP."""
-    from spark_jobs import broker
+    from spark_jobs.seams import broker
 
     root = tmp_path_factory.mktemp("kafka-broker")
     state = broker.start(root, _free_port(), _free_port(), {SASL_USER: SASL_PASSWORD})
@@ -54,7 +54,7 @@ def _own_topics(monkeypatch, request):
 @pytest.fixture
 def cluster(demo_config, lake):
     """The Kafka cluster as the demo pipeline reaches it in this test."""
-    from spark_jobs.kafka import connect
+    from spark_jobs.seams.kafka import connect
 
     return connect(demo_config, lake.root)
 
@@ -63,7 +63,7 @@ def cluster(demo_config, lake):
 def spark():
     """The run's own Spark session. Its JVM lives as long as the run, so it keeps the default JIT (C2
     pays back over half an hour of tests); only the short processes the tests start get C1."""
-    from spark_jobs.session import get_spark
+    from spark_jobs.seams.session import get_spark
 
     short = os.environ.pop("LAKE_JVM_OPTS", None)
     try:
@@ -89,14 +89,14 @@ def _no_query_outlives_its_test(request):
 
 @pytest.fixture
 def lake(tmp_path):
-    from spark_jobs.lake import Lake
+    from spark_jobs.seams.delta import Lake
 
     return Lake(tmp_path / "lake")
 
 
 @pytest.fixture
 def demo_config():
-    from spark_jobs.config import load_config
+    from spark_jobs.seams.config import load_config
 
     return load_config(None)
 

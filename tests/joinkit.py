@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from spark_jobs.config import load_config
 from spark_jobs.joins.oracle import audit
-from spark_jobs.kafka import TransactionalProducer, connect, ensure_topics, read
+from spark_jobs.seams.config import load_config
+from spark_jobs.seams.kafka import TransactionalProducer, connect, ensure_topics, read
 from spark_jobs.testing import JoinQuery
 
 PIPELINE = """
@@ -396,7 +396,7 @@ def model_derive(master: list[dict]) -> list[tuple]:
 def changelog(lake, config, topic: str) -> list[dict]:
     """The records a join published to its changelog topic on Kafka (key, value, partition, offset,
     and the batch that published it), partition by partition in offset order."""
-    from spark_jobs.kafka import connect, read
+    from spark_jobs.seams.kafka import connect, read
 
     cluster = connect(config, lake.root)
     return [

@@ -14,9 +14,9 @@ import time
 from decimal import Decimal
 from pathlib import Path
 
-from spark_jobs.config import TopicSpec
-from spark_jobs.kafka import Cluster, read
-from spark_jobs.lake import Lake
+from spark_jobs.seams.config import TopicSpec
+from spark_jobs.seams.delta import Lake
+from spark_jobs.seams.kafka import Cluster, read
 
 REPO = Path(__file__).resolve().parents[1]
 PEER_JAR = REPO / "build" / "peer" / "lake-peer.jar"

@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 from airflowkit import Airflow, asset_events, demo_topics, output, ran
 
-from spark_jobs.config import bundled_config_path
+from spark_jobs.seams.config import bundled_config_path
 
 REPO = Path(__file__).resolve().parents[1]
-DEMO_DUMP = REPO / "spark_jobs" / "demo_data" / "customer_accounts.dump"
+DEMO_DUMP = REPO / "spark_jobs" / "demo" / "dumps" / "customer_accounts.dump"
 JOINS = ("consents_with_mail", "consents_enriched_at_event_time")
 
 
@@ -177,8 +177,8 @@ def incomplete(tmp_path):
     """The demo pipeline whose configured dump lacks the oldest customers (user_9, user_10)."""
     base = bundled_config_path().parent
     text = bundled_config_path().read_text().replace("pipeline: consents", "pipeline: consents_incomplete")
-    text = text.replace("../demo_data/customer_accounts.dump", str(tmp_path / "accounts-1-8.dump"))
-    text = text.replace("../../expectations/", str(base / "../../expectations") + "/")
+    text = text.replace("../dumps/customer_accounts.dump", str(tmp_path / "accounts-1-8.dump"))
+    text = text.replace("../../../expectations/", str(base / "../../../expectations") + "/")
     lines = DEMO_DUMP.read_text().splitlines()
     (tmp_path / "accounts-1-8.dump").write_text(
         "\n".join(line for line in lines if line.split(";")[0] not in ("user_9", "user_10")) + "\n"

@@ -15,7 +15,7 @@ import pyarrow as pa
 import pytest
 
 from spark_jobs.cli import main
-from spark_jobs.demo import demo_dump_path
+from spark_jobs.demo.data import demo_dump_path
 
 # Java-client (murmur2) placement of the demo keys over 4 partitions. Independent of this repo's code
 # only through the partitioner vectors in test_partitioners.py, which pin murmur2 to Kafka's.
@@ -125,8 +125,8 @@ def test_user_errors_are_one_line_exit_2_and_write_nothing(tmp_path, args, stdin
 
 def kafka_ends(root):
     """The end offsets of the demo topics on Kafka: any write moves them (records and commit markers)."""
-    from spark_jobs.config import load_config
-    from spark_jobs.kafka import connect, watermarks
+    from spark_jobs.seams.config import load_config
+    from spark_jobs.seams.kafka import connect, watermarks
 
     config = load_config(None)
     cluster = connect(config, root)
@@ -501,7 +501,7 @@ def _accounts(users):
 @pytest.mark.slow
 @pytest.mark.integration
 def test_dbt_relationships_test_fails_while_accounts_are_incomplete(tmp_path):
-    from spark_jobs.lake import Lake
+    from spark_jobs.seams.delta import Lake
 
     root = tmp_path / "lake"
     lake = Lake(root)

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 from airflowkit import ALL_MAILS, Airflow, demo_topics, mails, output, ran, running, wait_for
 
-from spark_jobs.config import bundled_config_path
-from spark_jobs.session import submit_conf
+from spark_jobs.seams.config import bundled_config_path
+from spark_jobs.seams.session import submit_conf
 
 pytestmark = pytest.mark.slow
 
@@ -29,7 +29,7 @@ APP = str(REPO / "spark_jobs" / "_submit" / "lake_app.py")
 PORT, UI = 17077, 18090  # not the defaults, so a developer's own cluster is left alone
 MASTER = f"spark://127.0.0.1:{PORT}"
 JOINS = ("display_products", "merchants_by_name")
-DATA = bundled_config_path().parent.parent / "demo_data"
+DATA = bundled_config_path().parent.parent / "dumps"
 
 
 @pytest.fixture(scope="module")
@@ -96,8 +96,10 @@ def test_a_join_submitted_to_the_standalone_cluster_runs_on_its_workers(cluster,
 def _pipeline(tmp_path: Path, file: str, dump: str, without: str) -> Path:
     """The bundled pipeline with its dump replaced by ``<tmp>/<dump>`` minus the ``without`` line."""
     text = bundled_config_path(file).read_text()
-    text = text.replace(f"../demo_data/{dump}", str(tmp_path / dump))
-    text = text.replace("../../expectations/", str(bundled_config_path().parent / "../../expectations") + "/")
+    text = text.replace(f"../dumps/{dump}", str(tmp_path / dump))
+    text = text.replace(
+        "../../../expectations/", str(bundled_config_path().parent / "../../../expectations") + "/"
+    )
     lines = (DATA / dump).read_text().splitlines()
     (tmp_path / dump).write_text("\n".join(line for line in lines if not line.startswith(without)) + "\n")
     path = tmp_path / file

@@ -9,9 +9,9 @@ import pyarrow as pa
 import pytest
 
 from spark_jobs.cli import main
-from spark_jobs.config import TopicSpec
-from spark_jobs.kafka import produce, watermarks
-from spark_jobs.partitioners import partition_for
+from spark_jobs.seams.config import TopicSpec
+from spark_jobs.seams.kafka import produce, watermarks
+from spark_jobs.seams.partitioners import partition_for
 
 USERS = [f"user_{i}".encode() for i in range(1, 21)]
 

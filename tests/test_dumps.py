@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from spark_jobs.config import BackfillSpec
-from spark_jobs.dumps import line_ranges, local_source, parse_dump, read_lines
 from spark_jobs.errors import UserError
+from spark_jobs.lookups.dumps import line_ranges, local_source, parse_dump, read_lines
+from spark_jobs.seams.config import BackfillSpec
 
 
 def test_byte_ranges_end_at_newlines_and_know_their_first_line(tmp_path):

@@ -18,11 +18,11 @@ from joinkit import (
 )
 
 from spark_jobs.errors import UserError
-from spark_jobs.joins.kinds import KINDS
+from spark_jobs.join_kinds import KINDS
 from spark_jobs.joins.oracle import consumed_records, expected
 from spark_jobs.joins.registry import JOBS, job_for
 from spark_jobs.joins.streams import STATE_SCHEMA
-from spark_jobs.system_tables import QUARANTINE
+from spark_jobs.seams.system_tables import QUARANTINE
 
 
 def test_every_join_kind_has_exactly_one_engine_and_one_oracle():

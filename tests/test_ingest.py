@@ -12,10 +12,10 @@ import time
 
 import pyarrow as pa
 
-from spark_jobs.config import load_config
-from spark_jobs.ingest import mirrored_records, run_ingest
-from spark_jobs.kafka import connect, produce, read
-from spark_jobs.profile import watch_queries
+from spark_jobs.runtime.profile import watch_queries
+from spark_jobs.seams.config import load_config
+from spark_jobs.seams.kafka import connect, produce, read
+from spark_jobs.topics.ingest import mirrored_records, run_ingest
 
 PIPELINE = "topics:\n  events: {partitions: 3}\n  other: {partitions: 2, value: string}\n"
 
@@ -64,7 +64,7 @@ def test_ingest_mirrors_records_tombstones_and_headers_exactly(spark, lake, tmp_
 
 def test_topics_says_in_kafka_offsets_how_far_bronze_is_complete(spark, lake, tmp_path, capsys):
     from spark_jobs.cli import main
-    from spark_jobs.kafka import watermarks
+    from spark_jobs.seams.kafka import watermarks
 
     (tmp_path / "p.yaml").write_text(PIPELINE)
     (tmp_path / "in.txt").write_text('a;{"n":1}\nb;{"n":2}\nc;{"n":3}\n')

@@ -11,8 +11,16 @@ import sys
 import pytest
 
 from spark_jobs.errors import UserError
-from spark_jobs.jobs import Job, last_batch, record_batch, registered, registry, running_jobs, silent_for
-from spark_jobs.lake import Lake
+from spark_jobs.runtime.jobs import (
+    Job,
+    last_batch,
+    record_batch,
+    registered,
+    registry,
+    running_jobs,
+    silent_for,
+)
+from spark_jobs.seams.delta import Lake
 
 JOB = Job("join_j", "join:j", "join j")
 

@@ -34,7 +34,7 @@ from joinkit import (
 
 from spark_jobs.joins.oracle import audit
 from spark_jobs.joins.runner import reset_join
-from spark_jobs.lake import Lake
+from spark_jobs.seams.delta import Lake
 
 SETTINGS = settings(
     # CI: two random histories per property on every run, besides the explicit examples (cases

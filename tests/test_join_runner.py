@@ -42,8 +42,8 @@ from joinkit import (
 from spark_jobs.cli import main
 from spark_jobs.errors import UserError
 from spark_jobs.joins.runner import _batch_offsets, run_join, status
-from spark_jobs.kafka import connect, delete_topics, watermarks
-from spark_jobs.lake import Lake
+from spark_jobs.seams.delta import Lake
+from spark_jobs.seams.kafka import connect, delete_topics, watermarks
 
 LAKE = str(Path(sys.executable).with_name("lake"))
 
@@ -124,7 +124,7 @@ def test_a_stopped_run_restarts_mid_stream_exactly_once(spark, setup):
     produce(lake, cfg, "L", [("a", "a0", T0)])
     lines: list[str] = []
     assert run_join(spark, lake, cfg, "t_left", once=True, log=lines.append).batches == 1  # the snapshot
-    # each batch's line says where its time went (spark_jobs.profile)
+    # each batch's line says where its time went (spark_jobs.runtime.profile)
     phases = r"read\+state \d+, publish \d+, write \d+, metrics \d+"
     assert re.fullmatch(rf"join t_left batch 0: in 1\+0, .* \((\d+) ms: {phases}\)", lines[-1]), lines
     # three more transactions per topic (9 records, 6 commit markers), a few offsets per micro-batch

@@ -1,4 +1,4 @@
-"""The Kafka seam (spark_jobs/kafka.py): which cluster a pipeline reaches, Spark's client options, and
+"""The Kafka seam (spark_jobs/seams/kafka.py): which cluster a pipeline reaches, Spark's client options, and
 a transactional produce read back exactly, with an aborted one leaving nothing visible."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import os
 import pyarrow as pa
 import pytest
 
-from spark_jobs.config import KafkaSpec, TopicSpec
 from spark_jobs.errors import UserError
-from spark_jobs.kafka import (
+from spark_jobs.seams.config import KafkaSpec, TopicSpec
+from spark_jobs.seams.kafka import (
     Cluster,
     connect,
     delete_topics,
@@ -23,9 +23,9 @@ from spark_jobs.kafka import (
     topic_ids,
     watermarks,
 )
-from spark_jobs.layout import Layout
-from spark_jobs.partitioners import partition_for
-from spark_jobs.processes import write_state
+from spark_jobs.seams.layout import Layout
+from spark_jobs.seams.partitioners import partition_for
+from spark_jobs.seams.processes import write_state
 
 
 class Config:

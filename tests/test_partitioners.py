@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spark_jobs import partitioners as P
+from spark_jobs.seams import partitioners as P
 
 # librdkafka src/rdmurmur2.c unittest_murmur2 (expected values computed with the Java client).
 LIBRDKAFKA_MURMUR2 = {
@@ -153,8 +153,8 @@ def test_placements_on_the_broker_equal_the_vectorized_partitioners(keys, partit
     so that one gets only non-empty keys)."""
     from pathlib import Path
 
-    from spark_jobs.config import PipelineConfig, TopicSpec
-    from spark_jobs.kafka import connect, produce, read
+    from spark_jobs.seams.config import PipelineConfig, TopicSpec
+    from spark_jobs.seams.kafka import connect, produce, read
 
     n = next(_examples)
     for partitioner in ("murmur2", "consistent_random"):

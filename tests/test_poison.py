@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from spark_jobs import partitioners
+from spark_jobs.seams import partitioners
 from spark_jobs.testing import PipelineTestDriver
 
 PIPELINE = """

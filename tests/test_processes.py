@@ -11,7 +11,7 @@ import time
 import pytest
 
 from spark_jobs.errors import UserError
-from spark_jobs.processes import alive, await_answer, read_state, reap, write_state
+from spark_jobs.seams.processes import alive, await_answer, read_state, reap, write_state
 
 
 def test_a_zombie_is_not_alive_until_reaped_and_then_not_at_all():

@@ -11,12 +11,12 @@ import pytest
 from topickit import produce_lines
 
 from spark_jobs.cli import main
-from spark_jobs.config import load_config
-from spark_jobs.kafka import connect
-from spark_jobs.lake import Lake
 from spark_jobs.quality.run import run_suites
-from spark_jobs.snapshots import SnapshotReader, take
-from spark_jobs.system_tables import QUALITY_RUNS
+from spark_jobs.seams.config import load_config
+from spark_jobs.seams.delta import Lake
+from spark_jobs.seams.kafka import connect
+from spark_jobs.seams.system_tables import QUALITY_RUNS
+from spark_jobs.topics.snapshots import SnapshotReader, take
 
 CONFIG = """
 topics:

@@ -13,11 +13,11 @@ import zlib
 import pytest
 
 from spark_jobs.errors import UserError
-from spark_jobs.ingest import sync_bronze
-from spark_jobs.lookups import lookup_table, refresh_lookup
-from spark_jobs.partitioners import partition_for
-from spark_jobs.repair import dependents, repartition
-from spark_jobs.topics import consume, produce_lines, producing
+from spark_jobs.seams.partitioners import partition_for
+from spark_jobs.topics.ingest import sync_bronze
+from spark_jobs.topics.lookup_tables import lookup_table, refresh_lookup
+from spark_jobs.topics.produce_consume import consume, produce_lines, producing
+from spark_jobs.topics.repair import dependents, repartition
 
 
 def records(cluster, spec):
@@ -75,7 +75,7 @@ def test_repartition_places_every_record_and_keeps_per_key_order(spark, lake, de
 
 
 def _topics(cluster):
-    from spark_jobs.kafka import partition_counts
+    from spark_jobs.seams.kafka import partition_counts
 
     return partition_counts(cluster)
 

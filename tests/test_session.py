@@ -1,6 +1,6 @@
 import pytest
 
-from spark_jobs.session import default_partitions, spark_conf
+from spark_jobs.seams.session import default_partitions, spark_conf
 
 
 @pytest.mark.parametrize(
@@ -27,7 +27,7 @@ def test_deltas_log_replay_is_one_task_on_a_local_master_and_the_shuffle_width_o
 
 
 def test_the_driver_maps_the_class_archive_setup_wrote_and_executors_do_not(spark):
-    from spark_jobs.jvm import CLASS_ARCHIVE
+    from spark_jobs.seams.jvm import CLASS_ARCHIVE
 
     assert CLASS_ARCHIVE.is_file(), "make setup writes it"
     conf = spark_conf("local[2]")

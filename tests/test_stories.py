@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from spark_jobs.cli import main
-from spark_jobs.lake import Lake
-from spark_jobs.partitioners import partition_for
+from spark_jobs.seams.delta import Lake
+from spark_jobs.seams.partitioners import partition_for
 
 CONSENTS = "customer_consents"
 ACCOUNTS = "customer_accounts"

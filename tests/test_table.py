@@ -17,7 +17,7 @@ from joinkit import (
     write_config,
 )
 
-from spark_jobs.partitioners import partition_for
+from spark_jobs.seams.partitioners import partition_for
 
 
 @pytest.fixture

@@ -4,14 +4,14 @@ quality suites and the diagnosis find what they must."""
 
 from __future__ import annotations
 
-from spark_jobs.kafka import connect, produce
+from spark_jobs.seams.kafka import connect, produce
 
 
 def produce_lines(
     lake, config, topic: str, lines: bytes, sep: str = "|", partitioner: str = "murmur2"
 ) -> None:
     """``key SEP value`` lines into a topic in one transaction, unchecked."""
-    from spark_jobs.topics import parse_lines, split_lines
+    from spark_jobs.topics.produce_consume import parse_lines, split_lines
 
     parsed = parse_lines(split_lines(lines), sep, False, "test", 1)
     cluster = connect(config, lake.root)

@@ -76,7 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _root(args: argparse.Namespace | None) -> str:
-    from spark_jobs.config import resolve_root
+    from spark_jobs.seams.config import resolve_root
 
     return str(resolve_root(getattr(args, "root", None)))
 

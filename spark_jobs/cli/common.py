@@ -32,8 +32,8 @@ def stderr(msg: str) -> None:
 
 
 def context(args):
-    from spark_jobs.config import load_config
-    from spark_jobs.lake import Lake
+    from spark_jobs.seams.config import load_config
+    from spark_jobs.seams.delta import Lake
 
     return load_config(args.config), Lake(args.root)
 

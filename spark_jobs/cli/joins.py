@@ -82,8 +82,8 @@ def register(sub, common) -> None:
 
 def cmd_run(args) -> int:
     from spark_jobs.joins.runner import check_table_every, reset_join, run_join
-    from spark_jobs.profile import watch_queries
-    from spark_jobs.session import get_spark
+    from spark_jobs.runtime.profile import watch_queries
+    from spark_jobs.seams.session import get_spark
 
     config, lake = context(args)
     spec = config.join(args.join)  # fail fast, before Spark starts
@@ -114,9 +114,9 @@ def cmd_run(args) -> int:
 
 
 def cmd_start(args) -> int:
-    from spark_jobs.config import resolve_config_path
     from spark_jobs.joins.runner import check_table_every
     from spark_jobs.joins.supervise import start_ingest, start_join
+    from spark_jobs.seams.config import resolve_config_path
 
     config, lake = context(args)
     spec = config.join(args.join)
@@ -220,7 +220,7 @@ def cmd_health(args) -> int:
 def cmd_audit(args) -> int:
 
     from spark_jobs.joins.oracle import SAMPLE, audit
-    from spark_jobs.session import get_spark
+    from spark_jobs.seams.session import get_spark
 
     config, lake = context(args)
     config.join(args.join)

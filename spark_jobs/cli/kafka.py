@@ -36,8 +36,8 @@ def register(sub, common) -> None:
 
 
 def cmd_kafka_start(args) -> int:
-    from spark_jobs import broker
-    from spark_jobs.config import resolve_root
+    from spark_jobs.seams import broker
+    from spark_jobs.seams.config import resolve_root
 
     users = {}
     for item in args.sasl_user:
@@ -58,14 +58,14 @@ def cmd_kafka_start(args) -> int:
 
 def broker_port(args) -> int:
     """The broker's port: --port, else $LAKE_KAFKA_PORT, else 9092."""
-    from spark_jobs import broker
+    from spark_jobs.seams import broker
 
     return args.port or int(os.environ.get("LAKE_KAFKA_PORT", broker.DEFAULT_PORT))
 
 
 def cmd_kafka_stop(args) -> int:
-    from spark_jobs import broker
-    from spark_jobs.config import resolve_root
+    from spark_jobs.seams import broker
+    from spark_jobs.seams.config import resolve_root
 
     stopped = broker.stop(resolve_root(args.root), log=lambda m: print(m, file=sys.stderr))
     print("embedded Kafka broker: stopped" if stopped else "embedded Kafka broker: was not running")
@@ -74,8 +74,8 @@ def cmd_kafka_stop(args) -> int:
 
 def cmd_kafka_status(args) -> int:
 
-    from spark_jobs import broker
-    from spark_jobs.config import resolve_root
+    from spark_jobs.seams import broker
+    from spark_jobs.seams.config import resolve_root
 
     state = broker.status(resolve_root(args.root))
     print(json.dumps(state.as_dict()) if args.json else state.text())

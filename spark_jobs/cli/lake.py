@@ -54,7 +54,7 @@ def register(sub, common) -> None:
 
 
 def cmd_show(args) -> int:
-    from spark_jobs.lake import Lake
+    from spark_jobs.seams.delta import Lake
     from spark_jobs.show import render, table_rows
 
     lake = Lake(args.root, quick=True, log=stderr)  # on the Spark Connect server when it runs (lake up)
@@ -65,15 +65,15 @@ def cmd_show(args) -> int:
 
 
 def cmd_dbt(args) -> int:
-    from spark_jobs.lake import Lake
-    from spark_jobs.marts import run_dbt
+    from spark_jobs.seams.delta import Lake
+    from spark_jobs.seams.marts import run_dbt
 
     return run_dbt(Lake(args.root), args.dbt_args, log=stderr)
 
 
 def cmd_sql(args) -> int:
-    from spark_jobs.lake import Lake
-    from spark_jobs.marts import query
+    from spark_jobs.seams.delta import Lake
+    from spark_jobs.seams.marts import query
     from spark_jobs.show import render
 
     answers = query(Lake(args.root), args.query, log=stderr)

@@ -6,8 +6,8 @@ import json
 import sys
 
 from spark_jobs.cli.common import SparkProgress, context, stderr, write_json
-from spark_jobs.config import PARTITIONERS
 from spark_jobs.errors import UserError
+from spark_jobs.seams.config import PARTITIONERS
 
 
 def register(sub, common) -> None:
@@ -45,15 +45,15 @@ def register(sub, common) -> None:
 
 def cmd_backfill(args) -> int:
 
-    from spark_jobs.backfill import run_backfill
-    from spark_jobs.session import get_spark
+    from spark_jobs.lookups.backfill import run_backfill
+    from spark_jobs.seams.session import get_spark
 
     config, lake = context(args)
     config.lookup(args.lookup)  # fail fast, before Spark starts
     if args.max_rejects < 0:
         raise UserError("--max-rejects must not be negative")
     if args.source:
-        from spark_jobs.dumps import local_source
+        from spark_jobs.lookups.dumps import local_source
 
         args.source = local_source(args.source)
 
@@ -80,7 +80,7 @@ def cmd_backfill(args) -> int:
 
 
 def cmd_generate_dump(args) -> int:
-    from spark_jobs.demo import write_synthetic_dump
+    from spark_jobs.demo.data import write_synthetic_dump
 
     if args.keys < 1:
         raise UserError("--keys must be at least 1")

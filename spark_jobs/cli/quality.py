@@ -45,7 +45,7 @@ def cmd_check(args) -> int:
     from spark_jobs.quality.gx import preload_great_expectations
     from spark_jobs.quality.run import run_suites
     from spark_jobs.quality.suites import load_suite
-    from spark_jobs.session import get_spark
+    from spark_jobs.seams.session import get_spark
 
     config, lake = context(args)
     for name in args.suites or config.quality.suites:  # validate suite files before Spark starts
@@ -90,8 +90,8 @@ def cmd_check(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from spark_jobs.config import load_config, pipeline_files
     from spark_jobs.quality.pages import write_report
+    from spark_jobs.seams.config import load_config, pipeline_files
 
     config, lake = context(args)
     if not args.all:

@@ -47,19 +47,19 @@ def _log(message: str) -> None:
 
 
 def _root(args):
-    from spark_jobs.config import resolve_root
+    from spark_jobs.seams.config import resolve_root
 
     return resolve_root(args.root)
 
 
 def _connect_port(args) -> int:
-    from spark_jobs import connect
+    from spark_jobs.seams import connect
 
     return args.connect_port or int(os.environ.get("LAKE_CONNECT_PORT", connect.DEFAULT_PORT))
 
 
 def cmd_up(args) -> int:
-    from spark_jobs import broker
+    from spark_jobs.seams import broker
 
     print(broker.start(_root(args), broker_port(args), log=_log).text())
     return cmd_connect_start(args)
@@ -71,14 +71,14 @@ def cmd_down(args) -> int:
 
 
 def cmd_connect_start(args) -> int:
-    from spark_jobs import connect
+    from spark_jobs.seams import connect
 
     print(connect.start(_root(args), _connect_port(args), log=_log).text())
     return 0
 
 
 def cmd_connect_stop(args) -> int:
-    from spark_jobs import connect
+    from spark_jobs.seams import connect
 
     stopped = connect.stop(_root(args), log=_log)
     print("Spark Connect server: stopped" if stopped else "Spark Connect server: was not running")
@@ -86,7 +86,7 @@ def cmd_connect_stop(args) -> int:
 
 
 def cmd_connect_status(args) -> int:
-    from spark_jobs import connect
+    from spark_jobs.seams import connect
 
     state = connect.status(_root(args))
     print(json.dumps(state.as_dict()) if args.json else state.text())

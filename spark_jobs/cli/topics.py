@@ -6,8 +6,8 @@ from __future__ import annotations
 import sys
 
 from spark_jobs.cli.common import Parser, Progress, context
-from spark_jobs.config import PARTITIONERS
 from spark_jobs.errors import UserError
+from spark_jobs.seams.config import PARTITIONERS
 
 
 def register(sub, common) -> None:
@@ -143,8 +143,8 @@ def _positive(text: str) -> int:
 def cmd_diagnose(args) -> int:
     import json
 
-    from spark_jobs import diagnose
-    from spark_jobs.kafka import Cluster, connect
+    from spark_jobs.seams.kafka import Cluster, connect
+    from spark_jobs.topics import diagnose
 
     settings = {}
     for item in args.settings:
@@ -180,8 +180,8 @@ def cmd_diagnose(args) -> int:
 
 
 def cmd_produce(args) -> int:
-    from spark_jobs.kafka import connect
-    from spark_jobs.topics import open_input, produce_lines, producing
+    from spark_jobs.seams.kafka import connect
+    from spark_jobs.topics.produce_consume import open_input, produce_lines, producing
 
     config, lake = context(args)
     spec = config.topic(args.topic)
@@ -217,8 +217,8 @@ def cmd_produce(args) -> int:
 
 
 def cmd_consume(args) -> int:
-    from spark_jobs.kafka import connect
-    from spark_jobs.topics import consume
+    from spark_jobs.seams.kafka import connect
+    from spark_jobs.topics.produce_consume import consume
 
     config, lake = context(args)
     spec = config.topic(args.topic)
@@ -238,9 +238,9 @@ def cmd_consume(args) -> int:
 
 
 def cmd_ingest(args) -> int:
-    from spark_jobs.ingest import run_ingest
-    from spark_jobs.profile import watch_queries
-    from spark_jobs.session import get_spark
+    from spark_jobs.runtime.profile import watch_queries
+    from spark_jobs.seams.session import get_spark
+    from spark_jobs.topics.ingest import run_ingest
 
     config, lake = context(args)
     for topic in args.topics:
@@ -269,8 +269,8 @@ def cmd_ingest(args) -> int:
 
 
 def _ingest_job(args, config, lake) -> int:
-    from spark_jobs.config import resolve_config_path
     from spark_jobs.joins.supervise import start_ingest, stop_ingest
+    from spark_jobs.seams.config import resolve_config_path
 
     if args.topics or args.max_records:
         raise UserError("--detach and --stop act on the pipeline's whole ingest: no TOPIC or --max-records")
@@ -285,8 +285,8 @@ def _ingest_job(args, config, lake) -> int:
 
 
 def cmd_repartition(args) -> int:
-    from spark_jobs.repair import repartition
-    from spark_jobs.session import get_spark
+    from spark_jobs.seams.session import get_spark
+    from spark_jobs.topics.repair import repartition
 
     config, lake = context(args)
     config.topic(args.topic)  # an unknown topic fails before Spark starts
@@ -316,8 +316,8 @@ def cmd_repartition(args) -> int:
 
 
 def cmd_topics(args) -> int:
-    from spark_jobs.ingest import mirrored_up_to
-    from spark_jobs.kafka import connect, ensure_topics, watermarks
+    from spark_jobs.seams.kafka import connect, ensure_topics, watermarks
+    from spark_jobs.topics.ingest import mirrored_up_to
 
     config, lake = context(args)
     cluster = connect(config, lake.root)
@@ -339,6 +339,6 @@ def cmd_topics(args) -> int:
 
 
 def _exists(cluster, spec) -> bool:
-    from spark_jobs.kafka import partition_counts
+    from spark_jobs.seams.kafka import partition_counts
 
     return cluster.topic(spec.name) in partition_counts(cluster, [cluster.topic(spec.name)])

@@ -41,16 +41,16 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_type, to_arrow_schema
 from pyspark.sql.utils import AnalysisException
 
-from spark_jobs import faults
-from spark_jobs.config import JoinSpec, PipelineConfig, TopicSpec
 from spark_jobs.errors import UserError, spark_error
 from spark_jobs.joins.poison import Guarded, fails, guarded
-from spark_jobs.kafka import Cluster, TransactionalProducer, connect, ensure_topics, producer_id, tail
-from spark_jobs.lake import Lake, conform
-from spark_jobs.layout import former_pending_table, join_table
-from spark_jobs.profile import Phases
-from spark_jobs.session import arrow_frame
-from spark_jobs.system_tables import (
+from spark_jobs.runtime import faults
+from spark_jobs.runtime.profile import Phases
+from spark_jobs.seams.config import JoinSpec, PipelineConfig, TopicSpec
+from spark_jobs.seams.delta import Lake, conform
+from spark_jobs.seams.kafka import Cluster, TransactionalProducer, connect, ensure_topics, producer_id, tail
+from spark_jobs.seams.layout import former_pending_table, join_table
+from spark_jobs.seams.session import arrow_frame
+from spark_jobs.seams.system_tables import (
     JOIN_METRICS,
     JOIN_METRICS_SCHEMA,
     QUARANTINE,

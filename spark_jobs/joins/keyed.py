@@ -14,7 +14,6 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, StringType
 from pyspark.sql.utils import AnalysisException
 
-from spark_jobs.config import FIELD_PATH_RE, JoinSpec, PipelineConfig
 from spark_jobs.errors import UserError, spark_error
 from spark_jobs.joins.engine import (
     JoinJob,
@@ -22,6 +21,7 @@ from spark_jobs.joins.engine import (
     prepare,
     value_column,
 )
+from spark_jobs.seams.config import FIELD_PATH_RE, JoinSpec, PipelineConfig
 
 
 # --- the left records' keys, by Spark ------------------------------------------------------------

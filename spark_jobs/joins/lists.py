@@ -14,7 +14,6 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.utils import AnalysisException
 
-from spark_jobs.config import JoinSpec, PipelineConfig
 from spark_jobs.errors import UserError, spark_error
 from spark_jobs.joins.batch import live, right_values
 from spark_jobs.joins.engine import (
@@ -23,8 +22,9 @@ from spark_jobs.joins.engine import (
 )
 from spark_jobs.joins.keyed import KeyedJob
 from spark_jobs.joins.state_store import StateStoreJob
-from spark_jobs.lake import conform
-from spark_jobs.session import arrow_frame
+from spark_jobs.seams.config import JoinSpec, PipelineConfig
+from spark_jobs.seams.delta import conform
+from spark_jobs.seams.session import arrow_frame
 
 
 # --- the list join's projection --------------------------------------------------------------------

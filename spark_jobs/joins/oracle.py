@@ -21,18 +21,18 @@ import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from spark_jobs.config import JoinSpec, PipelineConfig
 from spark_jobs.errors import UserError
 from spark_jobs.joins.engine import adopt_former_names, prepare, side_records
 from spark_jobs.joins.keyed import LeftKeys
 from spark_jobs.joins.poison import guarded_frame
 from spark_jobs.joins.registry import JOBS
 from spark_jobs.joins.runner import consumed_offsets, offsets_read
-from spark_jobs.kafka import connect
-from spark_jobs.lake import Lake, conform
-from spark_jobs.layout import join_table
-from spark_jobs.snapshots import records as kafka_records
-from spark_jobs.snapshots import take
+from spark_jobs.seams.config import JoinSpec, PipelineConfig
+from spark_jobs.seams.delta import Lake, conform
+from spark_jobs.seams.kafka import connect
+from spark_jobs.seams.layout import join_table
+from spark_jobs.topics.snapshots import records as kafka_records
+from spark_jobs.topics.snapshots import take
 
 SAMPLE = 10
 Records = Callable[[str], DataFrame]  # a declared topic -> its records (Spark's Kafka columns)

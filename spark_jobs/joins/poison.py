@@ -114,7 +114,7 @@ def guarded_frame(project: Callable[[DataFrame], DataFrame], rows: DataFrame) ->
     ``rows`` are collected and bisected only then; the failing ones come back as they were)."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    from spark_jobs.session import arrow_frame
+    from spark_jobs.seams.session import arrow_frame
 
     with _quiet():
         try:

@@ -1,4 +1,4 @@
-"""The join kinds' engines: one class per kind of ``spark_jobs.joins.kinds.KINDS``, one module each."""
+"""The join kinds' engines: one class per kind of ``spark_jobs.join_kinds.KINDS``, one module each."""
 
 from __future__ import annotations
 
@@ -6,7 +6,6 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from spark_jobs.config import JoinSpec, PipelineConfig
 from spark_jobs.joins.derive import DeriveJob
 from spark_jobs.joins.engine import (
     JoinJob,
@@ -16,6 +15,7 @@ from spark_jobs.joins.lists import ListJob
 from spark_jobs.joins.stream_stream import StreamStreamJob
 from spark_jobs.joins.stream_table import StreamTableJob
 from spark_jobs.joins.table import TableJob
+from spark_jobs.seams.config import JoinSpec, PipelineConfig
 
 
 def job_for(
@@ -28,7 +28,7 @@ def job_for(
     return cls(spark, lake, config, spec, query_id, log)
 
 
-# The engine class of every kind of spark_jobs.joins.kinds.KINDS.
+# The engine class of every kind of spark_jobs.join_kinds.KINDS.
 JOBS: dict[str, type[JoinJob]] = {
     "table": TableJob,
     "stream-table": StreamTableJob,

@@ -7,7 +7,7 @@ changelog topic in one micro-batch. The checkpoint under ``<root>/_checkpoints/<
 partition's next Kafka offset; beside Spark's files it keeps the ids of the Kafka topics it reads
 (``Layout.join_inputs``), so a topic replaced under the join (``lake topic repartition``, or deleted
 and created again) stops it with one line instead of being read from offsets of another topic. A
-running job registers itself under ``<root>/_jobs`` (``spark_jobs.jobs``), so a second copy refuses
+running job registers itself under ``<root>/_jobs`` (``spark_jobs.runtime.jobs``), so a second copy refuses
 to start.
 """
 
@@ -29,10 +29,12 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from spark_jobs import checkpoints, faults, ingest
-from spark_jobs.config import JoinSpec, PipelineConfig, TopicSpec
 from spark_jobs.errors import UserError
-from spark_jobs.jobs import (
+from spark_jobs.joins.engine import RECORD_COLUMNS, BatchMetrics, Inputs
+from spark_jobs.joins.registry import JOBS, job_for
+from spark_jobs.joins.state_store import StateStoreJob
+from spark_jobs.runtime import faults
+from spark_jobs.runtime.jobs import (
     HEARTBEAT_SECONDS,
     join_job,
     last_batch,
@@ -42,10 +44,11 @@ from spark_jobs.jobs import (
     registry,
     running_jobs,
 )
-from spark_jobs.joins.engine import RECORD_COLUMNS, BatchMetrics, Inputs
-from spark_jobs.joins.registry import JOBS, job_for
-from spark_jobs.joins.state_store import StateStoreJob
-from spark_jobs.kafka import (
+from spark_jobs.runtime.stopping import stop_on_signals
+from spark_jobs.seams import checkpoints
+from spark_jobs.seams.config import JoinSpec, PipelineConfig, TopicSpec
+from spark_jobs.seams.delta import Lake
+from spark_jobs.seams.kafka import (
     Cluster,
     connect,
     delete_topics,
@@ -54,9 +57,8 @@ from spark_jobs.kafka import (
     partition_counts,
     topic_ids,
 )
-from spark_jobs.lake import Lake
-from spark_jobs.snapshots import offsets_text, stream
-from spark_jobs.stopping import stop_on_signals
+from spark_jobs.topics import ingest
+from spark_jobs.topics.snapshots import offsets_text, stream
 
 STOP_MARKER = "lake: stop requested, this micro-batch is left for the next run"
 IDLE_SECONDS = 0.5  # a continuous run does its upkeep once no micro-batch ran for this long

@@ -12,7 +12,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from spark_jobs.config import JoinSpec
+from spark_jobs.join_kinds import STREAM_STREAM
 from spark_jobs.joins.engine import (
     RECORD_COLUMNS,
     RECORD_FIELDS,
@@ -22,10 +22,10 @@ from spark_jobs.joins.engine import (
     _meta_type,
     _without_json,
 )
-from spark_jobs.joins.kinds import STREAM_STREAM
 from spark_jobs.joins.poison import _quiet, is_data_error
-from spark_jobs.lake import conform
-from spark_jobs.layout import join_table
+from spark_jobs.seams.config import JoinSpec
+from spark_jobs.seams.delta import conform
+from spark_jobs.seams.layout import join_table
 
 STATE_SCHEMA = pa.schema(RECORD_FIELDS)
 BAD_SCHEMA = pa.schema([("side", pa.string()), *RECORD_FIELDS, ("reason", pa.string())])

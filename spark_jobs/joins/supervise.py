@@ -5,13 +5,12 @@ Kafka topics) and one ingest (``lake ingest --continuous``, mirroring every Kafk
 pipeline into its bronze table, the lake's queryable copy). The joins do not need the ingest; starting
 a join starts the pipeline's mirror beside it so the lake's tables keep up, and the health check
 covers both. The processes are detached and
-registered under ``<root>/_jobs`` (``spark_jobs.jobs``); no Spark runs in the caller.
+registered under ``<root>/_jobs`` (``spark_jobs.runtime.jobs``); no Spark runs in the caller.
 """
 
 from __future__ import annotations
 
-from spark_jobs.config import JoinSpec, PipelineConfig
-from spark_jobs.jobs import (
+from spark_jobs.runtime.jobs import (
     STALE_AFTER_SECONDS,
     JobState,
     ingest_job,
@@ -23,7 +22,8 @@ from spark_jobs.jobs import (
     start_detached,
     stop_job,
 )
-from spark_jobs.lake import Lake
+from spark_jobs.seams.config import JoinSpec, PipelineConfig
+from spark_jobs.seams.delta import Lake
 
 INGEST_TRIGGER_SECONDS = 1.0  # the continuous ingest's micro-batch interval
 

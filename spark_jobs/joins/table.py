@@ -5,10 +5,10 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from spark_jobs.config import JoinSpec
 from spark_jobs.joins.batch import live, right_values
 from spark_jobs.joins.engine import Projection
 from spark_jobs.joins.state_store import StateStoreJob
+from spark_jobs.seams.config import JoinSpec
 
 
 class TableJob(StateStoreJob):

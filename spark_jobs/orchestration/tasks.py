@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from spark_jobs.layout import Layout
+from spark_jobs.seams.layout import Layout
 
 log = logging.getLogger(__name__)
 
@@ -58,8 +58,8 @@ def _read_json(path: Path, what: str) -> dict:
 
 
 def _lake(config_path: str, root: str):
-    from spark_jobs.config import load_config
-    from spark_jobs.lake import Lake
+    from spark_jobs.seams.config import load_config
+    from spark_jobs.seams.delta import Lake
 
     return load_config(config_path), Lake(root)
 
@@ -213,9 +213,9 @@ def choose_action(**context: Any) -> str:
 
 def backfill_args(config_path: str, root: str, **context: Any) -> list[str]:
     """Check the trigger's params and turn them into the ``lake backfill`` arguments."""
-    from spark_jobs.config import load_config
-    from spark_jobs.dumps import local_source
     from spark_jobs.errors import UserError
+    from spark_jobs.lookups.dumps import local_source
+    from spark_jobs.seams.config import load_config
 
     params = context["params"]
     config = load_config(config_path)

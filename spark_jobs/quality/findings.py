@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
@@ -41,31 +40,8 @@ class Finding:
     placements: list[Placement] = field(default_factory=list)
 
 
-OFFSET_TYPE = pa.struct([("partition", pa.int32()), ("offset", pa.int64())])
-PLACEMENT_TYPE = pa.struct(
-    [
-        ("topic", pa.string()),
-        ("partitions", pa.list_(pa.int32())),
-        ("expected_partition", pa.int32()),
-        ("partitioner", pa.string()),
-    ]
-)
-FINDING_TYPE = pa.struct(
-    [
-        ("text", pa.string()),
-        ("problem", pa.string()),
-        ("key", pa.string()),
-        ("key_hex", pa.string()),
-        ("topic", pa.string()),
-        ("records", pa.int64()),
-        ("offsets", pa.list_(OFFSET_TYPE)),
-        ("placements", pa.list_(PLACEMENT_TYPE)),
-    ]
-)
-
-
 def as_row(finding: Finding) -> dict:
-    """A finding as a ``FINDING_TYPE`` value."""
+    """A finding as a ``FINDING_TYPE`` value (``spark_jobs.seams.system_tables``)."""
     return {
         "text": finding.text,
         "problem": finding.problem,

@@ -1,5 +1,5 @@
 """The key-format check: keys are clean text in the declared encoding (the rules of
-:mod:`spark_jobs.keys`, shared with ``lake diagnose``), and the joined topics declare the same one."""
+:mod:`spark_jobs.topics.keys`, shared with ``lake diagnose``), and the joined topics declare the same one."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from spark_jobs.config import PipelineConfig
-from spark_jobs.keys import RULES as KEY_RULES
 from spark_jobs.quality.co_partitioning import topic_list as parse
 from spark_jobs.quality.findings import Finding, display, show_key
 from spark_jobs.quality.gx import GreatExpectations
-from spark_jobs.snapshots import SnapshotReader
+from spark_jobs.seams.config import PipelineConfig
+from spark_jobs.topics.keys import RULES as KEY_RULES
+from spark_jobs.topics.snapshots import SnapshotReader
 
 __all__ = ["key_format_findings", "parse", "run", "target", "topics"]
 

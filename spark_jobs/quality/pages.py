@@ -20,11 +20,11 @@ import os
 from datetime import UTC, datetime
 from pathlib import Path
 
-from spark_jobs.config import PipelineConfig
-from spark_jobs.lake import Lake
 from spark_jobs.quality.results import QualityReport
-from spark_jobs.snapshots import offsets_text
-from spark_jobs.system_tables import QUALITY_RUNS, QUARANTINE
+from spark_jobs.seams.config import PipelineConfig
+from spark_jobs.seams.delta import Lake
+from spark_jobs.seams.system_tables import QUALITY_RUNS, QUARANTINE
+from spark_jobs.topics.snapshots import offsets_text
 
 CHART_RUNS = 30  # runs shown in the chart
 QUARANTINE_ROWS = 100  # quarantined records listed (with the total)

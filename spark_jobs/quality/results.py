@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from spark_jobs.quality.findings import Finding
-from spark_jobs.snapshots import offsets_text
+from spark_jobs.topics.snapshots import offsets_text
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """A quality run: the suites' checks over the topics as Kafka holds them when the run starts.
 
-A run takes the end offsets of every topic its checks read (``spark_jobs.snapshots``) and reads the
+A run takes the end offsets of every topic its checks read (``spark_jobs.topics.snapshots``) and reads the
 topics from Kafka up to them: it answers for the topics as they are, never for an older copy, and
 says which offsets it checked. Each check computes its findings with Spark and Great Expectations
 validates them (:mod:`spark_jobs.quality.gx`). A check over a topic that holds no records fails and
@@ -19,17 +19,17 @@ from pathlib import Path
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 
-from spark_jobs.config import PipelineConfig
 from spark_jobs.errors import UserError
-from spark_jobs.kafka import connect
-from spark_jobs.lake import Lake
 from spark_jobs.quality.findings import as_row, offending
 from spark_jobs.quality.gx import GreatExpectations, outcome, unexpected_rows
 from spark_jobs.quality.pages import docs_href, render_summary, report_path, run_page, write_report
 from spark_jobs.quality.results import ExpectationResult, QualityReport
 from spark_jobs.quality.suites import CHECKS, Check, Suite, load_suite
-from spark_jobs.snapshots import Snapshot, SnapshotReader, offsets_text, take
-from spark_jobs.system_tables import QUALITY_RUNS, QUALITY_RUNS_SCHEMA, ensure_quality_runs
+from spark_jobs.seams.config import PipelineConfig
+from spark_jobs.seams.delta import Lake
+from spark_jobs.seams.kafka import connect
+from spark_jobs.seams.system_tables import QUALITY_RUNS, QUALITY_RUNS_SCHEMA, ensure_quality_runs
+from spark_jobs.topics.snapshots import Snapshot, SnapshotReader, offsets_text, take
 
 DESCRIPTION_LIMIT = 20  # offending keys spelled out in the Data Docs description
 SAMPLE = 50  # findings kept per expectation in quality_runs (with the total)

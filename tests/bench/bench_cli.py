@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from spark_jobs import connect
-from spark_jobs.lake import Lake
-from spark_jobs.processes import free_port
+from spark_jobs.seams import connect
+from spark_jobs.seams.delta import Lake
+from spark_jobs.seams.processes import free_port
 
 RUNS = int(sys.argv[1]) if len(sys.argv) > 1 else 5
 ROWS = 1000

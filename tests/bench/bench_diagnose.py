@@ -28,9 +28,9 @@ import numpy as np
 import pyarrow as pa
 from benchkit import embedded_broker
 
-from spark_jobs.config import TopicSpec
-from spark_jobs.kafka import Cluster, produce
-from spark_jobs.partitioners import partitions
+from spark_jobs.seams.config import TopicSpec
+from spark_jobs.seams.kafka import Cluster, produce
+from spark_jobs.seams.partitioners import partitions
 
 SIZES = [int(a) for a in sys.argv[1:]] or [500_000, 2_000_000]
 PARTITIONS = 12
@@ -72,14 +72,14 @@ def fill(cluster: Cluster, name: str, keys: list[bytes], partitioner: str) -> No
 
 
 def raw_read(bootstrap: str, topics: list[str]) -> tuple[float, int, int]:
-    """The floor: the same reader (``spark_jobs.kafka.read``: assigned partitions, read_committed, up
+    """The floor: the same reader (``spark_jobs.seams.kafka.read``: assigned partitions, read_committed, up
     to the end offsets) reading both topics once, keys only, nothing analysed, in a process of its
     own; returns (seconds, records, peak RSS in KB)."""
     script = f"""
 import time
-from spark_jobs.config import TopicSpec
+from spark_jobs.seams.config import TopicSpec
 {PEAK_KB_SOURCE}
-from spark_jobs.kafka import Cluster, read
+from spark_jobs.seams.kafka import Cluster, read
 cluster = Cluster("{bootstrap}", {{}}, "", "bench")
 started = time.perf_counter(); n = 0
 for topic in {topics!r}:

@@ -29,9 +29,9 @@ import numpy as np
 import pyarrow as pa
 from benchkit import committed_rows, embedded_broker
 
-from spark_jobs.config import load_config
-from spark_jobs.kafka import connect, produce
-from spark_jobs.lake import Lake
+from spark_jobs.seams.config import load_config
+from spark_jobs.seams.delta import Lake
+from spark_jobs.seams.kafka import connect, produce
 
 SECONDS = int(sys.argv[1]) if len(sys.argv) > 1 else 60
 RATE = 1000

@@ -30,10 +30,10 @@ from benchkit import (  # (and tests/ on sys.path)
     values,
 )
 
-from spark_jobs.config import load_config
 from spark_jobs.joins.oracle import expected
-from spark_jobs.lake import Lake
-from spark_jobs.session import get_spark
+from spark_jobs.seams.config import load_config
+from spark_jobs.seams.delta import Lake
+from spark_jobs.seams.session import get_spark
 
 ARGS = [a for a in sys.argv[1:] if not a.startswith("--")]
 BATCHES = int(ARGS[0]) if ARGS else 10

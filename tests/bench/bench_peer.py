@@ -31,7 +31,7 @@ product its changelog topic (read committed, the same reader) and, beside it, it
 visible in both. Arguments name the joins to run (``fk``, ``list``; default both). The product runs as a
 user runs it: ``lake run <join> --continuous`` (the join reads its Kafka topics) with TRIGGER seconds
 and ``LAKE_PROFILE=1``: the profile of each workload (where its time goes, from the job's log:
-``spark_jobs.profile``) is printed after the table. At the end the final result per key of the peer must equal the product's
+``spark_jobs.runtime.profile``) is printed after the table. At the end the final result per key of the peer must equal the product's
 result table and its changelog topic (the first differing keys are printed otherwise). Run with
 ``make bench-peer``; PEER_PRODUCTS and PEER_PERSONS set the sizes, PEER_TRIGGER the product's trigger,
 PEER_TABLE_EVERY its ``--table-every`` (default 5 s).
@@ -58,9 +58,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from benchkit import committed_rows, embedded_broker
 
-from spark_jobs.config import load_config
-from spark_jobs.kafka import connect, ensure_topics, produce
-from spark_jobs.lake import Lake
+from spark_jobs.seams.config import load_config
+from spark_jobs.seams.delta import Lake
+from spark_jobs.seams.kafka import connect, ensure_topics, produce
 
 PRODUCTS = int(os.environ.get("PEER_PRODUCTS", "1000000"))
 MERCHANTS = max(PRODUCTS // 10, 1)

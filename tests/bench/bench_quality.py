@@ -15,11 +15,11 @@ from pathlib import Path
 
 from benchkit import embedded_broker, produce_records
 
-from spark_jobs.backfill import run_backfill
-from spark_jobs.config import load_config
-from spark_jobs.demo import synthetic_dump_chunks, write_synthetic_dump
-from spark_jobs.lake import Lake
+from spark_jobs.demo.data import synthetic_dump_chunks, write_synthetic_dump
+from spark_jobs.lookups.backfill import run_backfill
 from spark_jobs.quality.run import run_suites
+from spark_jobs.seams.config import load_config
+from spark_jobs.seams.delta import Lake
 
 STREAM = int(sys.argv[1]) if len(sys.argv) > 1 else 10_000_000
 KEYS = int(sys.argv[2]) if len(sys.argv) > 2 else 1_000_000
@@ -73,7 +73,7 @@ def main() -> None:
         dump = root / "accounts.dump"
         write_synthetic_dump(dump, KEYS)
 
-        from spark_jobs.session import get_spark
+        from spark_jobs.seams.session import get_spark
 
         t0 = time.perf_counter()
         spark = get_spark(app_name="bench-quality")

@@ -66,7 +66,7 @@ def committed_rows(table: Path, version: int, columns: list[str]) -> dict[str, l
 def embedded_broker(root: Path) -> Iterator[str]:
     """Start a broker under ``root`` on a free loopback port; every Kafka client of this process (and
     of the processes it starts) uses it through $LAKE_KAFKA_BOOTSTRAP. Stopped on exit."""
-    from spark_jobs import broker
+    from spark_jobs.seams import broker
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -82,15 +82,15 @@ def embedded_broker(root: Path) -> Iterator[str]:
 def produce_records(lake, config, topic: str, keys: pa.Array, values: pa.Array) -> None:
     """Records (binary keys and values) onto a topic of the benchmark's broker in one transaction,
     murmur2 like a Java client."""
-    from spark_jobs.kafka import connect, produce
+    from spark_jobs.seams.kafka import connect, produce
 
     produce(connect(config, lake.root), config.topic(topic), [(keys, values)], "murmur2")
 
 
 def kafka_records(spark, lake, config):
     """The oracle's reader: a topic's records from Kafka up to its end offsets now."""
-    from spark_jobs.kafka import connect
-    from spark_jobs.snapshots import records, take
+    from spark_jobs.seams.kafka import connect
+    from spark_jobs.topics.snapshots import records, take
 
     cluster = connect(config, lake.root)
     snapshot = take(cluster, config.topics.values())
@@ -130,7 +130,7 @@ class EngineJoin(Timed):
     def __init__(self, spark, lake, config, root: Path, name: str = "bench"):
         from spark_jobs.joins.registry import job_for
         from spark_jobs.joins.runner import input_stream
-        from spark_jobs.kafka import connect
+        from spark_jobs.seams.kafka import connect
 
         self.lake, self.name = lake, name
         self.job = job_for(spark, lake, config, config.join(name), "bench")

@@ -22,9 +22,9 @@ from pathlib import Path
 
 from confluent_kafka.admin import AdminClient
 
-from spark_jobs.broker import LOG4J2, SHARED_SETTINGS, new_cluster_id
-from spark_jobs.jvm import locked_jars
-from spark_jobs.processes import HOST, free_port
+from spark_jobs.seams.broker import LOG4J2, SHARED_SETTINGS, new_cluster_id
+from spark_jobs.seams.jvm import locked_jars
+from spark_jobs.seams.processes import HOST, free_port
 
 USER = "lake"
 _QUIET = logging.getLogger("faultkit.kafka")  # librdkafka's lines while a node is down: expected

@@ -1,0 +1,255 @@
+"""Backfills: a dump loaded into a lookup's Kafka topic.
+
+A backfill compares the dump with the topic as Kafka holds it when the comparison starts (its end
+offsets, named in the summary) and produces only records that change something (a new key, or a
+value different from the topic's latest one; JSON compared by content; with ``missing_only`` only new
+keys) in one Kafka transaction (idempotent producer, ``acks=all``), with the partitioner of the topics
+the lookup is joined with unless told otherwise; then it mirrors the topic into bronze, which
+refreshes the lookup table (``spark_jobs.topics.lookup_tables``). Bad lines go to the ``quarantine`` table.
+Backfills of one topic take turns, so a second one sees what the first wrote.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from spark_jobs.errors import UserError
+from spark_jobs.lookups.dumps import parse_dump, read_lines
+from spark_jobs.seams import partitioners
+from spark_jobs.seams.config import LookupSpec, PipelineConfig
+from spark_jobs.seams.delta import Lake
+from spark_jobs.seams.kafka import Cluster, connect, produce
+from spark_jobs.seams.system_tables import QUARANTINE, ensure_quarantine
+from spark_jobs.topics import ingest
+from spark_jobs.topics.produce_consume import producing
+from spark_jobs.topics.snapshots import SnapshotReader, take
+
+
+@dataclass
+class BackfillSummary:
+    lookup: str
+    topic: str
+    source: str
+    partitioner: str
+    dry_run: bool
+    missing_only: bool = False  # changed keys are counted, not written (the topic may be newer)
+    lines: int = 0
+    new: int = 0
+    changed: int = 0
+    unchanged: int = 0
+    duplicates: int = 0  # good lines whose key appears again later in the dump (the last one wins)
+    rejected: int = 0
+    written: int = 0
+    topic_version: int | None = None
+    compared_with: str = ""  # the topic's offsets the dump was compared with
+    seconds: float = 0.0
+    rejects_sample: list[dict] | None = None
+
+    def text(self) -> str:
+        verb = "would write" if self.dry_run else "wrote"
+        return (
+            f"backfill {self.lookup} from {self.source} ({self.partitioner}): {self.lines:,} lines read, "
+            f"{self.new:,} new keys, {self.changed:,} changed"
+            + (
+                " (not written: the topic may be newer than the dump)"
+                if self.missing_only and self.changed
+                else ""
+            )
+            + f", {self.unchanged:,} unchanged, "
+            f"{self.duplicates:,} superseded duplicates, {self.rejected:,} rejected; {verb} "
+            f"{self.written:,} records to {self.topic}"
+            + (f" (version {self.topic_version})" if self.topic_version is not None else "")
+            + f" in {self.seconds:.1f}s; compared with {self.compared_with}"
+            + (" [dry run: nothing written]" if self.dry_run else "")
+        )
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def run_backfill(
+    spark: SparkSession,
+    lake: Lake,
+    config: PipelineConfig,
+    lookup_name: str,
+    source: str | None = None,
+    separator: str | None = None,
+    partitioner: str | None = None,
+    dry_run: bool = False,
+    max_rejects: int = 0,
+    missing_only: bool = False,
+    log=print,
+) -> BackfillSummary:
+    """Produce the dump's keys that the lookup's topic lacks or holds with another value (only the
+    lacking ones with ``missing_only``: what a scheduled run does, since the topic may hold a newer
+    value than a dump exported earlier), compared with the topic on Kafka as it is when the
+    comparison starts; then mirror the topic into bronze (which refreshes the lookup table).
+
+    Backfills of one topic take turns (``<root>/_locks/backfill-<topic>.lock``): the second compares
+    with what the first wrote, so two runs of one dump write it once."""
+    started = time.perf_counter()
+    lookup = config.lookup(lookup_name)
+    topic = config.topics[lookup.topic]
+    spec = lookup.backfill
+    path = source or (str(spec.source) if spec.source else None)
+    if path is None:
+        raise UserError(f"lookup '{lookup.name}' declares no backfill source: give one with --from FILE")
+    if not Path(path).is_file():
+        raise UserError(f"{path}: no such file")
+    chosen = partitioners.check_partitioner(partitioner or config.lookup_partitioner(lookup))
+    summary = BackfillSummary(lookup.name, topic.name, str(path), chosen, dry_run, missing_only)
+
+    cluster = connect(config, lake.root)
+    log(f"reading {path} ...")
+    parsed = parse_dump(read_lines(spark, str(path)), spec, separator, topic.key_format, topic.value_format)
+    parsed = parsed.persist()
+    try:
+        counts = parsed.agg(F.count("*").alias("lines"), F.count("reason").alias("rejected")).first()
+        assert counts is not None  # an aggregate without grouping always has one row
+        summary.lines, summary.rejected = int(counts["lines"]), int(counts["rejected"])
+        with lake.lock(f"backfill-{topic.name}", log):
+            written = _diff_and_produce(
+                spark, lake, cluster, config, lookup, parsed, summary, max_rejects, log
+            )
+    finally:
+        parsed.unpersist()
+    if written:
+        ingest.sync_bronze(spark, lake, config, [topic.name], log=log)  # the mirror and the lookup table
+        summary.topic_version = lake.version(topic.name)
+    summary.seconds = time.perf_counter() - started
+    return summary
+
+
+def _diff_and_produce(
+    spark: SparkSession,
+    lake: Lake,
+    cluster: Cluster,
+    config: PipelineConfig,
+    lookup: LookupSpec,
+    parsed: DataFrame,
+    summary: BackfillSummary,
+    max_rejects: int,
+    log,
+) -> int:
+    """Compare the dump's good lines with the topic as Kafka holds it now, then (unless a dry run)
+    produce what changes something in one transaction and quarantine the rejected lines; returns the
+    records written."""
+    topic = config.topics[lookup.topic]
+    snapshot = take(cluster, [topic])
+    summary.compared_with = snapshot.covers()
+    log(f"comparing with {summary.compared_with}")
+    reader = SnapshotReader(spark, cluster, {topic.name: topic}, snapshot)
+    try:
+        current = reader.latest(topic.name).select("key", "value")
+        rejects = parsed.filter(F.col("reason").isNotNull())
+        if summary.rejected:
+            rejects = _name_plain_keys(rejects, current)
+        sample = rejects.orderBy("line").limit(5).select("line", "reason", F.hex("raw").alias("raw_hex"))
+        summary.rejects_sample = [r.asDict() for r in sample.collect()]
+        if summary.rejected > max_rejects:
+            first = summary.rejects_sample[0] if summary.rejects_sample else {}
+            raise UserError(
+                f"{summary.source}: {summary.rejected:,} rejected line(s), more than --max-rejects "
+                f"{max_rejects}; nothing was written (first: line {first.get('line')}: {first.get('reason')})"
+            )
+        diff = _diff(parsed.filter(F.col("reason").isNull()), current, topic.value_format).persist()
+        try:
+            by_change = {
+                r["change"]: r["n"] for r in diff.groupBy("change").agg(F.count("*").alias("n")).collect()
+            }
+            summary.new = int(by_change.get("new", 0))
+            summary.changed = int(by_change.get("changed", 0))
+            summary.unchanged = int(by_change.get("unchanged", 0))
+            summary.duplicates = (
+                summary.lines - summary.rejected - summary.new - summary.changed - summary.unchanged
+            )
+            write = ["new"] if summary.missing_only else ["new", "changed"]
+            if summary.dry_run:
+                summary.written = summary.new + (0 if summary.missing_only else summary.changed)
+                return 0
+            to_write = diff.filter(F.col("change").isin(write)).orderBy("line").select("key", "value")
+            records = to_write.toArrow()
+        finally:
+            diff.unpersist()
+        if records.num_rows:
+            name = cluster.topic(topic.name)
+            log(f"producing {records.num_rows:,} records to {name} with {summary.partitioner} ...")
+            with producing(lake, topic.name, log=log) as transactional_id:
+                result = produce(
+                    cluster,
+                    topic,
+                    [(records.column("key").combine_chunks(), records.column("value").combine_chunks())],
+                    summary.partitioner,
+                    transactional_id=transactional_id,
+                )
+            summary.written = result.records
+        if summary.rejected:
+            _quarantine(lake, f"backfill:{lookup.name}", rejects)
+        return summary.written
+    finally:
+        reader.close()
+
+
+def _diff(good: DataFrame, current: DataFrame, value_format: str) -> DataFrame:
+    """The dump's last value per key (``key``, ``value``, ``line``) against the topic's ``current``
+    value: ``change`` is new, changed or unchanged (JSON compared by content)."""
+    last = good.groupBy("key").agg(F.max_by("value", "line").alias("value"), F.max("line").alias("line"))
+    return (
+        last.alias("d")
+        .join(current.alias("c"), F.col("d.key") == F.col("c.key"), "left")
+        .select(
+            F.col("d.key").alias("key"),
+            F.col("d.value").alias("value"),
+            F.col("d.line").alias("line"),
+            F.when(F.col("c.key").isNull(), "new")
+            .when(
+                _comparable(F.col("c.value"), value_format).eqNullSafe(
+                    _comparable(F.col("d.value"), value_format)
+                ),
+                "unchanged",
+            )
+            .otherwise("changed")
+            .alias("change"),
+        )
+    )
+
+
+def _name_plain_keys(rejects: DataFrame, current: DataFrame) -> DataFrame:
+    """A line rejected for a key with invisible bytes (``"m2"``, ``m2 ``, a BOM) says which key of the
+    topic it differs from only in them, when there is one: never matched silently, always named."""
+    plain = rejects.select("plain_key").where(F.col("plain_key").isNotNull()).distinct()
+    known = current.select(F.col("key").alias("plain_key")).join(F.broadcast(plain), "plain_key")
+    named = rejects.join(known.withColumn("_known", F.lit(True)), "plain_key", "left")
+    hint = F.concat(F.lit("; the topic has the key '"), F.col("plain_key").cast("string"), F.lit("'"))
+    return named.withColumn(
+        "reason", F.when(F.col("_known"), F.concat(F.col("reason"), hint)).otherwise(F.col("reason"))
+    ).drop("_known")
+
+
+def _comparable(value: Column, value_format: str) -> Column:
+    """A topic value as the backfill compares it: JSON by content (key order, spacing and number
+    spelling do not make a change), anything else by its bytes."""
+    if value_format != "json":
+        return value
+    return F.coalesce(F.to_json(F.try_parse_json(value.cast("string"))).cast("binary"), value)
+
+
+def _quarantine(lake: Lake, job: str, rejects: DataFrame) -> None:
+    ensure_quarantine(lake)
+    rows = rejects.select(
+        F.lit(str(uuid.uuid4())).alias("run_id"),
+        F.lit(datetime.now(UTC)).alias("run_time"),
+        F.lit(job).alias("job"),
+        "source",
+        "line",
+        F.hex("raw").alias("raw_hex"),
+        "reason",
+    )
+    lake.append(QUARANTINE, rows)

@@ -1,0 +1,268 @@
+"""The embedded single-node KRaft broker: ``lake kafka start | stop | status``.
+
+A real Kafka broker (``kafka.Kafka`` from the locked ``kafka`` jars, :mod:`spark_jobs.seams.jvm`) in its own
+JVM, combined broker and controller, listening on loopback only. Its data, log and state live under
+``<root>/_kafka/``:
+
+- ``data/``: the log directories (formatted once with ``kafka-storage format --standalone``);
+- ``server.properties``, ``log4j2.properties``: written on every start;
+- ``broker.log``: the broker's own log;
+- ``broker.json``: pid, ports and ``bootstrap_servers`` while it runs (what other commands read).
+
+``start`` returns once the broker answers a metadata request (about 5 s), ``stop`` asks for a
+controlled shutdown (SIGTERM) and waits. With ``sasl_users`` the broker opens a second listener,
+SASL_PLAINTEXT with the PLAIN mechanism and those users, to try client settings against.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import subprocess
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from spark_jobs.errors import UserError
+from spark_jobs.seams.jvm import locked_jars
+from spark_jobs.seams.layout import Layout
+from spark_jobs.seams.processes import (
+    HOST,
+    await_answer,
+    free_port,
+    last_line,
+    port_free,
+    read_state,
+    terminate,
+    write_state,
+)
+
+DEFAULT_PORT = 9092
+START_TIMEOUT_S = 60
+STOP_TIMEOUT_S = 30
+HEAP = os.environ.get("LAKE_KAFKA_HEAP", "1g")
+
+LOG4J2 = """\
+status = error
+appender.file.type = File
+appender.file.name = file
+appender.file.fileName = {log}
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = {level}
+rootLogger.appenderRef.file.ref = file
+logger.kafka.name = kafka
+logger.kafka.level = {level}
+logger.kafka.additivity = false
+logger.kafka.appenderRef.file.ref = file
+"""
+
+
+def home(root: Path) -> Path:
+    return Layout(root).kafka
+
+
+@dataclass(frozen=True)
+class BrokerStatus:
+    running: bool
+    bootstrap_servers: str | None = None
+    sasl_bootstrap_servers: str | None = None
+    pid: int | None = None
+    started_at: str | None = None
+    data_dir: str | None = None
+    log: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+    def text(self) -> str:
+        if not self.running:
+            return "embedded Kafka broker: not running"
+        sasl = (
+            f", SASL_PLAINTEXT (PLAIN) at {self.sasl_bootstrap_servers}"
+            if self.sasl_bootstrap_servers
+            else ""
+        )
+        return (
+            f"embedded Kafka broker: running at {self.bootstrap_servers}{sasl} (pid {self.pid}, "
+            f"since {self.started_at}); data {self.data_dir}, log {self.log}"
+        )
+
+
+def status(root: Path) -> BrokerStatus:
+    """The broker's state from ``broker.json``; a file left by a dead broker reads as not running."""
+    info = read_state(Layout(root).broker_state)
+    if info is None:
+        return BrokerStatus(False)
+    return BrokerStatus(
+        True,
+        info["bootstrap_servers"],
+        info.get("sasl_bootstrap_servers"),
+        int(info["pid"]),
+        info.get("started_at"),
+        info.get("data_dir"),
+        info.get("log"),
+    )
+
+
+# What every broker this project starts (the embedded one, the fault suite's cluster) is set to
+SHARED_SETTINGS = (
+    # topics are created by the product with their declared partition counts, never by a client that
+    # names an unknown topic
+    "auto.create.topics.enable=false",
+    # keep every record: demo and test data carry fixed old timestamps, which a time-based retention
+    # (7 days by default) would delete at once
+    "log.retention.ms=-1",
+    "log.retention.bytes=-1",
+    "group.initial.rebalance.delay.ms=0",
+    "log.cleaner.dedupe.buffer.size=33554432",
+)
+
+
+def new_cluster_id() -> str:
+    """A KRaft cluster id for a storage format: 16 random bytes, URL-safe base64 without padding."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+def _server_properties(
+    data: Path, port: int, controller: int, sasl_port: int | None, sasl_users: dict[str, str]
+) -> str:
+    listeners = [f"PLAINTEXT://{HOST}:{port}", f"CONTROLLER://{HOST}:{controller}"]
+    advertised = [f"PLAINTEXT://{HOST}:{port}"]
+    protocols = ["PLAINTEXT:PLAINTEXT", "CONTROLLER:PLAINTEXT"]
+    lines = []
+    if sasl_port is not None:
+        listeners.append(f"SASL_PLAINTEXT://{HOST}:{sasl_port}")
+        advertised.append(f"SASL_PLAINTEXT://{HOST}:{sasl_port}")
+        protocols.append("SASL_PLAINTEXT:SASL_PLAINTEXT")
+        users = " ".join(f'user_{u}="{p}"' for u, p in sasl_users.items())
+        lines += [
+            "sasl.enabled.mechanisms=PLAIN",
+            "listener.name.sasl_plaintext.plain.sasl.jaas.config="
+            f"org.apache.kafka.common.security.plain.PlainLoginModule required {users};",
+        ]
+    return "\n".join(
+        [
+            "process.roles=broker,controller",
+            "node.id=1",
+            f"controller.quorum.bootstrap.servers={HOST}:{controller}",
+            f"listeners={','.join(listeners)}",
+            f"advertised.listeners={','.join(advertised)}",
+            "controller.listener.names=CONTROLLER",
+            "inter.broker.listener.name=PLAINTEXT",
+            f"listener.security.protocol.map={','.join(protocols)}",
+            f"log.dirs={data}",
+            "num.partitions=1",
+            "offsets.topic.replication.factor=1",
+            "offsets.topic.num.partitions=4",
+            "transaction.state.log.replication.factor=1",
+            "transaction.state.log.min.isr=1",
+            "transaction.state.log.num.partitions=4",
+            "share.coordinator.state.topic.replication.factor=1",
+            "share.coordinator.state.topic.min.isr=1",
+            *SHARED_SETTINGS,
+            *lines,
+            "",
+        ]
+    )
+
+
+def start(
+    root: Path,
+    port: int = DEFAULT_PORT,
+    sasl_port: int | None = None,
+    sasl_users: dict[str, str] | None = None,
+    log=lambda _: None,
+) -> BrokerStatus:
+    """Start the broker unless it runs; returns once it answers."""
+    current = status(root)
+    if current.running:
+        return current
+    sasl_users = sasl_users or {}
+    if sasl_users and sasl_port is None:
+        sasl_port = port + 2
+    for what, p in (("port", port), ("SASL port", sasl_port)):
+        if p is not None and not (0 < p < 65536):
+            raise UserError(f"{what} {p} is not a TCP port (1..65535)")
+        if p is not None and not port_free(p):
+            raise UserError(
+                f"{what} {p} on {HOST} is already taken by another process; choose another with "
+                f"--{'sasl-' if what != 'port' else ''}port"
+            )
+    jars = locked_jars("kafka")
+    folder = home(root)
+    data = folder / "data"
+    data.mkdir(parents=True, exist_ok=True)
+    controller = free_port()
+    props = folder / "server.properties"
+    props.write_text(_server_properties(data, port, controller, sasl_port, sasl_users))
+    broker_log = Layout(root).broker_log
+    log4j = folder / "log4j2.properties"
+    log4j.write_text(LOG4J2.format(log=broker_log, level=os.environ.get("LAKE_KAFKA_LOG_LEVEL", "WARN")))
+    java = ["java", f"-Xmx{HEAP}", f"-Xms{HEAP}", "-XX:+UseParallelGC", "-Djava.awt.headless=true"]
+    java += [f"-Dlog4j2.configurationFile={log4j}", "-cp", ":".join(str(j) for j in jars)]
+    if not (data / "meta.properties").exists():
+        cluster_id = new_cluster_id()
+        formatted = subprocess.run(
+            [
+                *java,
+                "kafka.tools.StorageTool",
+                "format",
+                "--standalone",
+                f"--cluster-id={cluster_id}",
+                "-c",
+                str(props),
+            ],
+            capture_output=True,
+            text=True,
+        )
+        if formatted.returncode != 0:
+            raise UserError(
+                f"formatting the broker's storage in {data} failed: {last_line(formatted.stderr)}"
+            )
+    log(f"starting the embedded Kafka broker on {HOST}:{port} (data {data}) ...")
+    with open(folder / "broker.out", "w") as out:
+        proc = subprocess.Popen(
+            [*java, "kafka.Kafka", str(props)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,  # outlives the command that started it
+        )
+    bootstrap = f"{HOST}:{port}"
+    info = {
+        "pid": proc.pid,
+        "bootstrap_servers": bootstrap,
+        "sasl_bootstrap_servers": f"{HOST}:{sasl_port}" if sasl_port else None,
+        "controller_port": controller,
+        "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "data_dir": str(data),
+        "log": str(broker_log),
+    }
+    logs = [broker_log, folder / "broker.out"]  # broker.out: what a JVM that never got to log4j printed
+    await_answer(
+        proc, lambda: _answers(bootstrap), "the embedded Kafka broker", bootstrap, logs, START_TIMEOUT_S
+    )
+    write_state(Layout(root).broker_state, info)
+    return status(root)
+
+
+def _answers(bootstrap: str) -> bool:
+    """True when the broker serves metadata and has finished loading (a topic can be described)."""
+    from spark_jobs.seams.kafka import broker_answers
+
+    return broker_answers(bootstrap)
+
+
+def stop(root: Path, log=lambda _: None) -> bool:
+    """Stop the broker (controlled shutdown, then SIGKILL after 30 s); False when it was not running."""
+    current = status(root)
+    if not current.running or current.pid is None:
+        Layout(root).broker_state.unlink(missing_ok=True)  # what a dead broker left behind
+        return False
+    log(f"stopping the embedded Kafka broker (pid {current.pid}) ...")
+    terminate(current.pid, STOP_TIMEOUT_S)
+    Layout(root).broker_state.unlink(missing_ok=True)
+    return True

@@ -1,0 +1,194 @@
+"""The lake root's layout, spelled once: every folder and file the product keeps under a root.
+
+```
+<root>/
+  tables/<table>/                 Delta tables: bronze mirrors of the topics (<topic>), lookups
+                                  (lookup_<lookup>), join results (<join>) and the tables a join owns
+                                  (<join>__<part>, JOIN_PARTS), system tables (SYSTEM_TABLES)
+  _checkpoints/<join>/            a join's Spark checkpoint (and lake-inputs.json: its topics' ids)
+  _checkpoints/ingest/<topic>/    a topic's ingest checkpoint (and <topic>.start.json after a rebuild)
+  _checkpoints/.driver/<join>/    a join's checkpoint under the pipeline test driver (spark_jobs.testing)
+  _jobs/<job>.json|.lock|.log|.last.json
+                                  long-running jobs: registry entry, lock, output, last micro-batch
+  _locks/<name>.lock              cross-process locks (topic producers, ingest, catalog, ...)
+  _repair/<topic>.json            a topic repartition in progress
+  _kafka/                         the embedded broker: data, broker.log, broker.json
+  _connect/                       the Spark Connect server: server.json, server.log
+  _airflow/<dag>/<run>/           what one DAG run's tasks hand each other
+  reports/quality/                the report pages, Data Docs and run pages
+  catalog/                        the Spark catalog's metastore (embedded Derby)
+  warehouse/                      the catalog's managed tables (the dbt marts)
+  dbt/                            dbt's target and logs
+```
+
+Other modules ask the lake's ``Layout`` (``Lake.layout``, or ``Layout(root)`` where there is no lake
+yet) for a path, and the functions below for a table's name, instead of joining strings.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+# The system tables under tables/ (their schemas: spark_jobs.seams.system_tables). No topic, lookup or join
+# may take these names.
+QUARANTINE = "quarantine"
+QUALITY_RUNS = "quality_runs"
+JOIN_METRICS = "join_metrics"
+SYSTEM_TABLES = (QUARANTINE, QUALITY_RUNS, JOIN_METRICS)
+
+LOOKUP_PREFIX = "lookup_"
+OWNED = "__"  # <join>__<part>: a table a join owns
+# The tables a join owns, by part: what each holds
+JOIN_PARTS = {
+    "parked": "a keyed join's result rows parked for the table's next catch-up (--table-every)",
+    "waiting": "a stream-table join's left events waiting for their right key",
+    "right_history": "a stream-table join's right records, for the events that arrive later",
+    "left_buffer": "a stream-stream join's left events whose window is open",
+    "right_buffer": "a stream-stream join's right events whose window is open",
+    "progress": "a stream join's watermark and decisions per micro-batch",
+}
+
+
+def lookup_table(lookup: str) -> str:
+    """The Delta table a lookup is kept in."""
+    return f"{LOOKUP_PREFIX}{lookup}"
+
+
+def join_table(join: str, part: str) -> str:
+    """The name of a table join ``join`` owns (``part``: one of ``JOIN_PARTS``)."""
+    if part not in JOIN_PARTS:
+        raise KeyError(f"no join table part {part!r} (parts: {', '.join(JOIN_PARTS)})")
+    return f"{join}{OWNED}{part}"
+
+
+def former_pending_table(join: str) -> str:
+    """The name a stream-table's waiting events and a keyed join's parked rows both had before each
+    got its own (``waiting``, ``parked``); :func:`spark_jobs.joins.engine.adopt_former_names` renames it."""
+    return f"{join}{OWNED}pending"
+
+
+def is_reserved(name: str) -> bool:
+    """Would a topic, lookup or join of this name share a table name with the lake's own tables?"""
+    return name in SYSTEM_TABLES or name.startswith(LOOKUP_PREFIX) or OWNED in name
+
+
+@dataclass(frozen=True)
+class Layout:
+    root: Path
+
+    # --- data -------------------------------------------------------------------------------------
+    @property
+    def tables(self) -> Path:
+        return self.root / "tables"
+
+    def table(self, name: str) -> Path:
+        return self.tables / name
+
+    @property
+    def catalog(self) -> Path:
+        return self.root.absolute() / "catalog"
+
+    @property
+    def warehouse(self) -> Path:
+        return self.root.absolute() / "warehouse"
+
+    # --- streaming progress -----------------------------------------------------------------------
+    def join_checkpoint(self, join: str) -> Path:
+        return self.root / "_checkpoints" / join
+
+    def join_tables(self, join: str) -> list[Path]:
+        """The tables join ``join`` owns that exist (``<join>__<part>``)."""
+        return sorted(self.tables.glob(f"{join}{OWNED}*")) if self.tables.is_dir() else []
+
+    def join_inputs(self, join: str) -> Path:
+        """The Kafka topic ids a join's checkpoint has read (beside Spark's own files)."""
+        return self.join_checkpoint(join) / "lake-inputs.json"
+
+    def driver_checkpoint(self, join: str) -> Path:
+        return self.root / "_checkpoints" / ".driver" / join
+
+    def ingest_checkpoint(self, topic: str) -> Path:
+        return self.root / "_checkpoints" / "ingest" / topic
+
+    def ingest_start(self, topic: str) -> Path:
+        """Where a rebuilt bronze table's records end: the next ingest checkpoint starts there."""
+        return self.root / "_checkpoints" / "ingest" / f"{topic}.start.json"
+
+    # --- coordination -----------------------------------------------------------------------------
+    @property
+    def jobs(self) -> Path:
+        return self.root / "_jobs"
+
+    def job_entry(self, job: str) -> Path:
+        """A running job's registry entry (pid, mode, heartbeat)."""
+        return self.jobs / f"{job}.json"
+
+    def job_lock(self, job: str) -> Path:
+        return self.jobs / f"{job}.lock"
+
+    def job_log(self, job: str) -> Path:
+        return self.jobs / f"{job}.log"
+
+    def job_last_batch(self, job: str) -> Path:
+        """A job's last micro-batch (its figures); it outlives the run."""
+        return self.jobs / f"{job}.last.json"
+
+    @property
+    def locks(self) -> Path:
+        return self.root / "_locks"
+
+    def lock(self, name: str) -> Path:
+        return self.locks / f"{name}.lock"
+
+    def repair_marker(self, topic: str) -> Path:
+        return self.root / "_repair" / f"{topic}.json"
+
+    @property
+    def kafka(self) -> Path:
+        return self.root / "_kafka"
+
+    @property
+    def broker_state(self) -> Path:
+        """The running embedded broker: its pid and ports."""
+        return self.kafka / "broker.json"
+
+    @property
+    def broker_log(self) -> Path:
+        return self.kafka / "broker.log"
+
+    @property
+    def connect(self) -> Path:
+        return self.root / "_connect"
+
+    @property
+    def connect_state(self) -> Path:
+        """The running Spark Connect server: its pid and port."""
+        return self.connect / "server.json"
+
+    @property
+    def connect_log(self) -> Path:
+        return self.connect / "server.log"
+
+    def airflow_run(self, dag_id: str, run_id: str) -> Path:
+        return self.root / "_airflow" / dag_id / run_id
+
+    @property
+    def alerts(self) -> Path:
+        return self.root / "_airflow" / "alerts.jsonl"
+
+    # --- what people read -------------------------------------------------------------------------
+    @property
+    def reports(self) -> Path:
+        return self.root / "reports"
+
+    @property
+    def quality_reports(self) -> Path:
+        return self.root.absolute() / "reports" / "quality"
+
+    def pipeline_report(self, pipeline: str) -> Path:
+        return self.quality_reports / f"{pipeline}.html"
+
+    @property
+    def dbt(self) -> Path:
+        return self.root.absolute() / "dbt"

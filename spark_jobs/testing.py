@@ -36,7 +36,7 @@ import pyarrow.compute as pc
 
 from spark_jobs.errors import UserError
 from spark_jobs.joins.engine import RECORD_FIELDS, BatchMetrics, Changelog, Inputs
-from spark_jobs.seams import partitioners
+from spark_jobs.seams import checkpoints, partitioners
 from spark_jobs.seams.config import PipelineConfig, TopicSpec, load_config
 from spark_jobs.seams.delta import Lake
 from spark_jobs.seams.layout import QUARANTINE
@@ -197,9 +197,7 @@ class JoinQuery:
         """Run the last committed micro-batch again, as Spark does after a crash between the batch's
         writes and its entry in the checkpoint's commit log."""
         self.stop()
-        commits = self.checkpoint / "commits"
-        for entry in (str(self.batch_id), f".{self.batch_id}.crc"):
-            (commits / entry).unlink(missing_ok=True)
+        checkpoints.forget_commit(self.checkpoint, self.batch_id)
         return self.restart()
 
     def _wait(self) -> None:

@@ -46,3 +46,16 @@ def test_a_checkpoint_that_read_delta_tables_is_told_apart(tmp_path):
         checkpoints.committed_positions(cp)
     with pytest.raises(ValueError, match="not a Kafka source offset"):
         checkpoints.kafka_positions([{"orders": 5}])
+
+
+def test_state_and_a_forgotten_commit(tmp_path):
+    cp = tmp_path / "cp"
+    write_batch(cp, 0, [{"orders": {"0": 3}}])
+    write_batch(cp, 1, [{"orders": {"0": 5}}])
+    (cp / "commits" / ".1.crc").write_text("")
+    assert not checkpoints.has_state(cp)
+    (cp / "state" / "0").mkdir(parents=True)
+    assert checkpoints.has_state(cp)
+    checkpoints.forget_commit(cp, 1)
+    assert checkpoints.last_committed(cp) == 0
+    assert sorted(p.name for p in (cp / "commits").iterdir()) == ["0"]

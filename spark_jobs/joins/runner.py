@@ -400,7 +400,7 @@ def _check_checkpoint(lake: Lake, spec: JoinSpec, cluster: Cluster) -> None:
     checkpoint = checkpoint_dir(lake, spec)
     _refuse_bronze_checkpoint(checkpoint, spec)
     committed = checkpoints.last_committed(checkpoint) is not None
-    if JOBS[spec.kind].state_in_checkpoint and committed and not (checkpoint / "state").is_dir():
+    if JOBS[spec.kind].state_in_checkpoint and committed and not checkpoints.has_state(checkpoint):
         raise UserError(
             f"join {spec.name}: its checkpoint {checkpoint} is from an older version of the product (its "
             f"state was in Delta tables, now it is in Spark's state store); rerun with --reset"

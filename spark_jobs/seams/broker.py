@@ -60,10 +60,6 @@ logger.kafka.appenderRef.file.ref = file
 """
 
 
-def home(root: Path) -> Path:
-    return Layout(root).kafka
-
-
 @dataclass(frozen=True)
 class BrokerStatus:
     running: bool
@@ -192,14 +188,14 @@ def start(
                 f"--{'sasl-' if what != 'port' else ''}port"
             )
     jars = locked_jars("kafka")
-    folder = home(root)
-    data = folder / "data"
+    layout = Layout(root)
+    data = layout.broker_data
     data.mkdir(parents=True, exist_ok=True)
     controller = free_port()
-    props = folder / "server.properties"
+    props = layout.broker_config
     props.write_text(_server_properties(data, port, controller, sasl_port, sasl_users))
-    broker_log = Layout(root).broker_log
-    log4j = folder / "log4j2.properties"
+    broker_log = layout.broker_log
+    log4j = layout.broker_log_config
     log4j.write_text(LOG4J2.format(log=broker_log, level=os.environ.get("LAKE_KAFKA_LOG_LEVEL", "WARN")))
     java = ["java", f"-Xmx{HEAP}", f"-Xms{HEAP}", "-XX:+UseParallelGC", "-Djava.awt.headless=true"]
     java += [f"-Dlog4j2.configurationFile={log4j}", "-cp", ":".join(str(j) for j in jars)]
@@ -223,7 +219,7 @@ def start(
                 f"formatting the broker's storage in {data} failed: {last_line(formatted.stderr)}"
             )
     log(f"starting the embedded Kafka broker on {HOST}:{port} (data {data}) ...")
-    with open(folder / "broker.out", "w") as out:
+    with open(layout.broker_output, "w") as out:
         proc = subprocess.Popen(
             [*java, "kafka.Kafka", str(props)],
             stdout=out,
@@ -241,11 +237,11 @@ def start(
         "data_dir": str(data),
         "log": str(broker_log),
     }
-    logs = [broker_log, folder / "broker.out"]  # broker.out: what a JVM that never got to log4j printed
+    logs = [broker_log, layout.broker_output]  # what a JVM that never got to log4j printed
     await_answer(
         proc, lambda: _answers(bootstrap), "the embedded Kafka broker", bootstrap, logs, START_TIMEOUT_S
     )
-    write_state(Layout(root).broker_state, info)
+    write_state(layout.broker_state, info)
     return status(root)
 
 

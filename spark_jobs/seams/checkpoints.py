@@ -1,11 +1,11 @@
 """Reading Spark Structured Streaming checkpoints: which micro-batches are committed, and the Kafka
 offsets each one read up to. The one place that knows Spark's checkpoint layout.
 
-A checkpoint folder holds ``metadata`` (the query's id), ``offsets/<batch>`` (written before a
-micro-batch runs: a version line, a metadata line, then one line per source with the offset that
-batch reads up to) and ``commits/<batch>`` (written after the batch's sink has finished). A Kafka
-source's offset is ``{"<kafka topic>": {"<partition>": <next offset>, ...}}``: the offset after the
-last one the batch has read in that partition (transaction markers included).
+A checkpoint folder holds ``metadata`` (the query's id), ``state/`` (a stateful operator's store),
+``offsets/<batch>`` (written before a micro-batch runs: a version line, a metadata line, then one line
+per source with the offset that batch reads up to) and ``commits/<batch>`` (written after the batch's
+sink has finished). A Kafka source's offset is ``{"<kafka topic>": {"<partition>": <next offset>,
+...}}``: the offset after the last one the batch has read in that partition (transaction markers included).
 """
 
 from __future__ import annotations
@@ -27,6 +27,18 @@ def last_committed(checkpoint: Path) -> int | None:
     commits = checkpoint / "commits"
     batches = [int(p.name) for p in commits.glob("[0-9]*")] if commits.is_dir() else []
     return max(batches) if batches else None
+
+
+def has_state(checkpoint: Path) -> bool:
+    """The query keeps state in Spark's state store (the ``state/`` folder of a stateful operator)."""
+    return (checkpoint / "state").is_dir()
+
+
+def forget_commit(checkpoint: Path, batch: int) -> None:
+    """Remove micro-batch ``batch``'s commit entry: the next start runs the batch again, as after a
+    crash between the batch's writes and its commit (the pipeline test driver's ``replay_last``)."""
+    for entry in (str(batch), f".{batch}.crc"):
+        (checkpoint / "commits" / entry).unlink(missing_ok=True)
 
 
 def source_offsets(checkpoint: Path, batch: int) -> list[Any]:

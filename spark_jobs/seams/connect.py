@@ -54,10 +54,6 @@ class ConnectStatus:
         )
 
 
-def home(root: Path) -> Path:
-    return Layout(root).connect
-
-
 def status(root: Path) -> ConnectStatus:
     """The server's state from ``server.json``; a file left by a dead server reads as not running."""
     info = read_state(Layout(root).connect_state)
@@ -98,9 +94,9 @@ def start(root: Path, port: int = DEFAULT_PORT, log=lambda _: None) -> ConnectSt
         raise UserError(
             f"port {port} on {HOST} is already taken by another process; choose another with --connect-port"
         )
-    folder = home(root)
-    folder.mkdir(parents=True, exist_ok=True)
-    server_log = Layout(root).connect_log
+    layout = Layout(root)
+    layout.connect.mkdir(parents=True, exist_ok=True)
+    server_log = layout.connect_log
     conf = submit_conf() | {
         "spark.connect.grpc.binding.address": HOST,
         "spark.connect.grpc.binding.port": str(port),
@@ -128,21 +124,20 @@ def start(root: Path, port: int = DEFAULT_PORT, log=lambda _: None) -> ConnectSt
         [server_log],
         START_TIMEOUT_S,
     )
-    _warm_up(url, folder)
-    write_state(Layout(root).connect_state, info)
+    _warm_up(url, layout.connect_warm_up)
+    write_state(layout.connect_state, info)
     return status(root)
 
 
-def _warm_up(url: str, folder: Path) -> None:
+def _warm_up(url: str, table: Path) -> None:
     """The server's first query loads and compiles what every later one reuses (Delta's reader, Arrow
     batches to the client): about 7 s. Paid here, by ``lake up``, not by the user's first command."""
     from pyspark.sql import SparkSession
 
     spark = SparkSession.builder.remote(url).getOrCreate()
     try:
-        table = str(folder / "warm-up")
-        spark.range(3).write.format("delta").mode("overwrite").save(table)
-        spark.read.format("delta").load(table).orderBy("id").toArrow()
+        spark.range(3).write.format("delta").mode("overwrite").save(str(table))
+        spark.read.format("delta").load(str(table)).orderBy("id").toArrow()
     finally:
         spark.stop()
 

@@ -12,8 +12,9 @@
                                   long-running jobs: registry entry, lock, output, last micro-batch
   _locks/<name>.lock              cross-process locks (topic producers, ingest, catalog, ...)
   _repair/<topic>.json            a topic repartition in progress
-  _kafka/                         the embedded broker: data, broker.log, broker.json
-  _connect/                       the Spark Connect server: server.json, server.log
+  _kafka/                         the embedded broker: data/, server.properties, log4j2.properties,
+                                  broker.log, broker.out, broker.json
+  _connect/                       the Spark Connect server: server.json, server.log, warm-up/
   _airflow/<dag>/<run>/           what one DAG run's tasks hand each other
   reports/quality/                the report pages, Data Docs and run pages
   catalog/                        the Spark catalog's metastore (embedded Derby)
@@ -158,6 +159,25 @@ class Layout:
         return self.kafka / "broker.log"
 
     @property
+    def broker_data(self) -> Path:
+        """The embedded broker's log directories (its topics' records and the KRaft metadata)."""
+        return self.kafka / "data"
+
+    @property
+    def broker_config(self) -> Path:
+        """The embedded broker's server.properties, written at each start."""
+        return self.kafka / "server.properties"
+
+    @property
+    def broker_log_config(self) -> Path:
+        return self.kafka / "log4j2.properties"
+
+    @property
+    def broker_output(self) -> Path:
+        """What the broker's JVM printed before its logging started."""
+        return self.kafka / "broker.out"
+
+    @property
     def connect(self) -> Path:
         return self.root / "_connect"
 
@@ -169,6 +189,11 @@ class Layout:
     @property
     def connect_log(self) -> Path:
         return self.connect / "server.log"
+
+    @property
+    def connect_warm_up(self) -> Path:
+        """The small Delta table the Connect server writes and reads once at its start."""
+        return self.connect / "warm-up"
 
     def airflow_run(self, dag_id: str, run_id: str) -> Path:
         return self.root / "_airflow" / dag_id / run_id

@@ -121,7 +121,8 @@ def run_backfill(
     finally:
         parsed.unpersist()
     if written:
-        ingest.sync_bronze(spark, lake, config, [topic.name], log=log)  # the mirror and the lookup table
+        # the mirror and the lookup table
+        ingest.sync_bronze(spark, lake, config, [topic.name], log=log, cluster=cluster)
         summary.topic_version = lake.version(topic.name)
     summary.seconds = time.perf_counter() - started
     return summary

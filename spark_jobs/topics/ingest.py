@@ -101,6 +101,7 @@ def run_ingest(
     max_records: int | None = None,
     stop: threading.Event | None = None,
     log: Callable[[str], None] = lambda _: None,
+    cluster: Cluster | None = None,
 ) -> IngestSummary:
     """Mirror ``topics`` (default: every declared topic) into their bronze tables: ``once`` everything
     available now, then return; otherwise until ``stop`` is set (or SIGTERM / Ctrl-C). ``max_records``
@@ -112,10 +113,11 @@ def run_ingest(
     ``LOOKUP_REFRESH_SECONDS``). A continuous ingest registers as the pipeline's job
     ``ingest:<pipeline>`` under ``<root>/_jobs``
     (pid, heartbeat, each topic's last batch; ``lake ingest --detach`` starts it detached, ``lake
-    status`` shows it); a second one of the pipeline, or of one of its topics, is refused."""
+    status`` shows it); a second one of the pipeline, or of one of its topics, is refused. ``cluster``:
+    the pipeline's cluster when the caller has it already (one connection per command)."""
     started = time.perf_counter()
     specs = [config.topic(t) for t in topics] if topics else list(config.topics.values())
-    cluster = connect(config, lake.root)
+    cluster = cluster or connect(config, lake.root)
     ensure_topics(cluster, specs)  # Spark's source needs them to exist
     for spec in specs:  # before registering: whoever sees the job running finds the tables
         ensure_bronze(lake, spec)
@@ -147,10 +149,15 @@ def run_ingest(
 
 
 def sync_bronze(
-    spark: SparkSession, lake: Lake, config: PipelineConfig, topics: list[str], log=lambda _: None
+    spark: SparkSession,
+    lake: Lake,
+    config: PipelineConfig,
+    topics: list[str],
+    log=lambda _: None,
+    cluster: Cluster | None = None,
 ) -> IngestSummary:
     """Bring the bronze tables of ``topics`` up to their Kafka topics' current end."""
-    return run_ingest(spark, lake, config, topics, once=True, log=log)
+    return run_ingest(spark, lake, config, topics, once=True, log=log, cluster=cluster)
 
 
 class _Every:

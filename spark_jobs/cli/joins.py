@@ -115,7 +115,7 @@ def cmd_run(args) -> int:
 
 def cmd_start(args) -> int:
     from spark_jobs.joins.runner import check_table_every
-    from spark_jobs.joins.supervise import start_ingest, start_join
+    from spark_jobs.joins.supervise import launch_ingest, launch_join, start_jobs
     from spark_jobs.seams.config import resolve_config_path
 
     config, lake = context(args)
@@ -124,10 +124,15 @@ def cmd_start(args) -> int:
         raise UserError("--trigger must be a positive number of seconds")
     check_table_every(spec, once=False, table_every=args.table_every)
     config_path = str(resolve_config_path(args.config).resolve())
-    ingest = start_ingest(lake, config_path, config)  # the join sees new Kafka records only through it
+    # the pipeline's mirror beside the join (the lake's tables keep up), both drivers starting at once
+    ingest, state = start_jobs(
+        [
+            launch_ingest(lake, config_path, config),
+            launch_join(lake, config_path, spec, args.trigger, table_every=args.table_every),
+        ]
+    )
     if ingest.changed:
         print(f"{ingest.label}: started (pid {ingest.pid}); log: {ingest.log}")
-    state = start_join(lake, config_path, spec, args.trigger, table_every=args.table_every)
     verb = "started" if state.changed else "already running"
     print(f"{state.label}: {verb} (pid {state.pid}); log: {state.log}")
     return 0

@@ -13,13 +13,13 @@ from __future__ import annotations
 from spark_jobs.runtime.jobs import (
     STALE_AFTER_SECONDS,
     JobState,
+    Launch,
     ingest_job,
     join_job,
     log_path,
     registry,
     running_jobs,
     silent_for,
-    start_detached,
     stop_job,
 )
 from spark_jobs.seams.config import JoinSpec, PipelineConfig
@@ -32,6 +32,40 @@ def _where(lake: Lake, config_path: str) -> list[str]:
     return ["--root", str(lake.root), "--config", str(config_path)]
 
 
+def launch_ingest(
+    lake: Lake,
+    config_path: str,
+    config: PipelineConfig,
+    trigger_seconds: float = INGEST_TRIGGER_SECONDS,
+    env: dict[str, str] | None = None,
+) -> Launch:
+    """Launch the pipeline's continuous ingest unless it runs (``.wait()``: until it has registered)."""
+    command = [
+        "ingest",
+        "--continuous",
+        "--trigger",
+        f"{trigger_seconds:g}",
+        *_where(lake, config_path),
+    ]
+    return Launch(lake, ingest_job(config), command, env=env)
+
+
+def launch_join(
+    lake: Lake,
+    config_path: str,
+    spec: JoinSpec,
+    trigger_seconds: float,
+    env: dict[str, str] | None = None,
+    table_every: float | None = None,
+) -> Launch:
+    """Launch the join's continuous job unless it runs (``.wait()``: until it has registered)."""
+    command = ["run", spec.name, "--continuous", "--trigger", f"{trigger_seconds:g}"]
+    command += _where(lake, config_path)
+    if table_every:
+        command += ["--table-every", f"{table_every:g}"]
+    return Launch(lake, join_job(spec), command, env=env)
+
+
 def start_ingest(
     lake: Lake,
     config_path: str,
@@ -40,30 +74,12 @@ def start_ingest(
     env: dict[str, str] | None = None,
 ) -> JobState:
     """Start the pipeline's continuous ingest unless it runs."""
-    command = [
-        "ingest",
-        "--continuous",
-        "--trigger",
-        f"{trigger_seconds:g}",
-        *_where(lake, config_path),
-    ]
-    return start_detached(lake, ingest_job(config), command, env=env)
+    return launch_ingest(lake, config_path, config, trigger_seconds, env).wait()
 
 
-def start_join(
-    lake: Lake,
-    config_path: str,
-    spec: JoinSpec,
-    trigger_seconds: float,
-    env: dict[str, str] | None = None,
-    table_every: float | None = None,
-) -> JobState:
-    """Start the join's continuous job unless it runs."""
-    command = ["run", spec.name, "--continuous", "--trigger", f"{trigger_seconds:g}"]
-    command += _where(lake, config_path)
-    if table_every:
-        command += ["--table-every", f"{table_every:g}"]
-    return start_detached(lake, join_job(spec), command, env=env)
+def start_jobs(launches: list[Launch]) -> list[JobState]:
+    """Wait for jobs launched side by side (their Spark drivers start at once) to register."""
+    return [launch.wait() for launch in launches]
 
 
 def stop_join(lake: Lake, spec: JoinSpec, timeout: float = 120.0) -> JobState:

@@ -203,7 +203,7 @@ def pipeline_dag(b: _Builder) -> DAG:
             task_id="wait_joins_caught_up",
             python_callable=tasks.joins_caught_up,
             op_kwargs={"config_path": b.config_path, "root": b.root},
-            poke_interval=10,
+            poke_interval=3,
             timeout=JOINS_CATCH_UP_TIMEOUT,
             mode="poke",  # a short wait; keeps `airflow dags test` simple
             doc_md="Waits until every join has processed all of its input topics (0 records behind), so the "

@@ -132,19 +132,18 @@ def ensure_joins_running(config_path: str, root: str, conn_id: str, trigger: flo
     """Start the pipeline's continuous ingest (the lake's bronze mirror), then each join's continuous
     job (with its ``table_every`` setting), unless they run (then they are left alone). The jobs run
     detached from this worker, registered with pid and heartbeat under ``<root>/_jobs``."""
-    from spark_jobs.joins.supervise import start_ingest, start_join
+    from spark_jobs.joins.supervise import launch_ingest, launch_join, start_jobs
 
     config, lake = _lake(config_path, root)
     if not config.joins:
         log.info("pipeline %s declares no joins", config.name)
         return {}
     env = {"LAKE_SPARK_MASTER": connection_master(conn_id)}
+    joins = _chosen_joins(config, context)
+    launches = [launch_ingest(lake, config_path, config, env=env)]
+    launches += [launch_join(lake, config_path, config.join(name), trigger, env=env) for name in joins]
     outcome = {}
-    for name in ["ingest", *_chosen_joins(config, context)]:
-        if name == "ingest":
-            state = start_ingest(lake, config_path, config, env=env)
-        else:
-            state = start_join(lake, config_path, config.join(name), trigger, env=env)
+    for name, state in zip(["ingest", *joins], start_jobs(launches), strict=True):
         verb = "started" if state.changed else "already running, left alone"
         log.info(
             "%s: %s (pid %s, master %s); log %s",

@@ -3,9 +3,10 @@
 A running job registers itself in ``<root>/_jobs/<name>.json`` (job id, pid, heartbeat, last batch)
 and holds ``<root>/_jobs/<name>.lock`` for its lifetime, so a second copy refuses to start. A join
 keeps its last micro-batch's figures in ``<root>/_jobs/<name>.last.json`` after it stops.
-``start_detached`` launches a job's ``lake`` command in its own session, output appended to
-``<root>/_jobs/<name>.log``, and returns once the job has registered; starting a running job does
-nothing. ``stop_job`` sends SIGTERM (the job finishes its current micro-batch) and waits for the exit.
+``Launch`` starts a job's ``lake`` command in its own session, output appended to
+``<root>/_jobs/<name>.log``; its ``wait`` returns once the job has registered, so several jobs can be
+launched before waiting for any. Launching a running job does nothing. ``stop_job`` sends SIGTERM
+(the job finishes its current micro-batch) and waits for the exit.
 """
 
 from __future__ import annotations
@@ -157,38 +158,46 @@ def _tail(path: Path, lines: int = 5) -> str:
         return "(no log)"
 
 
-def start_detached(
-    lake: Lake, job: Job, command: list[str], timeout: float = 180.0, env: dict[str, str] | None = None
-) -> JobState:
-    """Start the job (``lake COMMAND...`` in its own session) unless it runs; return once it has
-    registered. ``env`` adds to the job's
-    environment (e.g. ``LAKE_SPARK_MASTER``: on a cluster the job is a client-mode driver here and
-    its executors run on the cluster)."""
-    log = log_path(lake, job)
-    pid = running_jobs(lake).get(job.id)
-    if pid:
-        return JobState(job.label, pid, False, log)
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with open(log, "ab") as out:
-        out.write(f"\n== {time.strftime('%Y-%m-%dT%H:%M:%S%z')} start: lake {' '.join(command)}\n".encode())
-        out.flush()
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "spark_jobs.cli", *command],
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=out,
-            start_new_session=True,
-            env={**os.environ, **(env or {})},
-        )
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        pid = running_jobs(lake).get(job.id)
-        if pid:
-            return JobState(job.label, pid, pid == proc.pid, log)
-        if proc.poll() is not None:
-            raise UserError(f"{job.label} did not start (exit {proc.returncode}): {_tail(log)}")
-        time.sleep(0.5)
-    raise UserError(f"{job.label} has not registered after {timeout:g} s; see {log}")
+class Launch:
+    """A job being started, unless it runs: :meth:`wait` returns once it has registered. ``env`` adds
+    to the job's environment (e.g. ``LAKE_SPARK_MASTER``: on a cluster the job is a client-mode driver
+    here and its executors run on the cluster). Launching several jobs before waiting for any lets
+    their Spark drivers start side by side."""
+
+    def __init__(self, lake: Lake, job: Job, command: list[str], env: dict[str, str] | None = None):
+        self.lake, self.job, self.log = lake, job, log_path(lake, job)
+        self.running = running_jobs(lake).get(job.id)  # already running: nothing is started
+        self.proc: subprocess.Popen | None = None
+        if self.running:
+            return
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log, "ab") as out:
+            out.write(
+                f"\n== {time.strftime('%Y-%m-%dT%H:%M:%S%z')} start: lake {' '.join(command)}\n".encode()
+            )
+            out.flush()
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "spark_jobs.cli", *command],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=out,
+                start_new_session=True,
+                env={**os.environ, **(env or {})},
+            )
+
+    def wait(self, timeout: float = 180.0) -> JobState:
+        job, log = self.job, self.log
+        if self.proc is None:
+            return JobState(job.label, self.running, False, log)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            pid = running_jobs(self.lake).get(job.id)
+            if pid:
+                return JobState(job.label, pid, pid == self.proc.pid, log)
+            if self.proc.poll() is not None:
+                raise UserError(f"{job.label} did not start (exit {self.proc.returncode}): {_tail(log)}")
+            time.sleep(0.5)
+        raise UserError(f"{job.label} has not registered after {timeout:g} s; see {log}")
 
 
 def stop_job(lake: Lake, job: Job, timeout: float = 120.0) -> JobState:

@@ -22,7 +22,7 @@ demo: setup kafka-start ## the embedded Kafka broker, the demo stories (consents
 	@$(BIN)/lake dbt build $(QUIET_JVM)
 	@bash infra/airflow-pipeline.sh marketplace people
 	@echo; echo "== what to open"
-	@echo "the data-quality report, a section per pipeline: file://$$($(BIN)/lake report --all)"
+	@echo "the data-quality report, a section per pipeline (written by every quality run): file://$$($(BIN)/python -c 'from spark_jobs.seams.config import resolve_root; from spark_jobs.seams.layout import Layout; print(Layout(resolve_root()).report_folder.index)')"
 	@echo "the marts, from a new Spark session: $(BIN)/lake sql 'SELECT * FROM marts.optout_feed'"
 	@echo "the topics, as any Kafka client reads them: $(BIN)/lake consume customer_consents -f '%k,%p\\n'"
 	@echo "the embedded Kafka broker keeps running: make kafka-stop (or $(BIN)/lake kafka stop) stops it"

@@ -98,3 +98,34 @@ def test_join_tables_lists_what_a_join_owns_and_nothing_of_another_join(tmp_path
     for name in ("j", "j__parked", "j__progress", "jj__parked", "j_other"):
         (layout.tables / name).mkdir(parents=True)
     assert [p.name for p in layout.join_tables("j")] == ["j__parked", "j__progress"]
+
+
+def test_a_report_folder_names_its_pages(tmp_path):
+    from datetime import UTC, datetime
+
+    folder = Layout(Path("/lake")).report_folder
+    assert folder.path == Path("/lake/reports/quality")
+    at = datetime(2026, 11, 27, 6, 5, 4, tzinfo=UTC)
+    assert {
+        "index": folder.index,
+        "summary": folder.summary,
+        "summary json": folder.summary_json,
+        "pipeline": folder.pipeline_page("consents"),
+        "run": folder.run_page(at, "0123456789abcdef"),
+        "data docs": folder.data_docs_index,
+    } == {
+        "index": Path("/lake/reports/quality/index.html"),
+        "summary": Path("/lake/reports/quality/summary.html"),
+        "summary json": Path("/lake/reports/quality/summary.json"),
+        "pipeline": Path("/lake/reports/quality/consents.html"),
+        "run": Path("/lake/reports/quality/runs/20261127T060504Z-01234567.html"),
+        "data docs": Path("/lake/reports/quality/gx/uncommitted/data_docs/local_site/index.html"),
+    }
+    assert folder.href(folder.run_page(at, "0123456789abcdef")) == "runs/20261127T060504Z-01234567.html"
+    assert Layout(Path("/lake")).dbt_target == Path("/lake/dbt/target")
+
+    real = Layout(tmp_path).report_folder
+    real.path.mkdir(parents=True)
+    for page in (real.index, real.summary, real.pipeline_page("people"), real.pipeline_page("consents")):
+        page.write_text("")
+    assert real.pipeline_pages() == [real.pipeline_page("consents"), real.pipeline_page("people")]

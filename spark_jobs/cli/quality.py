@@ -97,6 +97,7 @@ def cmd_report(args) -> int:
     if not args.all:
         print(write_report(lake, config))
         return 0
-    pages = [write_report(lake, load_config(path)) for path in pipeline_files(args.config)]
-    print(pages[0].with_name("index.html"))
+    for path in pipeline_files(args.config):
+        write_report(lake, load_config(path))
+    print(lake.layout.report_folder.index)
     return 0

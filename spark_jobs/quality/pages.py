@@ -23,6 +23,7 @@ from pathlib import Path
 from spark_jobs.quality.results import QualityReport
 from spark_jobs.seams.config import PipelineConfig
 from spark_jobs.seams.delta import Lake
+from spark_jobs.seams.layout import ReportFolder
 from spark_jobs.seams.system_tables import QUALITY_RUNS, QUARANTINE
 from spark_jobs.topics.snapshots import offsets_text
 
@@ -32,11 +33,6 @@ QUARANTINE_ROWS = 100  # quarantined records listed (with the total)
 
 def report_path(lake: Lake, pipeline: str) -> Path:
     return lake.layout.pipeline_report(pipeline)
-
-
-def run_page(run_time: datetime, run_id: str) -> str:
-    """A quality run's own page, relative to the report folder: ``runs/<time>-<id>.html``."""
-    return f"runs/{run_time.astimezone(UTC).strftime('%Y%m%dT%H%M%SZ')}-{run_id[:8]}.html"
 
 
 def pipeline_jobs(config: PipelineConfig) -> set[str]:
@@ -73,32 +69,28 @@ def failures_per_run(runs: list[dict]) -> list[tuple[datetime, str, int, int]]:
 
 def write_report(lake: Lake, config: PipelineConfig, data_docs: str | None = None) -> Path:
     """Write the pipeline's report page (and the index of pipelines); returns the page's path."""
-    path = report_path(lake, config.name)
+    folder = lake.layout.report_folder
+    path = folder.pipeline_page(config.name)
     path.parent.mkdir(parents=True, exist_ok=True)
     every_run = _rows(lake, QUALITY_RUNS)  # read once: this page's runs and the index's
     runs = [r for r in every_run if r["pipeline"] == config.name]
     jobs = pipeline_jobs(config)
     quarantined = [q for q in _rows(lake, QUARANTINE) if q["job"] in jobs]
     quarantined.sort(key=lambda q: (q["run_time"], q["source"] or "", q["line"] or 0), reverse=True)
-    docs = data_docs or _docs_index(path.parent)
-    pages = {r["run_id"]: run_page(r["run_time"], r["run_id"]) for r in runs}
-    pages = {run_id: page for run_id, page in pages.items() if (path.parent / page).is_file()}
+    docs = data_docs or (folder.href(folder.data_docs_index) if folder.data_docs_index.is_file() else None)
+    run_pages = {r["run_id"]: folder.run_page(r["run_time"], r["run_id"]) for r in runs}
+    pages = {run_id: folder.href(page) for run_id, page in run_pages.items() if page.is_file()}
     page = render(config.name, runs, quarantined, docs, datetime.now(UTC), pages)
     path.write_text(page, encoding="utf-8")
-    _write_index(path.parent, every_run)
+    _write_index(folder, every_run)
     return path
 
 
-def _docs_index(report_dir: Path) -> str | None:
-    index = report_dir / "gx" / "uncommitted" / "data_docs" / "local_site" / "index.html"
-    return "gx/uncommitted/data_docs/local_site/index.html" if index.is_file() else None
-
-
-def _write_index(report_dir: Path, runs: list[dict]) -> None:
+def _write_index(folder: ReportFolder, runs: list[dict]) -> None:
     """``index.html``: a section per pipeline with a report page (its status in the latest run of
     each suite, the failing checks with their first findings, a link to the page), from ``runs``,
     every pipeline's rows of ``quality_runs``."""
-    pages = sorted(p for p in report_dir.glob("*.html") if p.name not in ("index.html", "summary.html"))
+    pages = folder.pipeline_pages()
     parts = [
         f"<!doctype html><html><head><meta charset='utf-8'><title>Data quality</title>{STYLE}</head>",
         "<body><h1>Data quality reports</h1>",
@@ -108,7 +100,7 @@ def _write_index(report_dir: Path, runs: list[dict]) -> None:
     for page in pages:
         parts += _pipeline_section(page.stem, [r for r in runs if r["pipeline"] == page.stem])
     parts.append("<p><a href='summary.html'>The latest quality run</a></p></body></html>")
-    (report_dir / "index.html").write_text("\n".join(parts), encoding="utf-8")
+    folder.index.write_text("\n".join(parts), encoding="utf-8")
 
 
 INDEX_FINDINGS = 3  # findings shown per failing check on the index

@@ -22,12 +22,13 @@ from pyspark.sql import DataFrame, SparkSession
 from spark_jobs.errors import UserError
 from spark_jobs.quality.findings import as_row, offending
 from spark_jobs.quality.gx import GreatExpectations, outcome, unexpected_rows
-from spark_jobs.quality.pages import docs_href, render_summary, report_path, run_page, write_report
+from spark_jobs.quality.pages import docs_href, render_summary, report_path, write_report
 from spark_jobs.quality.results import ExpectationResult, QualityReport
 from spark_jobs.quality.suites import CHECKS, Check, Suite, load_suite
 from spark_jobs.seams.config import PipelineConfig
 from spark_jobs.seams.delta import Lake
 from spark_jobs.seams.kafka import connect
+from spark_jobs.seams.layout import ReportFolder
 from spark_jobs.seams.system_tables import QUALITY_RUNS, QUALITY_RUNS_SCHEMA, ensure_quality_runs
 from spark_jobs.topics.snapshots import Snapshot, SnapshotReader, offsets_text, take
 
@@ -83,15 +84,15 @@ def _run_suites(
     report_dir: Path | None,
     log,
 ) -> QualityReport:
-    report_dir = (report_dir or lake.layout.quality_reports).absolute()
-    report_dir.mkdir(parents=True, exist_ok=True)
+    folder = ReportFolder((report_dir or lake.layout.quality_reports).absolute())
+    folder.path.mkdir(parents=True, exist_ok=True)
     cluster = connect(config, lake.root)
     read = list(dict.fromkeys(t for suite in suites for check in suite.checks for t in check.topics(config)))
     snapshot = take(cluster, [config.topic(t) for t in read])
     log(f"reading {snapshot.covers()} from Kafka at {cluster.bootstrap_servers}")
     topics = SnapshotReader(spark, cluster, {t: config.topic(t) for t in read}, snapshot)
     log("loading Great Expectations ...")
-    gxr = GreatExpectations(report_dir)
+    gxr = GreatExpectations(folder.path)
     run_id = str(uuid.uuid4())
     run_time = datetime.now(UTC)
     results: list[ExpectationResult] = []
@@ -108,13 +109,13 @@ def _run_suites(
     report.offsets_at = snapshot.taken_at.isoformat(timespec="seconds")
     report.offsets = {t: list(snapshot.ends[t]) for t in read}
     # every run keeps its own page (runs/<time>-<id>.html); summary.html/.json are the latest run
-    page = report_dir / run_page(run_time, run_id)
+    page = folder.run_page(run_time, run_id)
     page.parent.mkdir(exist_ok=True)
     report.summary_html = str(page)
-    for target in (page, report_dir / "summary.html"):
+    for target in (page, folder.summary):
         target.write_text(render_summary(report, docs_href(docs, target)), encoding="utf-8")
     as_json = json.dumps(report.as_dict(), indent=2)
-    for target in (page.with_suffix(".json"), report_dir / "summary.json"):
+    for target in (page.with_suffix(".json"), folder.summary_json):
         target.write_text(as_json, encoding="utf-8")
     _record(spark, lake, report, suites, snapshot)
     pipeline_page = write_report(lake, config, docs_href(docs, report_path(lake, config.name)))

@@ -16,10 +16,10 @@
                                   broker.log, broker.out, broker.json
   _connect/                       the Spark Connect server: server.json, server.log, warm-up/
   _airflow/<dag>/<run>/           what one DAG run's tasks hand each other
-  reports/quality/                the report pages, Data Docs and run pages
+  reports/quality/                the report pages, Data Docs and run pages (ReportFolder)
   catalog/                        the Spark catalog's metastore (embedded Derby)
   warehouse/                      the catalog's managed tables (the dbt marts)
-  dbt/                            dbt's target and logs
+  dbt/target/, dbt/logs/          dbt's target and logs
 ```
 
 Other modules ask the lake's ``Layout`` (``Lake.layout``, or ``Layout(root)`` where there is no lake
@@ -29,6 +29,7 @@ yet) for a path, and the functions below for a table's name, instead of joining 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 # The system tables under tables/ (their schemas: spark_jobs.seams.system_tables). No topic, lookup or join
@@ -211,9 +212,62 @@ class Layout:
     def quality_reports(self) -> Path:
         return self.root.absolute() / "reports" / "quality"
 
+    @property
+    def report_folder(self) -> ReportFolder:
+        return ReportFolder(self.quality_reports)
+
     def pipeline_report(self, pipeline: str) -> Path:
-        return self.quality_reports / f"{pipeline}.html"
+        return self.report_folder.pipeline_page(pipeline)
 
     @property
     def dbt(self) -> Path:
         return self.root.absolute() / "dbt"
+
+    @property
+    def dbt_target(self) -> Path:
+        return self.dbt / "target"
+
+    @property
+    def dbt_logs(self) -> Path:
+        return self.dbt / "logs"
+
+
+@dataclass(frozen=True)
+class ReportFolder:
+    """A folder of data-quality reports (the root's ``reports/quality``, or ``lake check
+    --report-dir``): ``index.html`` (a section per pipeline), ``<pipeline>.html``, ``summary.html`` /
+    ``summary.json`` (the latest run), ``runs/<time>-<id>.html|.json`` (each run's own page) and
+    Great Expectations' project (``gx/``) with its Data Docs."""
+
+    path: Path
+
+    @property
+    def index(self) -> Path:
+        return self.path / "index.html"
+
+    @property
+    def summary(self) -> Path:
+        return self.path / "summary.html"
+
+    @property
+    def summary_json(self) -> Path:
+        return self.path / "summary.json"
+
+    def pipeline_page(self, pipeline: str) -> Path:
+        return self.path / f"{pipeline}.html"
+
+    def pipeline_pages(self) -> list[Path]:
+        """The pipelines' pages present, by name."""
+        return sorted(p for p in self.path.glob("*.html") if p not in (self.index, self.summary))
+
+    def run_page(self, run_time: datetime, run_id: str) -> Path:
+        return self.path / "runs" / f"{run_time.astimezone(UTC).strftime('%Y%m%dT%H%M%SZ')}-{run_id[:8]}.html"
+
+    @property
+    def data_docs_index(self) -> Path:
+        """The index of the Data Docs site Great Expectations builds in its project (``gx/``)."""
+        return self.path / "gx" / "uncommitted" / "data_docs" / "local_site" / "index.html"
+
+    def href(self, target: Path) -> str:
+        """``target``'s address relative to the folder (a link between the folder's pages)."""
+        return target.relative_to(self.path).as_posix()

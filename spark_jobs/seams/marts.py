@@ -80,7 +80,6 @@ def _run_dbt(lake: Lake, project: Path, args: Sequence[str], log: Callable[[str]
     log(f"{len(names)} lake tables in the catalog as {LAKE_SCHEMA}.<table>")
     if not spark.catalog.databaseExists(MARTS_SCHEMA):  # (Hive logs an ERROR for IF NOT EXISTS hits)
         spark.sql(f"CREATE SCHEMA {MARTS_SCHEMA}")
-    work = lake.layout.dbt
     argv = [
         *args,
         "--project-dir",
@@ -88,9 +87,9 @@ def _run_dbt(lake: Lake, project: Path, args: Sequence[str], log: Callable[[str]
         "--profiles-dir",
         str(project),
         "--target-path",
-        str(work / "target"),
+        str(lake.layout.dbt_target),
         "--log-path",
-        str(work / "logs"),
+        str(lake.layout.dbt_logs),
     ]
     os.environ.setdefault("DBT_SEND_ANONYMOUS_USAGE_STATS", "false")  # no network calls home
     # dbt's semaphores are released when this process exits directly (cli.entry); the resource

@@ -269,7 +269,7 @@ def cmd_ingest(args) -> int:
 
 
 def _ingest_job(args, config, lake) -> int:
-    from spark_jobs.joins.supervise import start_ingest, stop_ingest
+    from spark_jobs.joins.supervise import launch_ingest, stop_ingest
     from spark_jobs.seams.config import resolve_config_path
 
     if args.topics or args.max_records:
@@ -278,7 +278,7 @@ def _ingest_job(args, config, lake) -> int:
         state = stop_ingest(lake, config)
         print(f"{state.label}: " + (f"stopped (pid {state.pid})" if state.changed else "was not running"))
         return 0
-    state = start_ingest(lake, str(resolve_config_path(args.config).resolve()), config, args.trigger)
+    state = launch_ingest(lake, str(resolve_config_path(args.config).resolve()), config, args.trigger).wait()
     verb = "started" if state.changed else "already running"
     print(f"{state.label}: {verb} (pid {state.pid}); log: {state.log}")
     return 0

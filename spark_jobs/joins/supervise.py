@@ -66,17 +66,6 @@ def launch_join(
     return Launch(lake, join_job(spec), command, env=env)
 
 
-def start_ingest(
-    lake: Lake,
-    config_path: str,
-    config: PipelineConfig,
-    trigger_seconds: float = INGEST_TRIGGER_SECONDS,
-    env: dict[str, str] | None = None,
-) -> JobState:
-    """Start the pipeline's continuous ingest unless it runs."""
-    return launch_ingest(lake, config_path, config, trigger_seconds, env).wait()
-
-
 def start_jobs(launches: list[Launch]) -> list[JobState]:
     """Wait for jobs launched side by side (their Spark drivers start at once) to register."""
     return [launch.wait() for launch in launches]

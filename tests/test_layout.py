@@ -44,7 +44,7 @@ def test_every_path_is_under_the_root_where_the_docs_say():
         "connect warm-up": layout.connect_warm_up,
         "airflow run": layout.airflow_run("d", "r"),
         "alerts": layout.alerts,
-        "report": layout.pipeline_report("shop"),
+        "report": layout.report_folder.pipeline_page("shop"),
     } == {
         "table": Path("/lake/tables/orders"),
         "join checkpoint": Path("/lake/_checkpoints/j"),

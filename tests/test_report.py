@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 import pytest
 
 from spark_jobs.lookups.backfill import run_backfill
-from spark_jobs.quality.pages import failures_per_run, latest_per_suite, report_path, write_report
+from spark_jobs.quality.pages import failures_per_run, latest_per_suite, write_report
 from spark_jobs.quality.run import run_suites
 from spark_jobs.seams.config import load_config
 from spark_jobs.seams.delta import Lake
@@ -148,7 +148,7 @@ def test_quality_runs_keep_each_finding_typed(shop):
 
 def test_report_page_shows_what_failed_as_a_person_sees_it(shop, browser, tmp_path):
     lake, config, ends = shop
-    path = report_path(lake, "shop")
+    path = lake.layout.report_folder.pipeline_page("shop")
     assert path.is_file()
     page = browser.new_page(viewport={"width": 1100, "height": 900})
     page.goto(path.as_uri())

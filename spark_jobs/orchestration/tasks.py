@@ -81,7 +81,7 @@ def quality_lines(report: dict, root: str) -> list[str]:
     url = report_url(report.get("summary_html"), root, base)
     if url:
         lines.append(f"report in the browser: {url}")
-    pipeline_page = Layout(Path(root)).pipeline_report(str(report.get("pipeline")))
+    pipeline_page = Layout(Path(root)).report_folder.pipeline_page(str(report.get("pipeline")))
     pipeline_url = report_url(str(pipeline_page), root, base)
     if pipeline_url:
         lines.append(

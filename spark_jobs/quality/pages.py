@@ -31,10 +31,6 @@ CHART_RUNS = 30  # runs shown in the chart
 QUARANTINE_ROWS = 100  # quarantined records listed (with the total)
 
 
-def report_path(lake: Lake, pipeline: str) -> Path:
-    return lake.layout.pipeline_report(pipeline)
-
-
 def pipeline_jobs(config: PipelineConfig) -> set[str]:
     """The quarantine's ``job`` values that belong to this pipeline."""
     return {f"backfill:{name}" for name in config.lookups} | {spec.job for spec in config.joins.values()}

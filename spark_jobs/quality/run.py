@@ -22,7 +22,7 @@ from pyspark.sql import DataFrame, SparkSession
 from spark_jobs.errors import UserError
 from spark_jobs.quality.findings import as_row, offending
 from spark_jobs.quality.gx import GreatExpectations, outcome, unexpected_rows
-from spark_jobs.quality.pages import docs_href, render_summary, report_path, write_report
+from spark_jobs.quality.pages import docs_href, render_summary, write_report
 from spark_jobs.quality.results import ExpectationResult, QualityReport
 from spark_jobs.quality.suites import CHECKS, Check, Suite, load_suite
 from spark_jobs.seams.config import PipelineConfig
@@ -118,7 +118,9 @@ def _run_suites(
     for target in (page.with_suffix(".json"), folder.summary_json):
         target.write_text(as_json, encoding="utf-8")
     _record(spark, lake, report, suites, snapshot)
-    pipeline_page = write_report(lake, config, docs_href(docs, report_path(lake, config.name)))
+    pipeline_page = write_report(
+        lake, config, docs_href(docs, lake.layout.report_folder.pipeline_page(config.name))
+    )
     log(f"report: {pipeline_page}")
     return report
 

@@ -216,9 +216,6 @@ class Layout:
     def report_folder(self) -> ReportFolder:
         return ReportFolder(self.quality_reports)
 
-    def pipeline_report(self, pipeline: str) -> Path:
-        return self.report_folder.pipeline_page(pipeline)
-
     @property
     def dbt(self) -> Path:
         return self.root.absolute() / "dbt"

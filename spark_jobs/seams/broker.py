@@ -35,7 +35,7 @@ from spark_jobs.seams.processes import (
     last_line,
     port_free,
     read_state,
-    terminate,
+    stop_service,
     write_state,
 )
 
@@ -254,11 +254,4 @@ def _answers(bootstrap: str) -> bool:
 
 def stop(root: Path, log=lambda _: None) -> bool:
     """Stop the broker (controlled shutdown, then SIGKILL after 30 s); False when it was not running."""
-    current = status(root)
-    if not current.running or current.pid is None:
-        Layout(root).broker_state.unlink(missing_ok=True)  # what a dead broker left behind
-        return False
-    log(f"stopping the embedded Kafka broker (pid {current.pid}) ...")
-    terminate(current.pid, STOP_TIMEOUT_S)
-    Layout(root).broker_state.unlink(missing_ok=True)
-    return True
+    return stop_service(Layout(root).broker_state, "the embedded Kafka broker", STOP_TIMEOUT_S, log)

@@ -25,7 +25,7 @@ from typing import Any
 
 from spark_jobs.errors import UserError
 from spark_jobs.seams.layout import Layout
-from spark_jobs.seams.processes import HOST, await_answer, port_free, read_state, terminate, write_state
+from spark_jobs.seams.processes import HOST, await_answer, port_free, read_state, stop_service, write_state
 from spark_jobs.seams.session import DEFAULT_MASTER, get_spark, submit_conf
 
 DEFAULT_PORT = 15002  # Spark Connect's own default
@@ -145,14 +145,7 @@ def _warm_up(url: str, table: Path) -> None:
 def stop(root: Path, log=lambda _: None) -> bool:
     """Stop the server (SIGTERM: Spark stops its context, then SIGKILL after 30 s); False when it was
     not running."""
-    current = status(root)
-    if not current.running or current.pid is None:
-        Layout(root).connect_state.unlink(missing_ok=True)  # what a dead server left behind
-        return False
-    log(f"stopping the Spark Connect server (pid {current.pid}) ...")
-    terminate(current.pid, STOP_TIMEOUT_S)
-    Layout(root).connect_state.unlink(missing_ok=True)
-    return True
+    return stop_service(Layout(root).connect_state, "the Spark Connect server", STOP_TIMEOUT_S, log)
 
 
 def quick_session(root: Path, app_name: str = "lake", log: Any = lambda _: None):

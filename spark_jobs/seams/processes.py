@@ -115,6 +115,19 @@ def write_state(path: Path, info: dict[str, Any]) -> None:
     tmp.replace(path)
 
 
+def stop_service(state: Path, what: str, timeout: float, log: Callable[[str], None]) -> bool:
+    """Stop the service whose state file is ``state`` (``terminate``), then remove the file; False when
+    it was not running (a file a dead service left behind is removed too)."""
+    info = read_state(state)
+    if info is None:
+        state.unlink(missing_ok=True)
+        return False
+    log(f"stopping {what} (pid {info['pid']}) ...")
+    terminate(int(info["pid"]), timeout)
+    state.unlink(missing_ok=True)
+    return True
+
+
 def terminate(pid: int, timeout: float) -> None:
     """SIGTERM (the service's own clean shutdown), SIGKILL after ``timeout`` seconds; reaped."""
     os.kill(pid, signal.SIGTERM)

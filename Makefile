@@ -13,13 +13,10 @@ help: ## list the targets
 setup: ## install Java and Maven (if missing), the locked JVM jars into .jvm and the locked Python environment into .venv
 	@bash infra/setup.sh
 
-# the JVM's own start-up notice ("Using incubator modules") is not part of the demo's story
-QUIET_JVM := 2> >(grep -v '^WARNING: Using incubator modules' >&2)
-
 demo: setup kafka-start ## the embedded Kafka broker, the demo stories (consents, marketplace, people), dbt build of the marts, then the fk and list pipelines through Airflow
-	@$(BIN)/lake demo consents marketplace people $(QUIET_JVM)
+	@$(BIN)/lake demo consents marketplace people
 	@echo; echo "== dbt build: staging views, the marts and their tests (lake dbt build)"
-	@$(BIN)/lake dbt build $(QUIET_JVM)
+	@$(BIN)/lake dbt build
 	@bash infra/airflow-pipeline.sh marketplace people
 	@echo; echo "== what to open"
 	@echo "the data-quality report, a section per pipeline (written by every quality run): file://$$($(BIN)/python -c 'from spark_jobs.seams.config import resolve_root; from spark_jobs.seams.layout import Layout; print(Layout(resolve_root()).report_folder.index)')"

@@ -11,7 +11,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
 
 from spark_jobs import __version__
 from spark_jobs.cli import demo, joins, kafka, lake, lookups, quality, services, topics
@@ -48,7 +50,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if run is None:
             parser.print_help()
             return 2
-        return run(args)
+        with _jvm_output(args):
+            return run(args)
     except UserError as err:
         print(f"lake: error: {err}", file=sys.stderr)
         return err.exit_code
@@ -73,6 +76,22 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 1
+
+
+@contextmanager
+def _jvm_output(args: argparse.Namespace) -> Iterator[None]:
+    """A Spark JVM the command starts writes its own output to the command's log under the lake
+    root (``$LAKE_SPARK_LOG`` when set: a detached job's log), not into the command's output."""
+    from spark_jobs.seams import session
+    from spark_jobs.seams.layout import Layout
+
+    named = os.environ.get("LAKE_SPARK_LOG")
+    log = Path(named) if named else Layout(Path(_root(args))).spark_log(args.command)
+    session.send_jvm_output_to(log)
+    try:
+        yield
+    finally:
+        session.send_jvm_output_to(None)
 
 
 def _root(args: argparse.Namespace | None) -> str:

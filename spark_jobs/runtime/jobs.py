@@ -182,7 +182,7 @@ class Launch:
                 stdout=out,
                 stderr=out,
                 start_new_session=True,
-                env={**os.environ, **(env or {})},
+                env={**os.environ, **(env or {}), "LAKE_SPARK_LOG": str(self.log)},
             )
 
     def wait(self, timeout: float = 180.0) -> JobState:

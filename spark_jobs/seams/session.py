@@ -12,6 +12,12 @@ Delta's SQL extension and catalog, and Spark's RocksDB state store,
 so ``format("delta")``, ``format("kafka")``, Delta SQL (MERGE, time travel, change data feed) work in
 every session and every ``spark-submit``.
 
+What the JVM itself prints (log4j's warnings, a thread pool's Java stack trace while the session
+shuts down, the JVM's notices) is not the command's output: the ``lake`` command sends it to
+``<root>/_logs/<command>.log`` (a detached job: to the job's log) with :func:`send_jvm_output_to`
+before Spark starts, so a command prints only its own lines. A library caller (a test, a notebook)
+keeps the JVM on its own stderr.
+
 ``catalog=<lake root>`` gives the session a persistent catalog under that root (the marts dbt
 builds): a Hive metastore in embedded Derby at ``<root>/catalog/metastore_db`` and managed tables in
 ``<root>/warehouse``. Embedded Derby admits one process at a time, so only the processes that need
@@ -23,9 +29,11 @@ from __future__ import annotations
 import os
 import re
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
+from spark_jobs.errors import UserError
 from spark_jobs.seams.jvm import class_archive_options, locked_jars, operators_jar
 from spark_jobs.seams.layout import Layout
 
@@ -33,6 +41,66 @@ DEFAULT_MASTER = "local[2]"
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 # Settings spark-submit decides for a submitted application; a session built inside one keeps them.
 DEPLOY_KEYS = ("spark.master", "spark.app.name", "spark.driver.memory", "spark.driver.extraJavaOptions")
+LOG_KEEP_BYTES = 20_000_000  # a JVM log past this size is moved to <log>.1 when the next JVM starts
+
+_jvm_output: Path | None = None  # where the JVM this process starts writes its own output
+
+
+def send_jvm_output_to(path: Path | None) -> None:
+    """Have the JVM that :func:`get_spark` starts in this process write its stdout and stderr to
+    ``path`` (appended, after a line naming the command) instead of this process's own. None: the
+    process's own (the default). No effect on a JVM already running, nor under spark-submit."""
+    global _jvm_output
+    _jvm_output = path
+
+
+def _open_jvm_log(path: Path) -> Any:
+    """The log file, opened for appending, or None when it cannot be written (a read-only root: the
+    JVM then keeps this process's stderr, and the command's own write reports the root)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.exists() and path.stat().st_size > LOG_KEEP_BYTES:
+            path.replace(path.with_name(path.name + ".1"))
+        out = open(path, "ab")  # noqa: SIM115 - handed to the JVM's process, closed after
+        command = " ".join(sys.argv[1:]) or "lake"
+        out.write(f"\n== {time.strftime('%Y-%m-%dT%H:%M:%S%z')} pid {os.getpid()}: lake {command}\n".encode())
+        out.flush()
+        return out
+    except OSError:
+        return None
+
+
+def _launch_jvm(conf: dict[str, str]) -> None:
+    """Start Spark's JVM (the Py4J gateway, as PySpark would with ``conf``) with its output sent to
+    the file :func:`send_jvm_output_to` named; nothing when none is named or a JVM runs."""
+    from pyspark import SparkConf, SparkContext
+    from pyspark.errors import PySparkRuntimeError
+    from pyspark.java_gateway import launch_gateway
+
+    if _jvm_output is None or submitted() or SparkContext._gateway is not None:
+        return
+    out = _open_jvm_log(_jvm_output)
+    if out is None:
+        return
+    settings = SparkConf(loadDefaults=False)
+    for key, value in conf.items():
+        settings.set(key, value)
+    try:
+        with SparkContext._lock:
+            gateway = launch_gateway(settings, popen_kwargs={"stdout": out, "stderr": out})
+            SparkContext._gateway, SparkContext._jvm = gateway, gateway.jvm
+    except PySparkRuntimeError:
+        raise UserError(f"Spark's JVM did not start: {_last_line(_jvm_output)} (see {_jvm_output})") from None
+    finally:
+        out.close()  # the JVM has its own descriptor
+
+
+def _last_line(path: Path) -> str:
+    try:
+        lines = [line for line in path.read_text(errors="replace").splitlines() if line.strip()]
+    except OSError:
+        lines = []
+    return lines[-1].strip() if lines else "it printed nothing"
 
 
 def _log4j_config() -> str:
@@ -160,6 +228,7 @@ def get_spark(master: str | None = None, app_name: str = "lake", catalog: Path |
         return active
     if submitted():
         conf = {k: v for k, v in conf.items() if k not in DEPLOY_KEYS}
+    _launch_jvm(conf)
     builder = SparkSession.builder
     for key, value in conf.items():
         builder = builder.config(key, value)

@@ -118,6 +118,7 @@ LONGEST_FIRST = (
     "test_join_properties.py",
     "test_stories.py",
     "test_airflow.py",
+    "test_backfill_crashes.py",
     "test_fk.py",
 )
 

@@ -15,8 +15,8 @@ from spark_jobs.seams.config import load_config
 from spark_jobs.seams.kafka import connect, watermarks
 from spark_jobs.seams.partitioners import partition_for
 from spark_jobs.seams.system_tables import QUARANTINE
-from spark_jobs.topics.ingest import sync_bronze
-from spark_jobs.topics.lookup_tables import lookup_table, refresh_lookup
+from spark_jobs.topics.ingest import mirrored_up_to, sync_bronze
+from spark_jobs.topics.lookup_tables import lookup_position, lookup_table, refresh_lookup
 from spark_jobs.topics.produce_consume import consume, produce_lines
 
 
@@ -83,7 +83,9 @@ def test_backfill_adds_missing_accounts_then_is_idempotent(spark, demo):
     # it says what it compared the dump with: the topic on Kafka as the comparison started
     shown = ", ".join(str(high) for _, high in ends)
     assert again.compared_with.startswith(f"customer_accounts up to offsets [{shown}] (taken ")
-    assert again.text().endswith(again.compared_with)
+    # and that the lookup table is complete up to the topic's end, also when it wrote nothing
+    assert again.lookup_up_to == [high for _, high in ends]
+    assert again.text().endswith(f"{again.compared_with}; lookup table up to offsets [{shown}]")
 
 
 def test_changed_values_and_duplicate_lines_last_wins(spark, demo, tmp_path):
@@ -218,7 +220,10 @@ def test_the_ingest_refreshes_the_lookup_table_with_tombstones_and_updates(spark
     sync_bronze(spark, lake, config, ["customer_accounts"])  # mirrors the two, refreshes the lookup
     rows = lookup_rows(lake, config)
     assert "user_1" not in rows and rows["user_2"] == account(2, "b@x.org") and len(rows) == 7
-    assert refresh_lookup(spark, lake, config.lookup("accounts")) == 0
+    lookup = config.lookup("accounts")
+    assert refresh_lookup(spark, lake, lookup, mirrored_up_to(lake, spec)) == 0  # nothing new
+    position = lookup_position(lake, lookup)
+    assert position is not None and position[0] == [high for _, high in kafka_ends(lake, config)]
 
 
 def test_a_bom_and_crlf_line_ends_never_end_up_in_keys_or_values(spark, demo, tmp_path):

@@ -84,6 +84,32 @@ def test_topics_says_in_kafka_offsets_how_far_bronze_is_complete(spark, lake, tm
     assert events_line().endswith(f"end offsets {ends}; bronze up to offsets {ends}")
 
 
+def test_an_ingest_waiting_on_another_that_ends_short_mirrors_the_rest_itself(spark, lake, tmp_path):
+    """Two commands mirror one topic at once (two backfills): the second waits for the first, which
+    may have started before the second's records were written and end without them. The second then
+    mirrors them itself instead of waiting for an ingest that is gone."""
+    import threading
+
+    (tmp_path / "p.yaml").write_text(PIPELINE)
+    config = load_config(tmp_path / "p.yaml")
+    cluster = connect(config, lake.root)
+    spec = config.topic("events")
+    produce(cluster, spec, [(pa.array([b"a", b"b"]), pa.array([b"{}", b"{}"]))])
+    lines: list[str] = []
+    with lake.lock("ingest-events"):  # the first command's ingest holds the topic ...
+        waiting = threading.Thread(
+            target=run_ingest, args=(spark, lake, config, ["events"]), kwargs={"log": lines.append}
+        )
+        waiting.start()
+        deadline = time.monotonic() + 60
+        while not lines and time.monotonic() < deadline:
+            time.sleep(0.1)
+    waiting.join(timeout=120)  # ... and ends having mirrored nothing
+    assert not waiting.is_alive()
+    assert lines[0] == "ingest: events is being mirrored by another ingest; waiting for it ..."
+    assert bronze_records(lake, "events") == kafka_records(cluster, spec)
+
+
 def test_with_lake_profile_each_micro_batch_logs_its_spark_phases(spark, lake, tmp_path, monkeypatch):
     (tmp_path / "p.yaml").write_text(PIPELINE)
     config = load_config(tmp_path / "p.yaml")

@@ -14,8 +14,8 @@ import pytest
 
 from spark_jobs.errors import UserError
 from spark_jobs.seams.partitioners import partition_for
-from spark_jobs.topics.ingest import sync_bronze
-from spark_jobs.topics.lookup_tables import lookup_table, refresh_lookup
+from spark_jobs.topics.ingest import refresh_lookups, sync_bronze
+from spark_jobs.topics.lookup_tables import lookup_table
 from spark_jobs.topics.produce_consume import consume, produce_lines, producing
 from spark_jobs.topics.repair import dependents, repartition
 
@@ -38,7 +38,7 @@ def test_repartition_places_every_record_and_keeps_per_key_order(spark, lake, de
     produce_lines(cluster, spec, java, "-", key_sep=";", timestamp_ms=now + 1)
     assert zlib.crc32(b"user_10") % 4 == 0 and partition_for(b"user_10", 4) == 1
     sync_bronze(spark, lake, demo_config, ["customer_accounts"])
-    refresh_lookup(spark, lake, demo_config.lookup("accounts"))
+    refresh_lookups(spark, lake, demo_config, [demo_config.lookup("accounts")])
     result = repartition(spark, lake, demo_config, "customer_accounts")
     assert (result.records, result.moved, result.partitioner, result.replaced) == (4, 2, "murmur2", True)
     restart = ["lookup:accounts", "join:consents_with_mail", "join:consents_enriched_at_event_time"]
@@ -56,7 +56,7 @@ def test_repartition_places_every_record_and_keeps_per_key_order(spark, lake, de
         (r["key"], r["partition"], r["offset"]) for r in lake.read_arrow("customer_accounts").to_pylist()
     )
     assert bronze == [(b"user_1", 3, 0), (b"user_10", 1, 0), (b"user_10", 1, 1), (b"user_2", 2, 0)]
-    refresh_lookup(spark, lake, demo_config.lookup("accounts"))
+    refresh_lookups(spark, lake, demo_config, [demo_config.lookup("accounts")])
     rows = {
         r["key"]: (r["value"], r["partition"], r["offset"])
         for r in lake.read_arrow(lookup_table(demo_config.lookup("accounts"))).to_pylist()

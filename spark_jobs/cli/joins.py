@@ -148,14 +148,18 @@ def cmd_stop(args) -> int:
 
 
 def cmd_status(args) -> int:
+    from dataclasses import asdict
+
     from spark_jobs.joins.runner import status
     from spark_jobs.joins.supervise import ingest_status
+    from spark_jobs.topics.lookup_tables import lookup_lags
 
     config, lake = context(args)
     rows = status(lake, config)
     ingest = ingest_status(lake, config)
+    lags, lag_error = lookup_lags(lake, config)
     if args.json:
-        print(json.dumps(ingest))
+        print(json.dumps({**ingest, "lookups": [asdict(lag) for lag in lags]}))
         for row in rows:
             print(json.dumps(row))
         return 0
@@ -165,6 +169,8 @@ def cmd_status(args) -> int:
         else "stopped"
     )
     print(f"bronze mirror ({ingest['job']}): {state}")
+    for lag in lags:
+        print(lag.text() + (f" (records behind unknown: {lag_error})" if lag_error else ""))
     if not rows:
         print(f"no joins declared in {config.source}")
     if rows and rows[0]["kafka_error"]:

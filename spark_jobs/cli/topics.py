@@ -318,6 +318,7 @@ def cmd_repartition(args) -> int:
 def cmd_topics(args) -> int:
     from spark_jobs.seams.kafka import connect, ensure_topics, watermarks
     from spark_jobs.topics.ingest import mirrored_up_to
+    from spark_jobs.topics.lookup_tables import lookup_lag
 
     config, lake = context(args)
     cluster = connect(config, lake.root)
@@ -325,16 +326,19 @@ def cmd_topics(args) -> int:
     if args.create:
         created = ensure_topics(cluster, config.topics.values())
         print(f"created: {', '.join(created) if created else 'none (all exist)'}")
+    ends: dict[str, list[int] | None] = {}
     for spec in config.topics.values():
-        ends = [high for _, high in watermarks(cluster, spec)] if _exists(cluster, spec) else None
+        ends[spec.name] = [high for _, high in watermarks(cluster, spec)] if _exists(cluster, spec) else None
         mirrored = mirrored_up_to(lake, spec)
         print(
             f"  {spec.name}: {spec.partitions} partitions, key {spec.key_format}, "
             f"value {spec.value_format}, partitioner {spec.partitioner}"
             f"{', compacted' if spec.compacted else ''}; Kafka {cluster.topic(spec.name)} "
-            + (f"end offsets {ends}" if ends is not None else "(not created yet)")
+            + (f"end offsets {ends[spec.name]}" if ends[spec.name] is not None else "(not created yet)")
             + (f"; bronze up to offsets {mirrored}" if mirrored is not None else "; not in bronze yet")
         )
+    for lookup in config.lookups.values():
+        print(f"  {lookup_lag(lake, lookup, ends[lookup.topic]).text()}")
     return 0
 
 

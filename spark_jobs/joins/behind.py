@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
-from spark_jobs.runtime import faults
+from spark_jobs import faults
 from spark_jobs.seams.delta import Lake
 from spark_jobs.seams.layout import join_table
 

@@ -29,11 +29,11 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from spark_jobs import faults
 from spark_jobs.errors import UserError
 from spark_jobs.joins.engine import RECORD_COLUMNS, BatchMetrics, Inputs
 from spark_jobs.joins.registry import JOBS, job_for
 from spark_jobs.joins.state_store import StateStoreJob
-from spark_jobs.runtime import faults
 from spark_jobs.runtime.jobs import (
     HEARTBEAT_SECONDS,
     join_job,

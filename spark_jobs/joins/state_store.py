@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from spark_jobs import faults
 from spark_jobs.joins.behind import DELETE, TableBehind
 from spark_jobs.joins.engine import (
     OVERDUE,
@@ -33,7 +34,6 @@ from spark_jobs.joins.engine import (
     _without,
 )
 from spark_jobs.joins.poison import _quiet, is_data_error
-from spark_jobs.runtime import faults
 
 # counts a state operator may add to its rows, and the metric each one sums into
 OPERATOR_COUNTS = {

@@ -4,9 +4,15 @@ A backfill compares the dump with the topic as Kafka holds it when the compariso
 offsets, named in the summary) and produces only records that change something (a new key, or a
 value different from the topic's latest one; JSON compared by content; with ``missing_only`` only new
 keys) in one Kafka transaction (idempotent producer, ``acks=all``), with the partitioner of the topics
-the lookup is joined with unless told otherwise; then it mirrors the topic into bronze, which
-refreshes the lookup table (``spark_jobs.topics.lookup_tables``). Bad lines go to the ``quarantine`` table.
-Backfills of one topic take turns, so a second one sees what the first wrote.
+the lookup is joined with unless told otherwise; then, whether it wrote anything or not, it mirrors
+the topic into bronze, which refreshes the lookup table (``spark_jobs.topics.lookup_tables``), and
+says up to which offsets the lookup table is complete. So a backfill that died after its records
+reached Kafka is mended by running it again: the rerun has nothing to write, and still brings the
+lookup table up to the topic. Bad lines go to the ``quarantine`` table. Backfills of one topic take
+turns, so a second one sees what the first wrote.
+
+Crash points (``spark_jobs.faults``): ``backfill-read``, ``backfill-diff``, then the Kafka seam's
+``produce`` and ``commit``, then the ingest's ``mirror`` and ``refresh``.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from pathlib import Path
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from spark_jobs import faults
 from spark_jobs.errors import UserError
 from spark_jobs.lookups.dumps import parse_dump, read_lines
 from spark_jobs.seams import partitioners
@@ -28,6 +35,7 @@ from spark_jobs.seams.delta import Lake
 from spark_jobs.seams.kafka import Cluster, connect, produce
 from spark_jobs.seams.system_tables import QUARANTINE, ensure_quarantine
 from spark_jobs.topics import ingest
+from spark_jobs.topics.lookup_tables import lookup_position, lookup_table
 from spark_jobs.topics.produce_consume import producing
 from spark_jobs.topics.snapshots import SnapshotReader, take
 
@@ -49,6 +57,8 @@ class BackfillSummary:
     written: int = 0
     topic_version: int | None = None
     compared_with: str = ""  # the topic's offsets the dump was compared with
+    lookup_up_to: list[int] | None = None  # the offsets the lookup table is complete up to afterwards
+    lookup_changed: bool = False  # the lookup table got rows (this run's, or a crashed run's records)
     seconds: float = 0.0
     rejects_sample: list[dict] | None = None
 
@@ -67,6 +77,7 @@ class BackfillSummary:
             f"{self.written:,} records to {self.topic}"
             + (f" (version {self.topic_version})" if self.topic_version is not None else "")
             + f" in {self.seconds:.1f}s; compared with {self.compared_with}"
+            + (f"; lookup table up to offsets {self.lookup_up_to}" if self.lookup_up_to is not None else "")
             + (" [dry run: nothing written]" if self.dry_run else "")
         )
 
@@ -90,7 +101,8 @@ def run_backfill(
     """Produce the dump's keys that the lookup's topic lacks or holds with another value (only the
     lacking ones with ``missing_only``: what a scheduled run does, since the topic may hold a newer
     value than a dump exported earlier), compared with the topic on Kafka as it is when the
-    comparison starts; then mirror the topic into bronze (which refreshes the lookup table).
+    comparison starts; then, written or not (unless a dry run), mirror the topic into bronze and
+    refresh the lookup table up to the topic's end offsets.
 
     Backfills of one topic take turns (``<root>/_locks/backfill-<topic>.lock``): the second compares
     with what the first wrote, so two runs of one dump write it once."""
@@ -114,16 +126,22 @@ def run_backfill(
         counts = parsed.agg(F.count("*").alias("lines"), F.count("reason").alias("rejected")).first()
         assert counts is not None  # an aggregate without grouping always has one row
         summary.lines, summary.rejected = int(counts["lines"]), int(counts["rejected"])
+        faults.point("backfill-read")
         with lake.lock(f"backfill-{topic.name}", log):
-            written = _diff_and_produce(
-                spark, lake, cluster, config, lookup, parsed, summary, max_rejects, log
-            )
+            _diff_and_produce(spark, lake, cluster, config, lookup, parsed, summary, max_rejects, log)
     finally:
         parsed.unpersist()
-    if written:
-        # the mirror and the lookup table
+    if not dry_run:
+        # the mirror and the lookup table, up to the topic's end: also when nothing was written, so a
+        # rerun after a crash between the write and the refresh finishes what that run began
+        table = lookup_table(lookup)
+        before = lake.version(table) if lake.exists(table) else None
         ingest.sync_bronze(spark, lake, config, [topic.name], log=log, cluster=cluster)
         summary.topic_version = lake.version(topic.name)
+        summary.lookup_changed = lake.exists(table) and lake.version(table) != before
+        position = lookup_position(lake, lookup)
+        summary.lookup_up_to = position[0] if position is not None else None
+        log(f"lookup {lookup.name}: up to offsets {summary.lookup_up_to}")
     summary.seconds = time.perf_counter() - started
     return summary
 
@@ -138,10 +156,10 @@ def _diff_and_produce(
     summary: BackfillSummary,
     max_rejects: int,
     log,
-) -> int:
+) -> None:
     """Compare the dump's good lines with the topic as Kafka holds it now, then (unless a dry run)
-    produce what changes something in one transaction and quarantine the rejected lines; returns the
-    records written."""
+    produce what changes something in one transaction and quarantine the rejected lines; the counts
+    and the records written go into ``summary``."""
     topic = config.topics[lookup.topic]
     snapshot = take(cluster, [topic])
     summary.compared_with = snapshot.covers()
@@ -174,7 +192,8 @@ def _diff_and_produce(
             write = ["new"] if summary.missing_only else ["new", "changed"]
             if summary.dry_run:
                 summary.written = summary.new + (0 if summary.missing_only else summary.changed)
-                return 0
+                return
+            faults.point("backfill-diff")
             to_write = diff.filter(F.col("change").isin(write)).orderBy("line").select("key", "value")
             records = to_write.toArrow()
         finally:
@@ -193,7 +212,6 @@ def _diff_and_produce(
             summary.written = result.records
         if summary.rejected:
             _quarantine(lake, f"backfill:{lookup.name}", rejects)
-        return summary.written
     finally:
         reader.close()
 

@@ -264,13 +264,16 @@ def report_backfill(root: str, **context: Any) -> dict:
 
 def publish_lookup(root: str, lookup: str, **context: Any) -> str:
     """Succeed (so Airflow records an event on this task's lookup Asset) only when this run's
-    backfill wrote to that lookup; skip otherwise."""
+    backfill changed that lookup: wrote to its topic, or brought its table up to records a crashed
+    run had written; skip otherwise."""
     params = context["params"]
     if params["lookup"] != lookup:
         raise _skip(f"this run backfilled {params['lookup']}, not {lookup}")
     summary = _read_json(run_dir(root, context) / BACKFILL_JSON, "backfill")
-    if summary["dry_run"] or not summary["written"]:
+    if summary["dry_run"] or not (summary["written"] or summary["lookup_changed"]):
         raise _skip(f"lookup {lookup} unchanged ({'dry run' if summary['dry_run'] else 'nothing written'})")
+    if not summary["written"]:
+        return f"lookup {lookup}: its table caught up with records already on the topic"
     return f"lookup {lookup}: {summary['written']} records written"
 
 

@@ -42,6 +42,7 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
+from spark_jobs import faults
 from spark_jobs.errors import UserError
 from spark_jobs.seams import partitioners
 from spark_jobs.seams.config import PipelineConfig, TopicSpec
@@ -533,8 +534,10 @@ class TransactionalProducer:
             if remaining:
                 unsent = f"{remaining} record(s) not acknowledged within {waited:g} s (is the broker down?)"
                 raise cluster.error(f"producing to {name} failed, nothing was committed", unsent)
+            faults.point("produce")  # every record on the broker, the transaction open
             _riding_failover(producer.commit_transaction, waited)
             _await_visible(cluster, spec, last)
+            faults.point("commit")  # the transaction is committed and visible
         except BaseException as exc:
             try:
                 producer.abort_transaction(TIMEOUT_S)

@@ -7,9 +7,13 @@
                                   (<join>__<part>, JOIN_PARTS), system tables (SYSTEM_TABLES)
   _checkpoints/<join>/            a join's Spark checkpoint (and lake-inputs.json: its topics' ids)
   _checkpoints/ingest/<topic>/    a topic's ingest checkpoint (and <topic>.start.json after a rebuild)
+  _checkpoints/lookups/<lookup>.json
+                                  the Kafka offsets a lookup's table is complete up to
   _checkpoints/.driver/<join>/    a join's checkpoint under the pipeline test driver (spark_jobs.testing)
   _jobs/<job>.json|.lock|.log|.last.json
                                   long-running jobs: registry entry, lock, output, last micro-batch
+  _logs/<command>.log             what Spark's JVM printed during a command (its warnings, Java stack
+                                  traces): kept out of the command's own output
   _locks/<name>.lock              cross-process locks (topic producers, ingest, catalog, ...)
   _repair/<topic>.json            a topic repartition in progress
   _kafka/                         the embedded broker: data/, server.properties, log4j2.properties,
@@ -113,6 +117,10 @@ class Layout:
     def ingest_checkpoint(self, topic: str) -> Path:
         return self.root / "_checkpoints" / "ingest" / topic
 
+    def lookup_position(self, lookup: str) -> Path:
+        """The Kafka offsets a lookup's table is complete up to, recorded by its last refresh."""
+        return self.root / "_checkpoints" / "lookups" / f"{lookup}.json"
+
     def ingest_start(self, topic: str) -> Path:
         """Where a rebuilt bronze table's records end: the next ingest checkpoint starts there."""
         return self.root / "_checkpoints" / "ingest" / f"{topic}.start.json"
@@ -131,6 +139,10 @@ class Layout:
 
     def job_log(self, job: str) -> Path:
         return self.jobs / f"{job}.log"
+
+    def spark_log(self, command: str) -> Path:
+        """Where a command's Spark JVM writes its own output (``lake backfill``: ``backfill.log``)."""
+        return self.root / "_logs" / f"{command}.log"
 
     def job_last_batch(self, job: str) -> Path:
         """A job's last micro-batch (its figures); it outlives the run."""

@@ -28,11 +28,12 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
+from spark_jobs import faults
 from spark_jobs.errors import UserError
 from spark_jobs.runtime.jobs import HEARTBEAT_SECONDS, ingest_job, registered
 from spark_jobs.runtime.stopping import stop_on_signals
 from spark_jobs.seams import checkpoints
-from spark_jobs.seams.config import PipelineConfig, TopicSpec
+from spark_jobs.seams.config import LookupSpec, PipelineConfig, TopicSpec
 from spark_jobs.seams.delta import Lake
 from spark_jobs.seams.kafka import Cluster, connect, ensure_topics, watermarks
 from spark_jobs.topics.lookup_tables import refresh_lookup
@@ -135,12 +136,14 @@ def run_ingest(
         targets = {s.name: [high for _, high in watermarks(cluster, s)] for s in others}
         queries = [_query(spark, lake, cluster, s, once, trigger_seconds, max_records) for s in mine]
         lookups = [lk for lk in config.lookups.values() if lk.topic in {s.name for s in specs}]
-        upkeep = None if once else _Every(LOOKUP_REFRESH_SECONDS, lambda: _refresh(spark, lake, lookups))
+        refresh = lambda: refresh_lookups(spark, lake, config, lookups)  # noqa: E731
+        upkeep = None if once else _Every(LOOKUP_REFRESH_SECONDS, refresh)
         _await(queries, stop or threading.Event(), beat, upkeep)
         for spec in others:
-            log(f"ingest: {spec.name} is mirrored by a running continuous ingest; waiting for it ...")
-            _wait_until_mirrored(lake, spec, targets[spec.name])
-        _refresh(spark, lake, lookups)
+            log(f"ingest: {spec.name} is being mirrored by another ingest; waiting for it ...")
+            _mirror_behind(spark, lake, cluster, spec, targets[spec.name], max_records)
+        faults.point("mirror")  # bronze is written, the lookup tables not refreshed
+        refresh()
     summary = IngestSummary(
         {s.name: mirrored_records(lake, s) - before[s.name] for s in specs}, time.perf_counter() - started
     )
@@ -172,10 +175,13 @@ class _Every:
             self.last = time.monotonic()
 
 
-def _refresh(spark: SparkSession, lake: Lake, lookups: list) -> None:
-    """Bring the lookup tables of the mirrored topics up to their bronze tables."""
+def refresh_lookups(
+    spark: SparkSession, lake: Lake, config: PipelineConfig, lookups: list[LookupSpec]
+) -> None:
+    """Bring the lookup tables up to their bronze tables, each recording the Kafka offsets it is then
+    complete up to: its mirror's, read before the refresh reads the bronze table."""
     for lookup in lookups:
-        refresh_lookup(spark, lake, lookup)
+        refresh_lookup(spark, lake, lookup, mirrored_up_to(lake, config.topic(lookup.topic)))
 
 
 def _await(
@@ -233,12 +239,28 @@ def mirrored_up_to(lake: Lake, spec: TopicSpec) -> list[int] | None:
     return [done.get(p, 0) for p in range(spec.partitions)]
 
 
-def _wait_until_mirrored(lake: Lake, spec: TopicSpec, ends: list[int], timeout: float = 300.0) -> None:
+def _mirror_behind(
+    spark: SparkSession,
+    lake: Lake,
+    cluster: Cluster,
+    spec: TopicSpec,
+    ends: list[int],
+    max_records: int | None,
+    timeout: float = 300.0,
+) -> None:
+    """Wait until the ingest holding the topic (a continuous one, or another command's) has mirrored
+    it up to ``ends``. One that ends before (it started before the last of those records were
+    written) leaves the topic to this one, which mirrors the rest itself."""
     deadline = time.monotonic() + timeout
     while True:
         done = committed_offsets(lake, spec.name)
         if all(done.get(p, 0) >= end for p, end in enumerate(ends) if end > 0):
             return
+        with lake.lock(f"ingest-{spec.name}", wait=False) as mine:
+            if mine:
+                query = _query(spark, lake, cluster, spec, True, 1.0, max_records)
+                _await([query], threading.Event(), None)
+                return
         if time.monotonic() > deadline:
             raise UserError(
                 f"the running ingest of {spec.name} has not reached offsets {ends} within {timeout:g} s "

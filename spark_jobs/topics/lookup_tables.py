@@ -7,19 +7,32 @@ applied is recorded in the lookup table itself (a Delta ``txn`` of application `
 a refresh is exactly-once and a crash between writes is repaired by the next run. A rewritten bronze
 table (``lake topic repartition``) rebuilds the lookup from scratch.
 
+Every refresh, one that finds nothing new too, then records how far the table goes in Kafka's terms
+(``<root>/_checkpoints/lookups/<name>.json``): the offsets its topic's mirror had reached before the
+refresh read the bronze table, a lower bound of what the table holds. ``lake status`` and ``lake
+topics`` compare them with the topic's end offsets (:func:`lookup_lag`), so a lookup left behind (a
+crash between a backfill's write and its refresh, a topic written by another producer) shows.
+
 The checks and joins do not read these tables: they read the topics on Kafka.
 """
 
 from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.window import Window
 
+from spark_jobs import faults
+from spark_jobs.errors import UserError
 from spark_jobs.seams import layout
-from spark_jobs.seams.config import LookupSpec
+from spark_jobs.seams.config import LookupSpec, PipelineConfig
 from spark_jobs.seams.delta import Lake
+from spark_jobs.seams.kafka import connect, offset_ranges
 
 LOOKUP_SCHEMA = pa.schema(
     [
@@ -41,11 +54,88 @@ def ensure_lookup(lake: Lake, lookup: LookupSpec) -> None:
     lake.create(lookup_table(lookup), LOOKUP_SCHEMA, description=f"latest value per key of {lookup.topic}")
 
 
-def refresh_lookup(spark: SparkSession, lake: Lake, lookup: LookupSpec) -> int:
+def refresh_lookup(spark: SparkSession, lake: Lake, lookup: LookupSpec, covers: list[int] | None) -> int:
     """Apply the records the topic's bronze table got since the last refresh; returns the keys
-    merged. One refresh of a lookup at a time (two ingests may overlap)."""
+    merged. ``covers``: the Kafka offsets the bronze table was complete up to before this call
+    (``spark_jobs.topics.ingest.mirrored_up_to``; None: not mirrored yet), recorded as the table's
+    position once it holds them. One refresh of a lookup at a time (two ingests may overlap)."""
     with lake.lock(f"lookup-{lookup.name}"):
-        return _refresh_lookup(spark, lake, lookup)
+        merged = _refresh_lookup(spark, lake, lookup)
+        faults.point("refresh")  # the table is refreshed, its position not yet recorded
+        if covers is not None:
+            _record_position(lake, lookup, covers)
+        return merged
+
+
+@dataclass(frozen=True)
+class LookupLag:
+    """How far a lookup's table is behind its topic: ``up_to`` the offsets it is complete up to (None:
+    never refreshed), ``ends`` the topic's end offsets on Kafka (None: unknown), ``behind`` the
+    difference summed over the partitions (records, and transaction markers among them)."""
+
+    lookup: str
+    table: str
+    topic: str
+    up_to: list[int] | None
+    recorded_at: str | None
+    ends: list[int] | None
+    behind: int | None
+
+    def text(self) -> str:
+        where = (
+            f"up to offsets {self.up_to} (refreshed {self.recorded_at})"
+            if self.up_to is not None
+            else "never refreshed"
+        )
+        lag = "" if self.behind is None else f", {self.behind:,} records behind {self.topic}"
+        fix = "; 'lake ingest' brings it up to the topic" if self.behind else ""
+        return f"lookup {self.lookup} ({self.table}): {where}{lag}{fix}"
+
+
+def lookup_position(lake: Lake, lookup: LookupSpec) -> tuple[list[int], str] | None:
+    """The offsets the lookup's table is complete up to, and when its last refresh recorded them."""
+    try:
+        data = json.loads(lake.layout.lookup_position(lookup.name).read_text())
+    except (FileNotFoundError, ValueError):
+        return None
+    return [int(o) for o in data["offsets"]], str(data["recorded_at"])
+
+
+def lookup_lag(lake: Lake, lookup: LookupSpec, ends: list[int] | None) -> LookupLag:
+    """The lookup's position against its topic's end offsets ``ends`` (None: Kafka was not asked)."""
+    position = lookup_position(lake, lookup)
+    up_to, at = position if position is not None else (None, None)
+    behind = None
+    if ends is not None:
+        done = up_to or []
+        behind = sum(max(0, end - (done[p] if p < len(done) else 0)) for p, end in enumerate(ends))
+    return LookupLag(lookup.name, lookup_table(lookup), lookup.topic, up_to, at, ends, behind)
+
+
+def lookup_lags(lake: Lake, config: PipelineConfig) -> tuple[list[LookupLag], str | None]:
+    """Every lookup of the pipeline against its topic on Kafka, and why Kafka could not be asked
+    (None: it was; the lags then leave ``behind`` out)."""
+    ends: dict[str, list[int]] = {}
+    error = None
+    try:
+        topics = sorted({lk.topic for lk in config.lookups.values()})
+        ranges = offset_ranges(connect(config, lake.root), [config.topic(t) for t in topics])
+        ends = {t: [high for _, high in r] for t, r in ranges.items()}
+    except UserError as exc:
+        error = str(exc)
+    lags = [
+        lookup_lag(lake, lk, ends.get(lk.topic) if error is None else None) for lk in config.lookups.values()
+    ]
+    return lags, error
+
+
+def _record_position(lake: Lake, lookup: LookupSpec, covers: list[int]) -> None:
+    path = lake.layout.lookup_position(lookup.name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    at = datetime.now(UTC).isoformat(timespec="seconds")
+    tmp.write_text(json.dumps({"offsets": covers, "recorded_at": at}))
+    tmp.replace(path)
 
 
 def _refresh_lookup(spark: SparkSession, lake: Lake, lookup: LookupSpec) -> int:

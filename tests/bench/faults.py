@@ -47,7 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from faultkit import KafkaCluster  # noqa: E402
 
 JOINS = ("display_products", "people_with_addresses")
-POINTS = (  # the commit points of spark_jobs/runtime/faults.py, each with the --table-every that reaches it
+POINTS = (  # the commit points of spark_jobs/faults.py, each with the --table-every that reaches it
     ("batch", ["--table-every", "1"]),
     ("publish", ["--table-every", "1"]),
     ("park", ["--table-every", "1"]),

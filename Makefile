@@ -80,11 +80,11 @@ faults: setup ## the fault suite: a 3-broker SCRAM cluster (RF 3), brokers and j
 	@mkdir -p bench-results
 	@$(BIN)/python tests/bench/faults.py | tee bench-results/faults.txt; exit $${PIPESTATUS[0]}
 
-lock-jvm: ## re-fetch the JVM jars of infra/jvm/*.pom.xml and tests/bench/peer/pom.xml and rewrite their checksums (needs Maven Central)
-	@rm -rf .jvm.tmp && for entry in spark:infra/jvm/spark.pom.xml kafka:infra/jvm/kafka.pom.xml streams:tests/bench/peer/pom.xml; do \
+lock-jvm: ## re-fetch the JVM jars (and the registry's archive) of infra/jvm/*.pom.xml and tests/bench/peer/pom.xml and rewrite their checksums (needs Maven Central)
+	@rm -rf .jvm.tmp && for entry in spark:infra/jvm/spark.pom.xml kafka:infra/jvm/kafka.pom.xml registry:infra/jvm/registry.pom.xml streams:tests/bench/peer/pom.xml; do \
 	  mvn -q -B -f $${entry#*:} dependency:copy-dependencies -DoutputDirectory=$(CURDIR)/.jvm.tmp/$${entry%%:*} >/dev/null || exit 1; done
-	@cd .jvm.tmp && find . -name '*.jar' | sed 's|^\./||' | sort | xargs sha256sum > ../infra/jvm/jars.sha256
-	@rm -rf .jvm.tmp && echo "infra/jvm/jars.sha256: $$(wc -l < infra/jvm/jars.sha256) jars locked"
+	@cd .jvm.tmp && find . -name '*.jar' -o -name '*.tar.gz' | sed 's|^\./||' | sort | xargs sha256sum > ../infra/jvm/jars.sha256
+	@rm -rf .jvm.tmp && echo "infra/jvm/jars.sha256: $$(wc -l < infra/jvm/jars.sha256) jars and archives locked"
 
 lock: ## re-resolve requirements.lock from pyproject.toml (needs network)
 	@bash infra/setup.sh

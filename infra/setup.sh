@@ -3,11 +3,12 @@
 #   - Java 17+ (a JDK: Spark runs on it, javac builds the join operators; installed with apt when
 #     missing and we are root; otherwise a clear message),
 #   - Maven (with apt when missing and we are root) and the locked JVM jars in .jvm/ (Delta's Spark
-#     integration and Spark's Kafka connector for every Spark session; the KRaft broker), each jar
-#     checked against infra/jvm/jars.sha256,
+#     integration, Spark's Kafka connector and Avro functions, protobuf-java for every Spark session;
+#     the KRaft broker; the Schema Registry's archive), each checked against infra/jvm/jars.sha256,
 #   - a pinned uv (in .tools/) to install the locked dependency set quickly,
 #   - .venv/ at the repo root with exactly requirements.lock plus this repo (editable),
-#   - the joins' Java state operators, compiled against that pyspark into build/jvm/lake-joins.jar.
+#   - the joins' Java state operators, compiled against that pyspark into build/jvm/lake-joins.jar,
+#     and the record formats' decoders into build/jvm/formats/lake-formats.jar.
 # Re-running is fast: stamps of the locks, pyproject and this script skip the work when nothing changed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -52,7 +53,7 @@ fi
 
 # --- JVM jars (Maven Central, locked by infra/jvm/*.pom.xml + infra/jvm/jars.sha256) -------------
 # jar sets: name -> pom (the Kafka Streams peer of the benchmarks keeps its pom beside its sources)
-jar_sets="spark:infra/jvm/spark.pom.xml kafka:infra/jvm/kafka.pom.xml streams:tests/bench/peer/pom.xml"
+jar_sets="spark:infra/jvm/spark.pom.xml kafka:infra/jvm/kafka.pom.xml registry:infra/jvm/registry.pom.xml streams:tests/bench/peer/pom.xml"
 jvm_stamp=$(cat infra/jvm/*.pom.xml tests/bench/peer/pom.xml infra/jvm/jars.sha256 infra/setup.sh | sha256sum | cut -d' ' -f1)
 if ! [ -f .jvm/.stamp ] || [ "$(cat .jvm/.stamp)" != "$jvm_stamp" ]; then
   if ! command -v mvn >/dev/null 2>&1; then
@@ -72,15 +73,18 @@ if ! [ -f .jvm/.stamp ] || [ "$(cat .jvm/.stamp)" != "$jvm_stamp" ]; then
   rm -f .jvm.tmp/mvn-*.log
   # exactly the locked jars, each with its locked checksum: no more, no fewer
   listed=$(awk '{print $2}' infra/jvm/jars.sha256 | sort)
-  found=$(cd .jvm.tmp && find . -name '*.jar' | sed 's|^\./||' | sort)
+  found=$(cd .jvm.tmp && find . -name '*.jar' -o -name '*.tar.gz' | sed 's|^\./||' | sort)
   if [ "$listed" != "$found" ]; then
     die "the jars Maven fetched differ from infra/jvm/jars.sha256 (run 'make lock-jvm' after changing a pom): $(diff <(echo "$listed") <(echo "$found") | grep '^[<>]' | tr '\n' ' ')"
   fi
   (cd .jvm.tmp && sha256sum --quiet -c "$ROOT/infra/jvm/jars.sha256") \
     || die "a JVM jar does not match its checksum in infra/jvm/jars.sha256 (see above); nothing was installed"
+  # the embedded Schema Registry runs from its unpacked archive (its own lib/, never on Spark's path)
+  mkdir -p .jvm.tmp/registry/app && tar xzf .jvm.tmp/registry/*.tar.gz -C .jvm.tmp/registry/app \
+    || die "could not unpack the Schema Registry's archive in .jvm.tmp/registry"
   rm -rf .jvm && mv .jvm.tmp .jvm
   echo "$jvm_stamp" > .jvm/.stamp
-  say "JVM jars ready: $(find .jvm -name '*.jar' | wc -l) jars in .jvm/ (checksums verified)"
+  say "JVM jars ready: $(wc -l < infra/jvm/jars.sha256) jars and archives in .jvm/ (checksums verified)"
 fi
 
 # --- Python environment ---------------------------------------------------------------------------
@@ -135,6 +139,10 @@ command -v javac >/dev/null 2>&1 || apt_install openjdk-17-jdk-headless "javac i
 spark_jars=$(.venv/bin/python -c 'import os, pyspark; print(os.path.join(pyspark.__path__[0], "jars"))')
 build_jar "join operators" spark_jobs/joins/java build/jvm/lake-joins.jar "$spark_jars/*" \
   "$(.venv/bin/python -c 'import pyspark; print(pyspark.__version__)')"
+# The record formats' decoders (spark_jobs/formats/java): Schema Registry framed Avro and Protobuf
+# records decoded on the executors, against pyspark's jars and the locked protobuf-java.
+build_jar "record format decoders" spark_jobs/formats/java build/jvm/formats/lake-formats.jar \
+  "$spark_jars/*:.jvm/spark/*" "$(.venv/bin/python -c 'import pyspark; print(pyspark.__version__)') $(cat .jvm/.stamp)"
 # The Kafka Streams peer (tests/bench/peer): the benchmarks' peer (docs/benchmarks.md, "Against Kafka Streams") and
 # the test that its outputs equal the product's, built against the locked .jvm/streams jars.
 build_jar "Kafka Streams peer" tests/bench/peer/src/main/java build/peer/lake-peer.jar ".jvm/streams/*" \
@@ -142,7 +150,7 @@ build_jar "Kafka Streams peer" tests/bench/peer/src/main/java build/peer/lake-pe
 # The Spark driver's class-data archive (spark_jobs/seams/jvm.py, write_class_archive): the classes a Spark start
 # loads, parsed and verified once, so each later start maps them (a CLI command starts about twice as
 # fast). Written again when what it was taken from changes: the JDK, the Python set, the jars.
-cds_stamp=$( (java -version 2>&1; cat .venv/.setup-stamp .jvm/.stamp build/jvm/.stamp spark_jobs/seams/jvm.py) | sha256sum | cut -d' ' -f1)
+cds_stamp=$( (java -version 2>&1; cat .venv/.setup-stamp .jvm/.stamp build/jvm/.stamp build/jvm/formats/.stamp spark_jobs/seams/jvm.py) | sha256sum | cut -d' ' -f1)
 if ! [ -f build/cds/spark-driver.jsa ] || [ "$(cat build/cds/.stamp 2>/dev/null)" != "$cds_stamp" ]; then
   say "writing the Spark driver's class-data archive (a Spark start with a small Delta workload, about a minute)"
   .venv/bin/python -c 'from spark_jobs.seams.jvm import write_class_archive; write_class_archive()' \

@@ -1,5 +1,5 @@
-"""Shared fixtures: one Spark session and one embedded Kafka broker for the whole run, a fresh lake
-root and a fresh topic namespace per test."""
+"""Shared fixtures: one Spark session, one embedded Kafka broker and one embedded Schema Registry for
+the whole run, a fresh lake root and a fresh topic namespace per test."""
 
 from __future__ import annotations
 
@@ -43,6 +43,19 @@ def kafka(tmp_path_factory):
     os.environ["LAKE_KAFKA_BOOTSTRAP"] = state.bootstrap_servers
     yield state
     broker.stop(root)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def schema_registry(tmp_path_factory):
+    """One embedded Schema Registry for the run; every test and every process it starts reaches it
+    through $LAKE_SCHEMA_REGISTRY_URL (each test's subjects are its topics', under its own prefix)."""
+    from spark_jobs.seams import embedded_registry
+
+    root = tmp_path_factory.mktemp("schema-registry")
+    state = embedded_registry.start(root, _free_port())
+    os.environ["LAKE_SCHEMA_REGISTRY_URL"] = str(state.url)
+    yield state
+    embedded_registry.stop(root)
 
 
 @pytest.fixture(autouse=True)

@@ -1,6 +1,7 @@
-"""``lake up`` / ``lake down``: the product's services on this machine, the embedded broker and the
-Spark Connect server that quick commands use; ``lake connect start|stop|status`` for the server alone
-(the broker alone: ``lake kafka``)."""
+"""``lake up`` / ``lake down``: the product's services on this machine, the embedded broker, the
+embedded Schema Registry and the Spark Connect server that quick commands use; ``lake registry
+start|stop|status`` and ``lake connect start|stop|status`` for one of them alone (the broker alone:
+``lake kafka``)."""
 
 from __future__ import annotations
 
@@ -16,19 +17,49 @@ def register(sub, common) -> None:
     up = sub.add_parser(
         "up",
         parents=[common],
-        help="start the embedded Kafka broker and the Spark Connect server (quick 'lake show')",
+        help="start the embedded Kafka broker, the embedded Schema Registry and the Spark Connect server "
+        "(quick 'lake show')",
     )
     up.add_argument(
         "--port", type=int, default=None, help="the broker's port (default $LAKE_KAFKA_PORT or 9092)"
+    )
+    up.add_argument(
+        "--registry-port",
+        type=int,
+        default=None,
+        help="the registry's port (default $LAKE_REGISTRY_PORT or 8081)",
     )
     up.add_argument(
         "--connect-port", type=int, default=None, help="the Spark Connect server's port (default 15002)"
     )
     up.set_defaults(run=cmd_up)
     down = sub.add_parser(
-        "down", parents=[common], help="stop the Spark Connect server and the embedded broker"
+        "down",
+        parents=[common],
+        help="stop the Spark Connect server, the embedded Schema Registry and the embedded broker",
     )
     down.set_defaults(run=cmd_down)
+
+    r = sub.add_parser(
+        "registry",
+        parents=[common],
+        help="the embedded Schema Registry (Confluent-compatible API; schemas kept under <root>/_registry)",
+    )
+    rsub = r.add_subparsers(dest="registry_command", metavar="ACTION", parser_class=Parser)
+    rs = rsub.add_parser("start", parents=[common], help="start it; returns once it answers")
+    rs.add_argument(
+        "--registry-port",
+        "--port",
+        type=int,
+        default=None,
+        help="its port (default $LAKE_REGISTRY_PORT or 8081)",
+    )
+    rs.set_defaults(run=cmd_registry_start)
+    rt = rsub.add_parser("stop", parents=[common], help="stop it (the schemas stay under <root>/_registry)")
+    rt.set_defaults(run=cmd_registry_stop)
+    rst = rsub.add_parser("status", parents=[common], help="is it running, and its URL")
+    rst.add_argument("--json", action="store_true", help='{"running": ..., "url": ...}')
+    rst.set_defaults(run=cmd_registry_status)
 
     c = sub.add_parser("connect", parents=[common], help="the Spark Connect server of the lake root alone")
     csub = c.add_subparsers(dest="connect_command", metavar="ACTION", parser_class=Parser)
@@ -62,12 +93,43 @@ def cmd_up(args) -> int:
     from spark_jobs.seams import broker
 
     print(broker.start(_root(args), broker_port(args), log=_log).text())
+    cmd_registry_start(args)
     return cmd_connect_start(args)
 
 
 def cmd_down(args) -> int:
     cmd_connect_stop(args)
+    cmd_registry_stop(args)
     return cmd_kafka_stop(args)
+
+
+def _registry_port(args) -> int:
+    from spark_jobs.seams import embedded_registry
+
+    return args.registry_port or int(os.environ.get("LAKE_REGISTRY_PORT", embedded_registry.DEFAULT_PORT))
+
+
+def cmd_registry_start(args) -> int:
+    from spark_jobs.seams import embedded_registry
+
+    print(embedded_registry.start(_root(args), _registry_port(args), log=_log).text())
+    return 0
+
+
+def cmd_registry_stop(args) -> int:
+    from spark_jobs.seams import embedded_registry
+
+    stopped = embedded_registry.stop(_root(args), log=_log)
+    print("embedded Schema Registry: stopped" if stopped else "embedded Schema Registry: was not running")
+    return 0
+
+
+def cmd_registry_status(args) -> int:
+    from spark_jobs.seams import embedded_registry
+
+    state = embedded_registry.status(_root(args))
+    print(json.dumps(state.as_dict()) if args.json else state.text())
+    return 0
 
 
 def cmd_connect_start(args) -> int:

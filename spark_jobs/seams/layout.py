@@ -18,6 +18,7 @@
   _repair/<topic>.json            a topic repartition in progress
   _kafka/                         the embedded broker: data/, server.properties, log4j2.properties,
                                   broker.log, broker.out, broker.json
+  _registry/                      the embedded Schema Registry: data/, registry.log, registry.json
   _connect/                       the Spark Connect server: server.json, server.log, warm-up/
   _airflow/<dag>/<run>/           what one DAG run's tasks hand each other
   reports/quality/                the report pages, Data Docs and run pages (ReportFolder)
@@ -189,6 +190,24 @@ class Layout:
     def broker_output(self) -> Path:
         """What the broker's JVM printed before its logging started."""
         return self.kafka / "broker.out"
+
+    @property
+    def registry(self) -> Path:
+        return self.root / "_registry"
+
+    @property
+    def registry_state(self) -> Path:
+        """The running embedded Schema Registry: its pid and URL."""
+        return self.registry / "registry.json"
+
+    @property
+    def registry_log(self) -> Path:
+        return self.registry / "registry.log"
+
+    @property
+    def registry_data(self) -> Path:
+        """The embedded registry's storage (an H2 database: the schemas outlive a restart)."""
+        return self.registry / "data"
 
     @property
     def connect(self) -> Path:

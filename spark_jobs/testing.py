@@ -35,11 +35,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from spark_jobs.errors import UserError
+from spark_jobs.formats import Codec, Formats
 from spark_jobs.joins.engine import RECORD_FIELDS, BatchMetrics, Changelog, Inputs
 from spark_jobs.seams import checkpoints, partitioners
-from spark_jobs.seams.config import PipelineConfig, TopicSpec, load_config
+from spark_jobs.seams.config import REGISTRY_FORMATS, PipelineConfig, RegistrySpec, TopicSpec, load_config
 from spark_jobs.seams.delta import Lake
 from spark_jobs.seams.layout import QUARANTINE
+from spark_jobs.seams.schema_registry import Registry
 
 Record = tuple[str, dict | None]
 RECORDS_SCHEMA = pa.schema(RECORD_FIELDS)  # key, value, timestamp, partition, offset
@@ -132,9 +134,11 @@ class JoinQuery:
         name: str,
         query_id: str,
         ends: Callable[[TopicSpec], np.ndarray] | None = None,
+        formats: Formats | None = None,
     ):
         """``ends(topic)``: how far the caller's records of a topic go (the next offset of each
-        partition), which the stream kinds compare with what they have read."""
+        partition), which the stream kinds compare with what they have read; ``formats``: the
+        records' codecs (by default the pipeline's)."""
         import shutil
 
         from pyspark.sql import DataFrame
@@ -142,7 +146,7 @@ class JoinQuery:
         from spark_jobs.joins.registry import job_for
 
         self.spark, self.lake, self.name = spark, lake, name
-        self.job = job_for(spark, lake, config, config.join(name), query_id)
+        self.job = job_for(spark, lake, config, config.join(name), query_id, formats=formats)
         self.inputs = MemoryInputs(ends or (lambda topic: np.zeros(topic.partitions, dtype=np.int64)))
         self.job.inputs = self.inputs
         self.checkpoint = lake.layout.driver_checkpoint(name)
@@ -218,17 +222,26 @@ class JoinQuery:
         self.job.flush_metrics()
 
 
-def _encode(value: Any, what: str) -> bytes | None:
+def _encode(value: Any, what: str, codec: Codec) -> bytes | None:
     if value is None:
         return None
     if isinstance(value, bytes):
         return value
+    if codec.registered:
+        try:
+            return codec.encode(value)
+        except ValueError as exc:
+            raise UserError(f"{what}: {exc}") from None
     if isinstance(value, str):
         return value.encode()
     try:
         return json.dumps(value, separators=(",", ":")).encode()
     except TypeError as exc:
         raise UserError(f"{what}: the value is not JSON-serializable ({exc})") from None
+
+
+def _raw_key(key: str | bytes) -> bytes:
+    return key if isinstance(key, bytes) else str(key).encode()
 
 
 def _text(key: bytes | str) -> str:
@@ -256,6 +269,29 @@ class _MemoryChangelog(Changelog):
         )
 
 
+def _formats(config: PipelineConfig, lake: Lake) -> Formats:
+    """The pipeline's codecs with an in-process registry (``mock://``): each Schema Registry topic's
+    schema file registered under its subject, as Kafka Streams' tests use a mock registry."""
+    import uuid
+
+    registry = Registry(
+        RegistrySpec(f"mock://pipeline-test-driver-{uuid.uuid4().hex}"), "the pipeline test driver"
+    )
+    formats = Formats(config, lake.root, lambda name: name, registry)
+    for topic, spec in config.topics.items():
+        for part in ("key", "value"):
+            fmt = spec.format_of(part)
+            if fmt not in REGISTRY_FORMATS:
+                continue
+            if spec.schema_file_of(part) is None:
+                raise UserError(
+                    f"topics.{topic}.{part}: the test driver reads {fmt} schemas from files, and this "
+                    f"topic names none: give {part}: {{format: {fmt}, schema: FILE}}"
+                )
+            formats.writing(topic, part, None)
+    return formats
+
+
 class PipelineTestDriver:
     """A pipeline's joins driven record by record, in one Spark session, without Kafka."""
 
@@ -265,6 +301,7 @@ class PipelineTestDriver:
         self.config: PipelineConfig = load_config(pipeline)
         self.lake = Lake(root)
         self.spark = spark or get_spark(app_name="pipeline-test-driver")
+        self.formats = _formats(self.config, self.lake)
         self._piped: dict[str, list[tuple[bytes, bytes | None, int]]] = {}
         self._clock = 0  # the timestamp of a record piped without one: the latest seen
         self._logs: dict[str, TopicLog] = {}  # topic -> what was piped into it, as Kafka would keep it
@@ -274,7 +311,9 @@ class PipelineTestDriver:
         self._ran: dict[str, int] = {}  # join -> its last micro-batch, when the last advance ran one
         self.queries: dict[str, JoinQuery] = {}
         for name in self.config.joins:
-            query = JoinQuery(self.spark, self.lake, self.config, name, f"test-driver-{name}", self._ends)
+            query = JoinQuery(
+                self.spark, self.lake, self.config, name, f"test-driver-{name}", self._ends, self.formats
+            )
             query.job.changelog = _MemoryChangelog(self._changelog, name)
             self.queries[name] = query
 
@@ -305,8 +344,10 @@ class PipelineTestDriver:
         if timestamp is None:
             timestamp = self._clock
         self._clock = max(self._clock, timestamp)
-        raw_key = key if isinstance(key, bytes) else str(key).encode()
-        encoded = _encode(value, f"topic {topic}, key {_text(key)}")
+        what = f"topic {topic}, key {_text(key)}"
+        key_codec = self.formats.codec(topic, "key")
+        raw_key = (_encode(key, what, key_codec) or b"") if key_codec.registered else _raw_key(key)
+        encoded = _encode(value, what, self.formats.codec(topic, "value"))
         self._piped.setdefault(topic, []).append((raw_key, encoded, int(timestamp)))
 
     def advance(self) -> None:

@@ -46,8 +46,8 @@ class LogJob(StreamJob):
             self._append_events(_events(sides["left"]), ["partition", "offset"], txn, at, m)
 
     @staticmethod
-    def expected(spark, lake, config, spec: JoinSpec, left: DataFrame, right: None):  # noqa: ARG004
-        return _events(left), Projection(spark, config, spec).frame
+    def expected(spark, lake, config, spec: JoinSpec, left: DataFrame, right: None, codecs):  # noqa: ARG004
+        return _events(left), Projection(spark, codecs, spec).frame
 
 
 def _events(records: DataFrame) -> DataFrame:

@@ -11,6 +11,7 @@ import pytest
 from topickit import produce_lines
 
 from spark_jobs.cli import main
+from spark_jobs.formats import Formats
 from spark_jobs.quality.run import run_suites
 from spark_jobs.seams.config import load_config
 from spark_jobs.seams.delta import Lake
@@ -210,6 +211,8 @@ def test_key_format_requires_joined_topics_to_agree_on_encoding(spark, tmp_path)
     put(lake, config, "b", b"\xff\x01|{}\n")  # fine for bytes keys
     cluster = connect(config, lake.root)
     snapshot = take(cluster, config.topics.values())
-    topics = SnapshotReader(spark, cluster, config.topics, snapshot)
+    topics = SnapshotReader(
+        spark, cluster, config.topics, snapshot, Formats(config, lake.root, cluster.topic)
+    )
     rows = key_format_findings(spark, topics, config, ["a", "b"]).filter("problem IS NOT NULL").collect()
     assert [tuple(r) for r in rows] == [("b", None, None, "declares bytes keys but a declares string")]

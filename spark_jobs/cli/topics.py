@@ -30,6 +30,14 @@ def _produce(sub, common) -> None:
     p.add_argument("-Z", dest="null_empty", action="store_true", help="empty key/value -> null")
     p.add_argument("--partitioner", choices=PARTITIONERS)
     p.add_argument("--timestamp", type=int, metavar="MS", help="record timestamp, epoch ms")
+    for part in ("key", "value"):
+        p.add_argument(
+            f"--{part}-schema",
+            metavar="FILE",
+            help=f"a Schema Registry topic's {part}s: write them with this schema (.avsc, .proto, JSON "
+            f"Schema .json), registered under the {part} subject first (default: the topic's schema "
+            "file, else the subject's latest version)",
+        )
     p.set_defaults(run=cmd_produce)
 
 
@@ -42,11 +50,22 @@ def _consume(sub, common) -> None:
         description="Committed records in partition, offset order, up to the end as the call starts.",
     )
     c.add_argument("topic")
-    c.add_argument("-f", dest="fmt", default="%s\\n", help="format: %%k %%s %%K %%S %%p %%o %%T %%t %%h")
+    c.add_argument(
+        "-f",
+        dest="fmt",
+        default="%s\\n",
+        help="format: %%k %%s %%K %%S %%p %%o %%T %%t %%h, and %%i / %%I the value's / key's schema id "
+        "(Schema Registry topics)",
+    )
     c.add_argument("-o", dest="start", default="beginning", help="beginning | end | N | -N")
     c.add_argument("-c", dest="count", type=int, help="stop after COUNT records")
     c.add_argument("-p", dest="partition", type=int, help="only this partition")
     c.add_argument("-Z", dest="null_text", action="store_true", help="print null keys/values as NULL")
+    c.add_argument(
+        "--raw",
+        action="store_true",
+        help="Schema Registry topics: print keys and values as their bytes (default: decoded, as JSON)",
+    )
     c.set_defaults(run=cmd_consume)
 
 
@@ -180,12 +199,24 @@ def cmd_diagnose(args) -> int:
 
 
 def cmd_produce(args) -> int:
+    from pathlib import Path
+
+    from spark_jobs.formats import Formats
     from spark_jobs.seams.kafka import connect
     from spark_jobs.topics.produce_consume import open_input, produce_lines, producing
 
     config, lake = context(args)
     spec = config.topic(args.topic)
     cluster = connect(config, lake.root)
+    codecs = None
+    if spec.registered or args.key_schema or args.value_schema:
+        formats = Formats(config, lake.root, cluster.topic)
+        key_schema = Path(args.key_schema) if args.key_schema else None
+        value_schema = Path(args.value_schema) if args.value_schema else None
+        codecs = (
+            formats.writing(spec.name, "key", key_schema),
+            formats.writing(spec.name, "value", value_schema),
+        )
     stream, source = open_input(args.file)
     progress = Progress(f"produce {spec.name}")
     try:
@@ -201,6 +232,7 @@ def cmd_produce(args) -> int:
                 timestamp_ms=args.timestamp,
                 progress=progress,
                 transactional_id=transactional_id,
+                codecs=codecs,
             )
     finally:
         progress.done()
@@ -217,15 +249,21 @@ def cmd_produce(args) -> int:
 
 
 def cmd_consume(args) -> int:
+    from spark_jobs.formats import Formats
     from spark_jobs.seams.kafka import connect
-    from spark_jobs.topics.produce_consume import consume
+    from spark_jobs.topics.produce_consume import Rendering, consume
 
     config, lake = context(args)
     spec = config.topic(args.topic)
     if args.count is not None and args.count < 0:
         raise UserError("-c COUNT must not be negative")
+    cluster = connect(config, lake.root)
+    render = Rendering(raw=True)
+    if spec.registered and not args.raw:
+        formats = Formats(config, lake.root, cluster.topic)
+        render = Rendering((formats.codec(spec.name, "key"), formats.codec(spec.name, "value")))
     consume(
-        connect(config, lake.root),
+        cluster,
         spec,
         sys.stdout.buffer,
         fmt=args.fmt,
@@ -233,7 +271,14 @@ def cmd_consume(args) -> int:
         count=args.count,
         partition=args.partition,
         null_as=b"NULL" if args.null_text else b"",
+        render=render,
     )
+    if render.undecodable:
+        print(
+            f"lake consume: {render.undecodable} record(s) could not be decoded and were printed as they "
+            f"are (first: {render.first})",
+            file=sys.stderr,
+        )
     return 0
 
 

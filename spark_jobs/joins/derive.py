@@ -27,7 +27,7 @@ class DeriveJob(KeyedJob, StateStoreJob):
     tombstones_follow_left = False  # its result is keyed by the derived key, not the left topic's
 
     @staticmethod
-    def expected(spark, lake, config, spec: JoinSpec, left: DataFrame, right: None):
+    def expected(spark, lake, config, spec: JoinSpec, left: DataFrame, right: None, codecs):
         """derive: per derived key, the newest live master record that derives it."""
         newest = Window.partitionBy("by").orderBy(*[F.col(c).desc() for c in NEWEST])
         rows = (
@@ -39,4 +39,4 @@ class DeriveJob(KeyedJob, StateStoreJob):
                 F.col("by").alias("key"), F.col("key").alias("master_key"), F.col("value").alias("left_value")
             )
         )
-        return rows, Projection(spark, config, spec).frame
+        return rows, Projection(spark, codecs, spec).frame

@@ -43,6 +43,7 @@ from pyspark.sql.utils import AnalysisException
 
 from spark_jobs import faults
 from spark_jobs.errors import UserError, spark_error
+from spark_jobs.formats import Codec, Formats
 from spark_jobs.joins.poison import Guarded, fails, guarded
 from spark_jobs.runtime.profile import Phases
 from spark_jobs.seams.config import JoinSpec, PipelineConfig, TopicSpec
@@ -112,40 +113,49 @@ class BatchMetrics:
         return text
 
 
-def value_column(raw: Any, value_format: str) -> Any:
-    """A record value as ``select`` sees it: a json topic's as ``map<string,string>``, a string
-    topic's as ``struct<value>``; null stays null."""
-    if value_format == "json":
-        return F.from_json(raw.cast("string"), "map<string,string>")
-    return F.when(raw.isNull(), F.lit(None)).otherwise(F.struct(raw.cast("string").alias("value")))
+@dataclass(frozen=True)
+class SideCodecs:
+    """The record formats of a join's inputs by side (``left``, ``right``): their keys' and their
+    values' codecs (:mod:`spark_jobs.formats`)."""
+
+    keys: dict[str, Codec]
+    values: dict[str, Codec]
+
+    @classmethod
+    def of(cls, formats: Formats, spec: JoinSpec) -> SideCodecs:
+        return cls(
+            {side: formats.codec(topic, "key") for side, topic in spec.sides},
+            {side: formats.codec(topic, "value") for side, topic in spec.sides},
+        )
 
 
 class Projection:
-    """``select`` evaluated by Spark over ``left`` / ``right`` built from the record values.
-
-    A json topic's value becomes ``map<string,string>`` (``left.email``; nested objects stay JSON
-    text); a string topic's value becomes ``struct<value>`` (``left.value``). A missing side is null.
+    """``select`` evaluated by Spark over ``left`` / ``right`` built from the record values, as each
+    side's value codec decodes them: a json topic's value becomes ``map<string,string>``
+    (``left.email``; nested objects stay JSON text), a string topic's ``struct<value>``
+    (``left.value``), a registry format's the typed record (``left.consents.retargeter2``). A missing
+    side is null.
     """
 
-    def __init__(self, spark: SparkSession, config: PipelineConfig, spec: JoinSpec):
+    def __init__(self, spark: SparkSession, codecs: SideCodecs, spec: JoinSpec):
         self.spark = spark
         self.spec = spec
         self.meta = list(spec.join_kind.meta_columns)
-        self.formats = {side: config.topic(topic).value_format for side, topic in spec.sides}
+        self.codecs = codecs.values
         empty = pa.table(
             {
                 **{c: pa.array([], _meta_type(c)) for c in self.meta},
-                **{f"{side}_value": pa.array([], pa.binary()) for side in self.formats},
+                **{f"{side}_value": pa.array([], pa.binary()) for side in self.codecs},
             }
         )
         self.output_schema = self._check(empty)
 
     def _side(self, side: str) -> Any:
-        return value_column(F.col(f"{side}_value"), self.formats[side])
+        return self.codecs[side].column(F.col(f"{side}_value"))
 
     def _frame(self, rows: pa.Table | DataFrame) -> DataFrame:
         df = arrow_frame(self.spark, rows) if isinstance(rows, pa.Table) else rows
-        return df.select(*self.meta, *[self._side(side).alias(side) for side in self.formats])
+        return df.select(*self.meta, *[self._side(side).alias(side) for side in self.codecs])
 
     def frame(self, rows: DataFrame) -> DataFrame:
         """The result's columns of a Spark DataFrame of meta columns, ``left_value``, ``right_value``."""
@@ -196,20 +206,26 @@ def side_records(frame: DataFrame, side: str) -> DataFrame:
     return frame.select(F.lit(side).alias("side"), *RECORD_COLUMNS)
 
 
-def prepare(frame: DataFrame, formats: dict[str, str]) -> DataFrame:
-    """Add ``reason`` (why a record goes to quarantine, else null) to a batch of both topics' records
-    (``side``, ``key``, ``value``, ``timestamp``, ``partition``, ``offset``)."""
-    value = F.col("value")
-    parsed = F.expr("try_parse_json(cast(value AS string))")
-    is_object = parsed.isNotNull() & F.schema_of_variant(parsed).startswith("OBJECT")
-    reason = F.when(F.col("key").isNull(), F.lit("null key"))
-    for side, fmt in formats.items():
-        if fmt == "json":
-            reason = reason.when(
-                (F.col("side") == side) & value.isNotNull() & ~F.coalesce(is_object, F.lit(False)),
-                F.lit("value is not a JSON object"),
-            )
-    return frame.select("side", *RECORD_COLUMNS, reason.alias("reason"))
+def prepare(frame: DataFrame, codecs: SideCodecs) -> DataFrame:
+    """Add ``reason`` (why a record goes to quarantine, else null: a null key, a key or value its
+    codec cannot decode) to a batch of both topics' records (``side``, ``key``, ``value``,
+    ``timestamp``, ``partition``, ``offset``), and make ``key`` the logical key the join compares (a
+    Schema Registry framed key decoded: the same key framed or plain is one key)."""
+    key, value, side = F.col("key"), F.col("value"), F.col("side")
+    reason = F.when(key.isNull(), F.lit("null key"))
+    for name in codecs.keys:
+        reason = reason.when((side == name) & codecs.keys[name].problem(key).isNotNull(), F.concat(
+            F.lit("key: "), codecs.keys[name].problem(key)
+        ))  # fmt: skip
+        reason = reason.when(
+            (side == name) & codecs.values[name].problem(value).isNotNull(),
+            codecs.values[name].problem(value),
+        )
+    logical = key
+    for name, codec in codecs.keys.items():
+        if codec.registered:
+            logical = F.when(side == name, codec.key_bytes(key)).otherwise(logical)
+    return frame.select("side", logical.alias("key"), *RECORD_COLUMNS[1:], reason.alias("reason"))
 
 
 class JoinJob:
@@ -233,11 +249,13 @@ class JoinJob:
         spec: JoinSpec,
         left: DataFrame,
         right: Any,  # None for a kind without a right topic (derive)
+        codecs: SideCodecs,
     ) -> tuple[DataFrame, Callable[[DataFrame], DataFrame]]:
         """The kind's oracle (:mod:`spark_jobs.joins.oracle`): from the topics' valid records per side
         (the left with what the kind reads from it: ``by``, ``items``, ``ids``), the joined rows as a
-        plain batch join would give them, and the projection that makes them result rows. Every kind
-        writes its own; a kind without one is an error, never another kind's."""
+        plain batch join would give them, and the projection (with the inputs' ``codecs``) that makes
+        them result rows. Every kind writes its own; a kind without one is an error, never another
+        kind's."""
         raise NotImplementedError(f"join kind {spec.kind} has no oracle")
 
     @classmethod
@@ -257,10 +275,12 @@ class JoinJob:
         spec: JoinSpec,
         query_id: str | Callable[[], str],
         log: Callable[[str], None] = lambda _: None,
+        formats: Formats | None = None,
     ):
         self.spark, self.lake, self.config, self.spec, self.log = spark, lake, config, spec, log
         self._query_id = query_id
-        self.formats = {side: config.topic(topic).value_format for side, topic in spec.sides}
+        self.formats = formats or Formats(config, lake.root)
+        self.codecs = SideCodecs.of(self.formats, spec)
         self.projection = self._projection()
         self.result_schema = self.projection.output_schema
         self.tables = self.state_tables(spec)
@@ -298,7 +318,7 @@ class JoinJob:
             )
 
     def _projection(self) -> Any:
-        return Projection(self.spark, self.config, self.spec)
+        return Projection(self.spark, self.codecs, self.spec)
 
     @property
     def query_id(self) -> str:
@@ -338,7 +358,7 @@ class JoinJob:
 
     def _prepared(self, frame: DataFrame) -> DataFrame:
         """The batch with ``reason`` (and, for the kinds that need them, the left records' keys)."""
-        return prepare(frame, self.formats)
+        return prepare(frame, self.codecs)
 
     def _project(
         self, rows: pa.Table, txn: tuple[str, int], at: datetime, m: BatchMetrics, elements: Any = None

@@ -21,9 +21,9 @@ class FkJob(KeyedJob, StateStoreJob):
     operator = "FkJoin"
 
     @staticmethod
-    def expected(spark, lake, config, spec: JoinSpec, left: DataFrame, right: DataFrame):
+    def expected(spark, lake, config, spec: JoinSpec, left: DataFrame, right: DataFrame, codecs):
         """fk: each live left record with the right value of the key its foreign key names."""
         rows = live(left).select("key", F.col("value").alias("left_value"), F.col("by").alias("fk"))
         rhs = right_values(right).withColumnRenamed("key", "fk")
         rows = rows.join(rhs, "fk", "inner" if spec.type == "inner" else "left").drop("fk")
-        return rows, Projection(spark, config, spec).frame
+        return rows, Projection(spark, codecs, spec).frame

@@ -15,13 +15,8 @@ from pyspark.sql.types import ArrayType, StringType
 from pyspark.sql.utils import AnalysisException
 
 from spark_jobs.errors import UserError, spark_error
-from spark_jobs.joins.engine import (
-    JoinJob,
-    Projection,
-    prepare,
-    value_column,
-)
-from spark_jobs.seams.config import FIELD_PATH_RE, JoinSpec, PipelineConfig
+from spark_jobs.joins.engine import JoinJob, Projection, SideCodecs, prepare
+from spark_jobs.seams.config import FIELD_PATH_RE, JoinSpec
 
 
 # --- the left records' keys, by Spark ------------------------------------------------------------
@@ -29,13 +24,17 @@ class LeftKeys:
     """Adds to a batch the left records' foreign key (fk), derived key (derive) or items and ids (list),
     and the quarantine reason of a list join's left record without a list."""
 
-    def __init__(self, spark: SparkSession, config: PipelineConfig, spec: JoinSpec):
+    def __init__(self, spark: SparkSession, codecs: SideCodecs, spec: JoinSpec):
         self.spec = spec
-        self.format = config.topic(spec.left).value_format
+        self.codec = codecs.values["left"]
         self.setting = str(spec.join_kind.keyed_by)
         self.expr = spec.by or ""
-        self.is_path = self.format == "json" and bool(FIELD_PATH_RE.match(self.expr))
-        self.is_path = self.is_path and not self.expr.startswith("left.")
+        # a bare field path (``merchant_id``, ``address.id``): read from a json value's text, or from
+        # the decoded record of a registry format (``left.merchant_id``)
+        path = bool(FIELD_PATH_RE.match(self.expr)) and not self.expr.startswith("left.")
+        self.is_path = path and self.codec.name == "json"
+        if path and self.codec.registered:
+            self.expr = f"left.{self.expr}"
         empty = spark.createDataFrame([], "side string, key binary, value binary, reason string")
         try:
             self.as_text = self._raw_type(empty) == StringType()
@@ -44,7 +43,7 @@ class LeftKeys:
             raise UserError(f"{spec.where['__' + self.setting]}: {spark_error(exc)}") from None
 
     def _left(self) -> Column:
-        return value_column(F.col("value"), self.format)
+        return self.codec.column(F.col("value"))
 
     def _raw(self) -> Column:
         if self.is_path:
@@ -88,11 +87,11 @@ class KeyedJob(JoinJob):
     """The kinds whose left records carry a key (or list) computed from their value."""
 
     def _prepared(self, frame: DataFrame) -> DataFrame:
-        return self.left_keys.add(prepare(frame, self.formats))
+        return self.left_keys.add(prepare(frame, self.codecs))
 
     def _projection(self) -> Any:
-        self.left_keys = LeftKeys(self.spark, self.config, self.spec)  # checked before the projection
+        self.left_keys = LeftKeys(self.spark, self.codecs, self.spec)  # checked before the projection
         return self._result_projection()
 
     def _result_projection(self) -> Any:
-        return Projection(self.spark, self.config, self.spec)
+        return Projection(self.spark, self.codecs, self.spec)

@@ -16,13 +16,10 @@ from pyspark.sql.utils import AnalysisException
 
 from spark_jobs.errors import UserError, spark_error
 from spark_jobs.joins.batch import live, right_values
-from spark_jobs.joins.engine import (
-    BatchMetrics,
-    value_column,
-)
+from spark_jobs.joins.engine import BatchMetrics, SideCodecs
 from spark_jobs.joins.keyed import KeyedJob
 from spark_jobs.joins.state_store import StateStoreJob
-from spark_jobs.seams.config import JoinSpec, PipelineConfig
+from spark_jobs.seams.config import JoinSpec
 from spark_jobs.seams.delta import conform
 from spark_jobs.seams.session import arrow_frame
 
@@ -33,9 +30,9 @@ class ListProjection:
     ``id``, ``matched`` and ``elements`` over ``element`` (the element: a JSON object's fields, or the
     scalar as text) and ``right``; inner joins leave unmatched elements out. Lists keep their order."""
 
-    def __init__(self, spark: SparkSession, config: PipelineConfig, spec: JoinSpec):
+    def __init__(self, spark: SparkSession, codecs: SideCodecs, spec: JoinSpec):
         self.spark, self.spec = spark, spec
-        self.formats = {side: config.topic(topic).value_format for side, topic in spec.sides}
+        self.codecs = codecs.values
         rows = pa.schema([("key", pa.binary()), ("left_value", pa.binary())])
         elements = pa.schema(
             [
@@ -54,7 +51,7 @@ class ListProjection:
         self.output_schema = pa.schema([f.with_nullable(True) for f in schema])  # deletes carry nulls
 
     def _value(self, side: str, column: str) -> Column:
-        return value_column(F.col(column), self.formats[side])
+        return self.codecs[side].column(F.col(column))
 
     def _element_exprs(self) -> list[str]:
         return [f"({expr}) AS `{col}`" for col, expr in self.spec.elements.items()]
@@ -130,7 +127,7 @@ class ListJob(KeyedJob, StateStoreJob):
     row_columns = ["key", "left_value", "__lp", "__lo", "items", "ids", "right_values"]
 
     def _result_projection(self) -> Any:
-        return ListProjection(self.spark, self.config, self.spec)
+        return ListProjection(self.spark, self.codecs, self.spec)
 
     def result_frame(self, keys: DataFrame) -> DataFrame:
         entries = F.posexplode(F.arrays_zip("items", "ids", "right_values"))
@@ -149,14 +146,14 @@ class ListJob(KeyedJob, StateStoreJob):
         return self._project(live.select(self.row_columns[:4]), txn, at, m, _elements(live))
 
     @staticmethod
-    def expected(spark, lake, config, spec: JoinSpec, left: DataFrame, right: DataFrame):
+    def expected(spark, lake, config, spec: JoinSpec, left: DataFrame, right: DataFrame, codecs):
         """list: each live left record with every element of its list and the right value it names."""
         lhs = live(left)
         elements = lhs.select("key", F.posexplode(F.arrays_zip("items", "ids")).alias("pos", "e")).select(
             "key", "pos", F.col("e.items").alias("item"), F.col("e.ids").alias("id")
         )
         elements = elements.join(right_values(right).withColumnRenamed("key", "id"), "id", "left")
-        projection = ListProjection(spark, config, spec)
+        projection = ListProjection(spark, codecs, spec)
         return lhs.select("key", F.col("value").alias("left_value")), lambda some: projection.frame(
             some, elements
         )

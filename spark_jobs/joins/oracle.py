@@ -22,7 +22,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from spark_jobs.errors import UserError
-from spark_jobs.joins.engine import adopt_former_names, prepare, side_records
+from spark_jobs.formats import Formats
+from spark_jobs.joins.engine import SideCodecs, adopt_former_names, prepare, side_records
 from spark_jobs.joins.keyed import LeftKeys
 from spark_jobs.joins.poison import guarded_frame
 from spark_jobs.joins.registry import JOBS
@@ -38,13 +39,11 @@ SAMPLE = 10
 Records = Callable[[str], DataFrame]  # a declared topic -> its records (Spark's Kafka columns)
 
 
-def _records(
-    config: PipelineConfig, frame: DataFrame, topic: str, side: str, keys: LeftKeys | None = None
-) -> DataFrame:
+def _records(codecs: SideCodecs, frame: DataFrame, side: str, keys: LeftKeys | None = None) -> DataFrame:
     """A topic's valid records (as the engine accepts them); with ``keys``, the left records' foreign /
     derived key (``by``) or list (``items``, ``ids``)."""
     df = side_records(frame, side)
-    df = prepare(df, {side: config.topic(topic).value_format})
+    df = prepare(df, SideCodecs({side: codecs.keys[side]}, {side: codecs.values[side]}))
     if keys is not None:
         df = keys.add(df)
     return df.filter(F.col("reason").isNull()).drop("reason", "side")
@@ -67,6 +66,13 @@ def consumed_records(
     )
 
 
+def _learnt(codecs: SideCodecs, frame: DataFrame, side: str) -> DataFrame:
+    """The records, once the side's codecs know every schema id among them (the registry formats)."""
+    codecs.keys[side].learn(frame, "key")
+    codecs.values[side].learn(frame, "value")
+    return frame
+
+
 @dataclass
 class Expected:
     """The oracle's rows, and the keys it left out because the join's ``select`` fails on them (a
@@ -78,21 +84,34 @@ class Expected:
 
 
 def expected(
-    spark: SparkSession, lake: Lake, config: PipelineConfig, name: str, records: Records
+    spark: SparkSession,
+    lake: Lake,
+    config: PipelineConfig,
+    name: str,
+    records: Records,
+    formats: Formats | None = None,
 ) -> pa.Table:
     """The join's result as a batch join of its topics' ``records``."""
-    return expected_rows(spark, lake, config, name, records).table
+    return expected_rows(spark, lake, config, name, records, formats).table
 
 
 def expected_rows(
-    spark: SparkSession, lake: Lake, config: PipelineConfig, name: str, records: Records
+    spark: SparkSession,
+    lake: Lake,
+    config: PipelineConfig,
+    name: str,
+    records: Records,
+    formats: Formats | None = None,
 ) -> Expected:
-    """:func:`expected`, with the keys on which the select fails left out and named."""
+    """:func:`expected`, with the keys on which the select fails left out and named. ``formats``:
+    the records' codecs (by default the pipeline's, its registry asked now)."""
     spec = config.join(name)
-    keys = LeftKeys(spark, config, spec) if spec.join_kind.keyed_by else None
-    left = _records(config, records(spec.left), spec.left, "left", keys)
-    right = _records(config, records(spec.right), spec.right, "right") if spec.right else None
-    rows, project = JOBS[spec.kind].expected(spark, lake, config, spec, left, right)
+    codecs = SideCodecs.of(formats or Formats(config, lake.root), spec)
+    keys = LeftKeys(spark, codecs, spec) if spec.join_kind.keyed_by else None
+    left = _learnt(codecs, records(spec.left), "left")
+    left = _records(codecs, left, "left", keys)
+    right = _records(codecs, _learnt(codecs, records(spec.right), "right"), "right") if spec.right else None
+    rows, project = JOBS[spec.kind].expected(spark, lake, config, spec, left, right, codecs)
     found = guarded_frame(project, rows)
     table = conform(found.output, lake.schema(spec.name), f"oracle of {spec.name}")
     return Expected(table, sorted(set(found.failed.column("key").to_pylist())))

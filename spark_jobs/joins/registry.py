@@ -6,6 +6,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
+from spark_jobs.formats import Formats
 from spark_jobs.joins.derive import DeriveJob
 from spark_jobs.joins.engine import (
     JoinJob,
@@ -19,13 +20,19 @@ from spark_jobs.seams.config import JoinSpec, PipelineConfig
 
 
 def job_for(
-    spark: SparkSession, lake: Any, config: PipelineConfig, spec: JoinSpec, query_id: Any, log: Any = None
+    spark: SparkSession,
+    lake: Any,
+    config: PipelineConfig,
+    spec: JoinSpec,
+    query_id: Any,
+    log: Any = None,
+    formats: Formats | None = None,
 ) -> JoinJob:
-    """The engine for a join's kind."""
+    """The engine for a join's kind (``formats``: its inputs' codecs; by default the pipeline's)."""
     cls = JOBS[spec.kind]
     if log is None:
-        return cls(spark, lake, config, spec, query_id)
-    return cls(spark, lake, config, spec, query_id, log)
+        return cls(spark, lake, config, spec, query_id, formats=formats)
+    return cls(spark, lake, config, spec, query_id, log, formats=formats)
 
 
 # The engine class of every kind of spark_jobs.join_kinds.KINDS.

@@ -90,10 +90,10 @@ class StreamStreamJob(StreamJob):
         return self.spec.type == "outer" or (side == "left" and self.spec.type == "left")
 
     @staticmethod
-    def expected(spark, lake, config, spec: JoinSpec, left: DataFrame, right: DataFrame):
+    def expected(spark, lake, config, spec: JoinSpec, left: DataFrame, right: DataFrame, codecs):
         """stream-stream: every pair within the window, and the events of the kept sides whose window
         had closed by the last batch's watermark without a pair."""
-        return _expected_pairs(lake, spec, left, right), Projection(spark, config, spec).frame
+        return _expected_pairs(lake, spec, left, right), Projection(spark, codecs, spec).frame
 
 
 def _side_rows(

@@ -116,7 +116,7 @@ class StreamTableJob(StreamJob):
         return rows
 
     @staticmethod
-    def expected(spark, lake, config, spec: JoinSpec, left: DataFrame, right: DataFrame):
+    def expected(spark, lake, config, spec: JoinSpec, left: DataFrame, right: DataFrame, codecs):
         """stream-table: each left event with the right value as of its timestamp (events still waiting
         for the right side to be read are the engine's, not yet in the result)."""
         events = left.filter(F.col("value").isNotNull()).alias("l")
@@ -141,4 +141,4 @@ class StreamTableJob(StreamJob):
         if spec.type == "inner":
             rows = rows.filter(F.col("right_value").isNotNull())
         waiting = lake.read(join_table(spec.name, "waiting")).select("partition", "offset")
-        return rows.join(waiting, ["partition", "offset"], "left_anti"), Projection(spark, config, spec).frame
+        return rows.join(waiting, ["partition", "offset"], "left_anti"), Projection(spark, codecs, spec).frame

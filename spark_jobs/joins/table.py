@@ -20,8 +20,8 @@ class TableJob(StateStoreJob):
     operator = "TableJoin"
 
     @staticmethod
-    def expected(spark, lake, config, spec: JoinSpec, left: DataFrame, right: DataFrame):
+    def expected(spark, lake, config, spec: JoinSpec, left: DataFrame, right: DataFrame, codecs):
         """table: both sides' latest live values per key, joined."""
         how = {"inner": "inner", "left": "left", "outer": "full"}[spec.type]
         lhs = live(left).select("key", F.col("value").alias("left_value"))
-        return lhs.join(right_values(right), "key", how), Projection(spark, config, spec).frame
+        return lhs.join(right_values(right), "key", how), Projection(spark, codecs, spec).frame

@@ -28,6 +28,7 @@ from pyspark.sql import functions as F
 
 from spark_jobs import faults
 from spark_jobs.errors import UserError
+from spark_jobs.formats import Formats
 from spark_jobs.lookups.dumps import parse_dump, read_lines
 from spark_jobs.seams import partitioners
 from spark_jobs.seams.config import LookupSpec, PipelineConfig
@@ -164,7 +165,8 @@ def _diff_and_produce(
     snapshot = take(cluster, [topic])
     summary.compared_with = snapshot.covers()
     log(f"comparing with {summary.compared_with}")
-    reader = SnapshotReader(spark, cluster, {topic.name: topic}, snapshot)
+    formats = Formats(config, lake.root, cluster.topic)
+    reader = SnapshotReader(spark, cluster, {topic.name: topic}, snapshot, formats)
     try:
         current = reader.latest(topic.name).select("key", "value")
         rejects = parsed.filter(F.col("reason").isNotNull())

@@ -239,12 +239,14 @@ def _left_references(
 ) -> DataFrame:
     """The referencing records with what the join reads from them (``LeftKeys``: ``by`` for a foreign
     key; ``items``, ``ids`` and ``reason`` for a list)."""
+    from spark_jobs.joins.engine import SideCodecs
     from spark_jobs.joins.keyed import LeftKeys
 
     assert refs.by is not None
     records = _referencing(topics, refs)
     no_reason = F.lit(None).cast("string").alias("reason")
-    return LeftKeys(spark, config, refs.by).add(records.select(F.lit("left").alias("side"), "*", no_reason))
+    codecs = SideCodecs.of(topics.formats, refs.by)
+    return LeftKeys(spark, codecs, refs.by).add(records.select(F.lit("left").alias("side"), "*", no_reason))
 
 
 def _normalized(column: str) -> Any:

@@ -20,6 +20,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 
 from spark_jobs.errors import UserError
+from spark_jobs.formats import Formats
 from spark_jobs.quality.findings import as_row, offending
 from spark_jobs.quality.gx import GreatExpectations, outcome, unexpected_rows
 from spark_jobs.quality.pages import docs_href, render_summary, write_report
@@ -90,7 +91,8 @@ def _run_suites(
     read = list(dict.fromkeys(t for suite in suites for check in suite.checks for t in check.topics(config)))
     snapshot = take(cluster, [config.topic(t) for t in read])
     log(f"reading {snapshot.covers()} from Kafka at {cluster.bootstrap_servers}")
-    topics = SnapshotReader(spark, cluster, {t: config.topic(t) for t in read}, snapshot)
+    formats = Formats(config, lake.root, cluster.topic)
+    topics = SnapshotReader(spark, cluster, {t: config.topic(t) for t in read}, snapshot, formats)
     log("loading Great Expectations ...")
     gxr = GreatExpectations(folder.path)
     run_id = str(uuid.uuid4())

@@ -19,8 +19,24 @@ from spark_jobs.join_kinds import KINDS, JoinKind
 from spark_jobs.seams.layout import LOOKUP_PREFIX, OWNED, SYSTEM_TABLES, is_reserved
 
 DEFAULT_CONFIG = "demo.yaml"
-KEY_FORMATS = ("string", "bytes")
-VALUE_FORMATS = ("json", "string")
+# Schema Registry formats: each record framed as magic byte 0, a 4-byte schema id (and for Protobuf
+# its message indexes), then the encoded record (spark_jobs.formats)
+REGISTRY_FORMATS = ("avro", "protobuf", "json_schema")
+KEY_FORMATS = ("string", "bytes", *REGISTRY_FORMATS)
+VALUE_FORMATS = ("json", "string", *REGISTRY_FORMATS)
+SCHEMA_FILE_SUFFIXES = {"avro": (".avsc",), "protobuf": (".proto",), "json_schema": (".json",)}
+# the registry client's settings that pass through (confluent-kafka's names)
+REGISTRY_SETTINGS = (
+    "basic.auth.user.info",
+    "basic.auth.credentials.source",
+    "bearer.auth.credentials.source",
+    "bearer.auth.token",
+    "ssl.ca.location",
+    "ssl.certificate.location",
+    "ssl.key.location",
+    "ssl.key.password",
+    "timeout",
+)
 # librdkafka's names (kcat's -X partitioner=...); "murmur2" is kept as an alias of murmur2_random
 PARTITIONERS = ("murmur2_random", "murmur2", "consistent_random")
 TOP_LEVEL_KEYS = ("pipeline", "description", "kafka", "topics", "lookups", "joins", "quality", "airflow")
@@ -48,6 +64,40 @@ class TopicSpec:
     value_format: str = "json"
     partitioner: str = "murmur2"
     compacted: bool = False  # lookup topics and join changelogs: cleanup.policy=compact
+    # registry formats: the subject of the key's / value's schema (None: the topic name strategy,
+    # ``<kafka topic>-key`` / ``-value``) and a schema file (``lake produce`` registers it; the test
+    # driver reads it instead of a registry)
+    key_subject: str | None = None
+    value_subject: str | None = None
+    key_schema: Path | None = None
+    value_schema: Path | None = None
+
+    def format_of(self, part: str) -> str:
+        """The format of the record's ``key`` or ``value``."""
+        return self.key_format if part == "key" else self.value_format
+
+    def subject_of(self, part: str, kafka_name: str) -> str:
+        """The registry subject of the ``key`` or ``value`` schema, for the topic's Kafka name."""
+        named = self.key_subject if part == "key" else self.value_subject
+        return named or f"{kafka_name}-{part}"
+
+    def schema_file_of(self, part: str) -> Path | None:
+        return self.key_schema if part == "key" else self.value_schema
+
+    @property
+    def registered(self) -> bool:
+        """Does the key or the value use a Schema Registry format?"""
+        return self.key_format in REGISTRY_FORMATS or self.value_format in REGISTRY_FORMATS
+
+
+@dataclass(frozen=True)
+class RegistrySpec:
+    """A Confluent-compatible Schema Registry (Confluent's, Apicurio's ``/apis/ccompat/v7``,
+    Karapace, Redpanda): its ``url`` and client ``settings`` (``basic.auth.user.info``, TLS files;
+    ``${NAME}`` read from the environment)."""
+
+    url: str
+    settings: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -61,6 +111,8 @@ class KafkaSpec:
     bootstrap_servers: str | None = None
     settings: dict[str, str] = field(default_factory=dict)
     topic_prefix: str = ""  # Kafka topic = prefix + declared name (environments sharing a cluster)
+    # None: $LAKE_SCHEMA_REGISTRY_URL, else the lake root's embedded registry (lake registry start)
+    schema_registry: RegistrySpec | None = None
 
 
 @dataclass(frozen=True)
@@ -308,8 +360,8 @@ def load_config(path: str | os.PathLike[str] | None = None) -> PipelineConfig:
     topics_raw = data.get("topics")
     if not isinstance(topics_raw, dict) or not topics_raw:
         raise doc.error(("topics",), "must be a non-empty mapping of topic name to its settings")
-    topics = {t: _topic(doc, t, spec) for t, spec in topics_raw.items()}
     base = cfg_path.parent
+    topics = {t: _topic(doc, t, spec, base) for t, spec in topics_raw.items()}
     lookups_raw = data.get("lookups") or {}
     if not isinstance(lookups_raw, dict):
         raise doc.error(("lookups",), "must be a mapping of lookup name to its settings")
@@ -353,21 +405,40 @@ def _kafka(doc: LocatedYaml, raw: Any) -> KafkaSpec:
         )
     settings: dict[str, str] = {}
     for key, value in raw.items():
-        if key in ("bootstrap_servers", "topic_prefix"):
+        if key in ("bootstrap_servers", "topic_prefix", "schema_registry"):
             continue
         path = ("kafka", key)
         if key in ("bootstrap.servers", "partitioner", "transactional.id", "group.id"):
             raise doc.error(path, "is set by the product (use bootstrap_servers for the cluster)")
-        if isinstance(value, bool):
-            value = "true" if value else "false"
-        if not isinstance(value, (str, int, float)):
-            raise doc.error(path, f"must be a string or number (a client setting), got {value!r}")
-        text = str(value)
-        for ref in ENV_REF_RE.findall(text):
-            if ref not in os.environ:
-                raise doc.error(path, f"refers to ${{{ref}}}, which is not set in the environment")
-        settings[key] = ENV_REF_RE.sub(lambda m: os.environ[m.group(1)], text)
-    return KafkaSpec(bootstrap, settings, prefix)
+        settings[key] = _setting(doc, path, value)
+    registry = None if raw.get("schema_registry") is None else _registry(doc, raw["schema_registry"])
+    return KafkaSpec(bootstrap, settings, prefix, registry)
+
+
+def _setting(doc: LocatedYaml, path: tuple[str, ...], value: Any) -> str:
+    """A client setting's value as text, with ``${NAME}`` read from the environment."""
+    if isinstance(value, bool):
+        value = "true" if value else "false"
+    if not isinstance(value, (str, int, float)):
+        raise doc.error(path, f"must be a string or number (a client setting), got {value!r}")
+    text = str(value)
+    for ref in ENV_REF_RE.findall(text):
+        if ref not in os.environ:
+            raise doc.error(path, f"refers to ${{{ref}}}, which is not set in the environment")
+    return ENV_REF_RE.sub(lambda m: os.environ[m.group(1)], text)
+
+
+def _registry(doc: LocatedYaml, raw: Any) -> RegistrySpec:
+    path = ("kafka", "schema_registry")
+    raw = mapping(doc, path, raw, ("url", *REGISTRY_SETTINGS))
+    if "url" not in raw:
+        raise doc.error((*path, "url"), "is required (e.g. http://registry:8081)")
+    url = _setting(doc, (*path, "url"), raw["url"])
+    for one in url.split(","):
+        if not re.match(r"^(https?|mock)://[^\s/]+", one.strip()):
+            raise doc.error((*path, "url"), f"must be http(s)://HOST[:PORT][/PATH][,...], got {url!r}")
+    settings = {k: _setting(doc, (*path, k), v) for k, v in raw.items() if k != "url"}
+    return RegistrySpec(url, settings)
 
 
 def mapping(doc: LocatedYaml, path: tuple[str, ...], value: Any, allowed: tuple[str, ...]) -> dict:
@@ -483,7 +554,7 @@ def _airflow(doc: LocatedYaml, raw: Any) -> AirflowSpec:
 RESERVED = f"({', '.join(SYSTEM_TABLES)}, {LOOKUP_PREFIX}<name>, <join>{OWNED}<state>); choose another"
 
 
-def _topic(doc: LocatedYaml, name: str, spec: Any) -> TopicSpec:
+def _topic(doc: LocatedYaml, name: str, spec: Any, base: Path) -> TopicSpec:
     path = ("topics", name)
     if not NAME_RE.match(name):
         raise doc.error(path, "topic names use letters, digits, '_', '-' or '.'")
@@ -507,19 +578,62 @@ def _topic(doc: LocatedYaml, name: str, spec: Any) -> TopicSpec:
             (*path, "partitions"),
             f"must be at most {MAX_PARTITIONS:,} (a Kafka topic's partitions), got {partitions:,}",
         )
-    key_format = spec.get("key", "string")
-    if key_format not in KEY_FORMATS:
-        raise doc.error((*path, "key"), f"must be one of {', '.join(KEY_FORMATS)}, got {key_format!r}")
-    value_format = spec.get("value", "json")
-    if value_format not in VALUE_FORMATS:
-        raise doc.error((*path, "value"), f"must be one of {', '.join(VALUE_FORMATS)}, got {value_format!r}")
+    key_format, key_subject, key_schema = _record_format(doc, (*path, "key"), spec.get("key", "string"), base)
+    value_format, value_subject, value_schema = _record_format(
+        doc, (*path, "value"), spec.get("value", "json"), base
+    )
     partitioner = spec.get("partitioner", "murmur2")
     if partitioner not in PARTITIONERS:
         raise doc.error(
             (*path, "partitioner"), f"must be one of {', '.join(PARTITIONERS)}, got {partitioner!r}"
         )
     partitioner = "murmur2" if partitioner == "murmur2_random" else partitioner
-    return TopicSpec(name, partitions, key_format, value_format, partitioner)
+    return TopicSpec(
+        name,
+        partitions,
+        key_format,
+        value_format,
+        partitioner,
+        key_subject=key_subject,
+        value_subject=value_subject,
+        key_schema=key_schema,
+        value_schema=value_schema,
+    )
+
+
+def _record_format(
+    doc: LocatedYaml, path: tuple[str, ...], raw: Any, base: Path
+) -> tuple[str, str | None, Path | None]:
+    """A topic's ``key:`` or ``value:``: a format name, or ``{format, subject, schema}`` for the
+    registry formats. Returns the format, the subject (None: the topic name strategy) and the schema
+    file (resolved against the pipeline file's folder)."""
+    allowed = KEY_FORMATS if path[-1] == "key" else VALUE_FORMATS
+    settings = (
+        mapping(doc, path, raw, ("format", "subject", "schema")) if isinstance(raw, dict) else {"format": raw}
+    )
+    fmt = settings.get("format")
+    if fmt not in allowed:
+        raise doc.error(path, f"must be one of {', '.join(allowed)}, got {fmt!r}")
+    if fmt not in REGISTRY_FORMATS:
+        if len(settings) > 1:
+            raise doc.error(
+                path, f"subject and schema are for the registry formats ({', '.join(REGISTRY_FORMATS)})"
+            )
+        return fmt, None, None
+    subject = settings.get("subject")
+    if subject is not None:
+        subject = text_value(doc, (*path, "subject"), subject)
+    schema = None
+    if settings.get("schema") is not None:
+        schema = (base / text_value(doc, (*path, "schema"), settings["schema"])).resolve()
+        if schema.suffix not in SCHEMA_FILE_SUFFIXES[fmt]:
+            raise doc.error(
+                (*path, "schema"),
+                f"a {fmt} schema file ends in {' or '.join(SCHEMA_FILE_SUFFIXES[fmt])}, got {schema.name}",
+            )
+        if not schema.is_file():
+            raise doc.error((*path, "schema"), f"{schema}: no such file")
+    return fmt, subject, schema
 
 
 def window_ms(doc: LocatedYaml, path: tuple[str, ...], value: Any) -> int:

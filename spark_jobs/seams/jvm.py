@@ -1,13 +1,17 @@
 """The locked JVM pieces: jars fetched from Maven Central by ``infra/setup.sh`` into ``.jvm/<set>/``
-and checked against ``infra/jvm/jars.sha256``. Two sets, never mixed on one classpath:
+and checked against ``infra/jvm/jars.sha256``. Sets never mixed on one classpath:
 
-- ``spark``: Delta's Spark integration and Spark's Kafka connector, on every Spark session's and
-  every ``spark-submit``'s ``spark.jars`` (nothing resolves jars at run time);
-- ``kafka``: the embedded KRaft broker (``lake kafka start``).
+- ``spark``: Delta's Spark integration, Spark's Kafka connector and Avro functions, protobuf-java,
+  on every Spark session's and every ``spark-submit``'s ``spark.jars`` (nothing resolves jars at run
+  time);
+- ``kafka``: the embedded KRaft broker (``lake kafka start``);
+- ``registry``: the embedded Schema Registry's archive, unpacked by setup (:func:`registry_app`).
 
-The joins' state operators (``spark_jobs/joins/java``) are the product's own JVM code: ``infra/setup.sh``
-compiles them against the installed pyspark's jars into ``build/jvm/lake-joins.jar``
-(:func:`operators_jar`), which goes on every session's ``spark.jars`` with the ``spark`` set.
+The joins' state operators (``spark_jobs/joins/java``) and the record formats' decoders
+(``spark_jobs/formats/java``) are the product's own JVM code: ``infra/setup.sh`` compiles them
+against the installed pyspark's jars into ``build/jvm/lake-joins.jar`` and
+``build/jvm/formats/lake-formats.jar`` (:func:`product_jars`), which go on every session's
+``spark.jars`` with the ``spark`` set.
 
 Which jars belong to a set is read from the checksum list, so a stray jar in ``.jvm/`` is never loaded.
 
@@ -31,6 +35,8 @@ JVM_DIR = REPO / ".jvm"
 JAR_LOCK = REPO / "infra" / "jvm" / "jars.sha256"
 OPERATORS_SOURCE = REPO / "spark_jobs" / "joins" / "java"
 OPERATORS_JAR = REPO / "build" / "jvm" / "lake-joins.jar"
+FORMATS_SOURCE = REPO / "spark_jobs" / "formats" / "java"
+FORMATS_JAR = REPO / "build" / "jvm" / "formats" / "lake-formats.jar"
 CLASS_ARCHIVE = REPO / "build" / "cds" / "spark-driver.jsa"
 # the JVM's own notices about the archive (one it cannot use is ignored: nothing to tell a user)
 _QUIET_ARCHIVE = "-Xlog:cds=off -Xlog:cds+dynamic=off"
@@ -55,15 +61,33 @@ def locked_jars(group: str) -> list[Path]:
     return jars
 
 
-def operators_jar() -> Path:
-    """The jar of the joins' state operators; a clear error when setup has not built it, or built it
-    from older sources."""
-    if not OPERATORS_JAR.is_file():
-        raise UserError(f"{OPERATORS_JAR}: the join operators are not built; run 'make setup'")
-    built = OPERATORS_JAR.stat().st_mtime
-    if any(source.stat().st_mtime > built for source in OPERATORS_SOURCE.rglob("*.java")):
-        raise UserError(f"{OPERATORS_JAR}: older than the sources in {OPERATORS_SOURCE}; run 'make setup'")
-    return OPERATORS_JAR
+def registry_app() -> Path:
+    """The embedded Schema Registry's runnable jar (Apicurio Registry, unpacked by setup from its
+    locked archive); a clear error when setup has not unpacked it."""
+    found = sorted((JVM_DIR / "registry" / "app").glob("apicurio-registry-app-*-runner.jar"))
+    if not found:
+        raise UserError(
+            f"{JVM_DIR / 'registry' / 'app'}: the Schema Registry is not unpacked; run 'make setup'"
+        )
+    return found[-1]
+
+
+def product_jars() -> list[Path]:
+    """The product's own JVM code, built by setup: the joins' state operators and the record
+    formats' decoders; a clear error when setup has not built a jar, or built it from older sources."""
+    return [
+        _built(OPERATORS_JAR, OPERATORS_SOURCE, "the join operators"),
+        _built(FORMATS_JAR, FORMATS_SOURCE, "the record format decoders"),
+    ]
+
+
+def _built(jar: Path, sources: Path, what: str) -> Path:
+    if not jar.is_file():
+        raise UserError(f"{jar}: {what} are not built; run 'make setup'")
+    built = jar.stat().st_mtime
+    if any(source.stat().st_mtime > built for source in sources.rglob("*.java")):
+        raise UserError(f"{jar}: older than the sources in {sources}; run 'make setup'")
+    return jar
 
 
 def class_archive_options(jvm_options: str) -> str:

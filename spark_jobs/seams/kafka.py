@@ -146,9 +146,15 @@ def _reason(exc: BaseException | KafkaError | str) -> str:
     return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
 
 
+def topic_prefix(config: PipelineConfig) -> str:
+    """What the pipeline's topic names take in front on Kafka: ``kafka.topic_prefix``, else
+    ``$LAKE_KAFKA_TOPIC_PREFIX``."""
+    return config.kafka.topic_prefix or os.environ.get("LAKE_KAFKA_TOPIC_PREFIX", "")
+
+
 def connect(config: PipelineConfig, root: Path) -> Cluster:
     """The cluster the pipeline uses (see the module doc)."""
-    prefix = config.kafka.topic_prefix or os.environ.get("LAKE_KAFKA_TOPIC_PREFIX", "")
+    prefix = topic_prefix(config)
     if config.kafka.bootstrap_servers:
         return Cluster(config.kafka.bootstrap_servers, config.kafka.settings, prefix, config.source)
     env = os.environ.get("LAKE_KAFKA_BOOTSTRAP")

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from spark_jobs.errors import UserError
-from spark_jobs.seams.jvm import class_archive_options, locked_jars, operators_jar
+from spark_jobs.seams.jvm import class_archive_options, locked_jars, product_jars
 from spark_jobs.seams.layout import Layout
 
 DEFAULT_MASTER = "local[2]"
@@ -132,7 +132,7 @@ def spark_conf(master: str | None = None, app_name: str = "lake") -> dict[str, s
     master = master or os.environ.get("LAKE_SPARK_MASTER") or DEFAULT_MASTER
     partitions = os.environ.get("LAKE_SHUFFLE_PARTITIONS") or default_partitions(master)
     conf = {
-        "spark.jars": ",".join(str(jar) for jar in [*locked_jars("spark"), operators_jar()]),
+        "spark.jars": ",".join(str(jar) for jar in [*locked_jars("spark"), *product_jars()]),
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
         # Delta's log replay (after every commit, before the next read or write of the table) runs

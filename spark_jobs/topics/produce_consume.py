@@ -16,6 +16,7 @@ with ``%k %s %p %o %T %t`` (and ``%K %S`` for lengths, ``%h`` for headers) and t
 from __future__ import annotations
 
 import json
+import struct
 import sys
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -28,6 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from spark_jobs.errors import UserError
+from spark_jobs.formats import Codec, DecodeError
 from spark_jobs.seams.config import TopicSpec
 from spark_jobs.seams.delta import Lake
 from spark_jobs.seams.kafka import Cluster, Delivered, Message, produce, producer_id, read
@@ -146,6 +148,29 @@ def check_formats(spec: TopicSpec, parsed: ParsedLines, source: str, first_line:
                 ) from None
 
 
+def encode_registered(
+    spec: TopicSpec, parsed: ParsedLines, codecs: tuple[Codec, Codec], source: str, first_line: int
+) -> ParsedLines:
+    """The key and value texts of a Schema Registry format (JSON, or a plain string for a string
+    schema) encoded and framed with the subject's schema; a line that does not fit is an error naming
+    it and the field."""
+    out = []
+    for part, codec, texts in (("key", codecs[0], parsed.keys), ("value", codecs[1], parsed.values)):
+        if not codec.registered:
+            out.append(texts)
+            continue
+        encoded = []
+        for i, text in enumerate(texts.to_pylist()):
+            try:
+                encoded.append(None if text is None else codec.encode_text(text))
+            except ValueError as exc:
+                raise UserError(
+                    f"{source}:{first_line + i}: {part} {exc}: {_show(text)}; nothing was sent"
+                ) from None
+        out.append(pa.array(encoded, pa.binary()))
+    return ParsedLines(out[0], out[1])
+
+
 def produce_lines(
     cluster: Cluster,
     spec: TopicSpec,
@@ -157,15 +182,22 @@ def produce_lines(
     timestamp_ms: int | None = None,
     progress: Callable[[int], None] | None = None,
     transactional_id: str | None = None,
+    codecs: tuple[Codec, Codec] | None = None,
 ) -> Delivered:
-    """``kcat -P -l`` into a topic: every line of ``stream`` is a record, all in one transaction."""
+    """``kcat -P -l`` into a topic: every line of ``stream`` is a record, all in one transaction.
+    ``codecs`` (key, value): a Schema Registry format's lines are JSON, encoded and framed here (what
+    kafka-avro-console-producer does); without them the topic's formats must not be a registry's."""
     if key_sep == "":
         raise UserError("the key separator given with -K must not be empty")
+    if codecs is None and spec.registered:
+        raise ValueError(f"topic {spec.name} uses a Schema Registry format: give its codecs")
 
     def parse(chunk: bytes, line_no: int) -> ParsedLines:
         lines = without_line_end_marks(split_lines(chunk), first=line_no == 1)
         parsed = parse_lines(lines, key_sep, null_empty, source, line_no)
         check_formats(spec, parsed, source, line_no)
+        if codecs is not None and spec.registered:
+            parsed = encode_registered(spec, parsed, codecs, source, line_no)
         return parsed
 
     def batches() -> Iterator[tuple[pa.Array, pa.Array]]:
@@ -209,13 +241,15 @@ def parse_format(fmt: str) -> list[str | tuple[str]]:
             token = fmt[i + 1]
             if token == "%":
                 buf.append("%")
-            elif token in "ksKSpoTth":
+            elif token in "ksKSpoTthiI":
                 if buf:
                     out.append("".join(buf))
                     buf = []
                 out.append((token,))
             else:
-                raise UserError(f"unknown format token %{token} in {fmt!r} (use %k %s %K %S %p %o %T %t %h)")
+                raise UserError(
+                    f"unknown format token %{token} in {fmt!r} (use %k %s %K %S %p %o %T %t %h %i %I)"
+                )
             i += 2
         else:
             buf.append(ch)
@@ -225,7 +259,37 @@ def parse_format(fmt: str) -> list[str | tuple[str]]:
     return out
 
 
-def _format_records(messages: list[Message], fmt: list[str | tuple[str]], null: bytes) -> bytes:
+class Rendering:
+    """How ``lake consume`` prints keys and values: as they are (``raw``, and the formats without a
+    registry), or decoded to JSON by the topic's codecs (a record that does not decode is printed as
+    it is, and counted with its first reason)."""
+
+    def __init__(self, codecs: tuple[Codec, Codec] | None = None, raw: bool = False):
+        self.codecs = None if raw else codecs
+        self.undecodable = 0
+        self.first: str | None = None
+
+    def __call__(self, part: int, raw: bytes, m: Message) -> bytes:
+        if self.codecs is None or not self.codecs[part].registered:
+            return raw
+        try:
+            return self.codecs[part].render(raw)
+        except DecodeError as exc:
+            self.undecodable += 1
+            if self.first is None:
+                self.first = f"partition {m.partition()} offset {m.offset()} {('key', 'value')[part]}: {exc}"
+            return raw
+
+    def schema_id(self, raw: bytes | None) -> bytes:
+        """``%i`` / ``%I``: the schema id of a framed record, else ``-``."""
+        return (
+            str(struct.unpack(">I", raw[1:5])[0]).encode() if raw and len(raw) >= 5 and raw[0] == 0 else b"-"
+        )
+
+
+def _format_records(
+    messages: list[Message], fmt: list[str | tuple[str]], null: bytes, render: Rendering
+) -> bytes:
     out = bytearray()
     for m in messages:
         for piece in fmt:
@@ -235,10 +299,14 @@ def _format_records(messages: list[Message], fmt: list[str | tuple[str]], null: 
             token = piece[0]
             if token == "k":
                 k = m.key()
-                out += null if k is None else k
+                out += null if k is None else render(0, k, m)
             elif token == "s":
                 v = m.value()
-                out += null if v is None else v
+                out += null if v is None else render(1, v, m)
+            elif token == "i":
+                out += render.schema_id(m.value())
+            elif token == "I":
+                out += render.schema_id(m.key())
             elif token == "K":
                 k = m.key()
                 out += str(-1 if k is None else len(k)).encode()
@@ -268,9 +336,11 @@ def consume(
     count: int | None = None,
     partition: int | None = None,
     null_as: bytes = b"",
+    render: Rendering | None = None,
 ) -> int:
     """Write the topic's committed records, partition by partition in offset order, up to the end as
-    the call starts (kcat ``-C -e``); returns how many were written.
+    the call starts (kcat ``-C -e``); returns how many were written. ``render``: how keys and values
+    are printed (default: as they are).
 
     ``start``: ``beginning``, ``end``, an absolute offset ``N`` (per partition) or ``-N`` (the last N
     of every partition), as kcat's ``-o``."""
@@ -283,7 +353,7 @@ def consume(
     for messages in read(cluster, spec, lambda low, high: _start_offset(start, low, high), wanted):
         if count is not None:
             messages = messages[: count - written]
-        out.write(_format_records(messages, pieces, null_as))
+        out.write(_format_records(messages, pieces, null_as, render or Rendering()))
         written += len(messages)
         if count is not None and written >= count:
             break

@@ -25,6 +25,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 
 from spark_jobs.errors import UserError
+from spark_jobs.formats import Formats
 from spark_jobs.seams.config import TopicSpec
 from spark_jobs.seams.kafka import Cluster, offset_ranges
 
@@ -149,9 +150,15 @@ class SnapshotReader:
     Kafka once (persisted until :meth:`close`), its record count, and its latest value per key."""
 
     def __init__(
-        self, spark: SparkSession, cluster: Cluster, specs: dict[str, TopicSpec], snapshot: Snapshot
+        self,
+        spark: SparkSession,
+        cluster: Cluster,
+        specs: dict[str, TopicSpec],
+        snapshot: Snapshot,
+        formats: Formats,
     ):
         self.spark, self.cluster, self.specs, self.snapshot = spark, cluster, specs, snapshot
+        self.formats = formats  # the topics' codecs (spark_jobs.formats)
         self._frames: dict[str, DataFrame] = {}
         self._counts: dict[str, int] = {}
 

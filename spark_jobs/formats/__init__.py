@@ -1,0 +1,121 @@
+"""Record formats: one codec per format, the one place where record bytes become values and back.
+
+Every reader and writer of records asks :class:`Formats` for the codec of a topic's key or value
+(``formats.codec("customer_consents", "value")``): the joins' Kafka read and their projection, the
+snapshots the checks, audits and backfills read, ``lake produce`` and ``lake consume``, ``lake
+show``, the published changelogs. A new format is a new codec here, nothing else.
+
+- ``string``, ``bytes``, ``json`` (:mod:`.plain`): the record's bytes are the value;
+- ``avro`` (:mod:`.avro`), ``protobuf`` (:mod:`.protobuf`), ``json_schema`` (:mod:`.json_schema`):
+  framed by a Schema Registry (:mod:`.framing`: magic byte, schema id, Protobuf's message indexes),
+  read with the writer schema the frame names into the topic's reader schema (the subject's latest
+  version when the command or job started, the topic name strategy's ``<topic>-key`` /
+  ``<topic>-value`` unless the topic names a ``subject``). The registry is asked once per command
+  (:mod:`spark_jobs.seams.schema_registry`); a schema id is fetched once and cached.
+
+In Spark the registry formats decode on the executors (the JVM functions of ``java/``), and every
+record either decodes or says why not (:meth:`Codec.problem`: no magic byte, unknown schema id, a
+schema of another subject, truncated bytes): those go to quarantine with their offset and the reason,
+never into a join as a row of nulls.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from spark_jobs.errors import UserError
+from spark_jobs.formats.codec import Codec, DecodeError
+from spark_jobs.seams.config import REGISTRY_FORMATS, PipelineConfig
+from spark_jobs.seams.kafka import topic_prefix
+from spark_jobs.seams.schema_registry import Registry, connect_registry
+
+__all__ = ["Codec", "DecodeError", "Formats"]
+
+
+class Formats:
+    """The codecs of one pipeline's topics for one command or job (made when first asked, and kept:
+    the reader schemas stay the ones the command started with). ``kafka_name`` gives a topic's name
+    on Kafka (the topic name strategy's subjects use it); the registry is connected to only when a
+    topic uses a registry format, and asked once whether it answers."""
+
+    def __init__(
+        self,
+        config: PipelineConfig,
+        root: Path,
+        kafka_name: Callable[[str], str] | None = None,
+        registry: Registry | None = None,
+    ):
+        prefix = topic_prefix(config)
+        self.config, self.root = config, root
+        self.kafka_name = kafka_name or (lambda name: prefix + name)
+        self._registry = registry
+        self._checked = False
+        self._codecs: dict[tuple[str, str], Codec] = {}
+
+    @property
+    def registry(self) -> Registry:
+        if self._registry is None:
+            self._registry = connect_registry(self.config, self.root)
+        if not self._checked:
+            self._registry.check()
+            self._checked = True
+        return self._registry
+
+    @property
+    def needs_registry(self) -> bool:
+        return any(spec.registered for spec in self.config.topics.values())
+
+    def check(self) -> None:
+        """Reach the registry now when a topic needs one: a one-line error before any work."""
+        if self.needs_registry:
+            _ = self.registry
+
+    def writing(self, topic: str, part: str, schema: Path | None) -> Codec:
+        """The codec of ``topic``'s ``key`` or ``value`` for writing records: with ``schema`` (a
+        file; else the topic's declared ``schema:`` file, if any) registered under the subject and
+        written with, else with the subject's latest version."""
+        spec = self.config.topic(topic)
+        schema = schema or spec.schema_file_of(part)
+        fmt = spec.format_of(part)
+        if schema is not None and fmt not in REGISTRY_FORMATS:
+            raise UserError(f"topics.{topic}.{part} is {fmt}: a schema file is for the registry formats")
+        if schema is None:
+            return self.codec(topic, part)
+        try:
+            text = Path(schema).read_text()
+        except OSError as exc:
+            raise UserError(f"{schema}: cannot read the schema file: {exc.strerror}") from None
+        subject = spec.subject_of(part, self.kafka_name(topic))
+        if self.registry.latest(subject) is None:  # a new subject: the file is its first version
+            self.registry.register(subject, fmt, text)
+        codec = self.codec(topic, part)
+        codec.write_with(text)  # type: ignore[attr-defined]
+        return codec
+
+    def codec(self, topic: str, part: str) -> Codec:
+        """The codec of ``topic``'s ``key`` or ``value``."""
+        if (topic, part) not in self._codecs:
+            spec = self.config.topic(topic)
+            fmt = spec.format_of(part)
+            where = f"topics.{topic}.{part}"
+            if fmt in REGISTRY_FORMATS:
+                subject = spec.subject_of(part, self.kafka_name(topic))
+                self._codecs[(topic, part)] = _registered(fmt)(where, self.registry, subject)
+            else:
+                self._codecs[(topic, part)] = _plain(fmt)(where)
+        return self._codecs[(topic, part)]
+
+
+def _plain(fmt: str) -> type[Codec]:
+    from spark_jobs.formats.plain import BytesCodec, JsonCodec, StringCodec
+
+    return {"string": StringCodec, "bytes": BytesCodec, "json": JsonCodec}[fmt]
+
+
+def _registered(fmt: str):
+    from spark_jobs.formats.avro import AvroCodec
+    from spark_jobs.formats.json_schema import JsonSchemaCodec
+    from spark_jobs.formats.protobuf import ProtobufCodec
+
+    return {"avro": AvroCodec, "protobuf": ProtobufCodec, "json_schema": JsonSchemaCodec}[fmt]

@@ -1,0 +1,184 @@
+"""``avro``: Schema Registry framed Avro records.
+
+Each record names its writer schema by id; it is read into the topic's reader schema (the subject's
+latest version when the command or job started), so records written with older compatible versions
+decode too. In Spark the records are decoded on the executors by the product's JVM function
+``lake.formats.AvroDecode`` (Avro's Java library, Spark's Avro types), which gives every record either
+its value or the reason it cannot be decoded: never a row of nulls that looks like data. In Python
+(``lake produce``, ``lake consume``, backfills, publishing) fastavro reads and writes them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+from typing import TYPE_CHECKING, Any
+
+import fastavro
+
+from spark_jobs.errors import UserError
+from spark_jobs.formats import framing
+from spark_jobs.formats.codec import DecodeError
+from spark_jobs.formats.registered import RegisteredCodec
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, SparkSession
+
+
+class AvroCodec(RegisteredCodec):
+    name = "avro"
+
+    def _parse(self, text: str) -> Any:
+        try:
+            return fastavro.parse_schema(json.loads(text))
+        except (ValueError, fastavro.schema.SchemaParseException) as exc:
+            raise UserError(f"{self.where}: not an Avro schema: {exc}") from None
+
+    # --- Python ---------------------------------------------------------------------------------
+    def encode(self, value: Any) -> bytes:
+        schema = self._parsed(self.writer.text)
+        problems = _misfits(value, schema)
+        if problems:
+            raise ValueError(f"does not fit the Avro schema of {self.subject}: {problems[0]}")
+        out = io.BytesIO()
+        try:
+            fastavro.schemaless_writer(out, schema, value)
+        except (ValueError, TypeError, AttributeError, KeyError) as exc:
+            raise ValueError(f"does not fit the Avro schema of {self.subject}: {exc}") from None
+        return framing.frame(self.writer.schema_id, out.getvalue())
+
+    def encode_text(self, text: bytes) -> bytes:
+        """A line's JSON as a record; for a string schema the line's text itself is the string too
+        (``user_1`` as well as ``"user_1"``)."""
+        if self._is_text(self.writer.text):
+            try:
+                value = json.loads(text)
+            except (ValueError, UnicodeDecodeError):
+                value = text.decode("utf-8", "replace")
+            return self.encode(value if isinstance(value, str) else text.decode("utf-8", "replace"))
+        return super().encode_text(text)
+
+    @staticmethod
+    def _is_text(schema: str) -> bool:
+        return json.loads(schema) in ("string", {"type": "string"})
+
+    def decode(self, raw: bytes) -> Any:
+        schema_id, payload = self._split(raw)
+        writer = self._writer(schema_id)
+        body = io.BytesIO(payload)
+        try:
+            value = fastavro.schemaless_reader(body, writer, self._parsed(self.reader.text))
+        except Exception as exc:  # fastavro raises what the bytes make it raise
+            raise DecodeError(
+                f"not an Avro record of schema id {schema_id} ({self.subject}): {exc}"
+            ) from None
+        if body.read(1):
+            raise DecodeError(
+                f"bytes left after the Avro record of schema id {schema_id} ({self.subject}): "
+                "written with another schema?"
+            )
+        return value
+
+    # --- Spark ----------------------------------------------------------------------------------
+    def _udf(self, spark: SparkSession) -> str:
+        """Register the JVM decoder of the ids known now; returns its SQL name."""
+        writers = json.dumps({str(i): text for i, text in sorted(self.writers.items())})
+        foreign = json.dumps({str(i): reason for i, reason in sorted(self.foreign.items())})
+        digest = hashlib.sha1("\0".join([self.subject, self.reader.text, writers, foreign]).encode())
+        name = f"lake_avro_{digest.hexdigest()[:16]}"
+        # registered each time it is asked for: cheap, and right for whichever session asks
+        jvm: Any = spark._jvm
+        decoder = jvm.lake.formats.AvroDecode(self.subject, self.reader.text, writers, foreign)
+        spark._jsparkSession.udf().register(
+            name, decoder, jvm.lake.formats.AvroDecode.returnType(self.reader.text)
+        )
+        return name
+
+    def key_bytes(self, raw: Column) -> Column:
+        """A framed key as the text of its logical value (a string key's own UTF-8 bytes, so it
+        equals the same key written plain), a composite key as its JSON."""
+        from pyspark.sql import functions as F
+
+        value = self.column(raw)
+        text = value.cast("string") if self._is_text(self.reader.text) else F.to_json(value)
+        return F.when(raw.isNull(), F.lit(None)).otherwise(F.coalesce(text.cast("binary"), raw))
+
+
+PRIMITIVES: dict[str, Any] = {
+    "null": lambda v: v is None,
+    "boolean": lambda v: isinstance(v, bool),
+    "int": lambda v: isinstance(v, int) and not isinstance(v, bool) and -(2**31) <= v < 2**31,
+    "long": lambda v: isinstance(v, int) and not isinstance(v, bool) and -(2**63) <= v < 2**63,
+    "float": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+    "double": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+    "string": lambda v: isinstance(v, str),
+    "bytes": lambda v: isinstance(v, (bytes, str)),
+}
+
+
+def _misfits(value: Any, schema: Any, path: str = "") -> list[str]:
+    """Why ``value`` does not fit the (fastavro-parsed) Avro ``schema``, one sentence per misfit,
+    naming the field by its path in the record (``consents.retargeter2``)."""
+    named = schema.get("__named_schemas", {}) if isinstance(schema, dict) else {}
+    return _check(value, schema, path, named)
+
+
+def _check(value: Any, schema: Any, path: str, named: dict) -> list[str]:
+    where = f"field {path}" if path else "the record"
+    if isinstance(schema, str) and schema in named:
+        schema = named[schema]
+    if isinstance(schema, list):  # a union: any branch
+        if any(not _check(value, branch, path, named) for branch in schema):
+            return []
+        return [f"{where} is {_shown(value)}, which fits none of {_type_names(schema, named)}"]
+    kind = schema["type"] if isinstance(schema, dict) else schema
+    if isinstance(kind, (dict, list)) or (isinstance(kind, str) and kind in named):
+        return _check(value, kind, path, named)
+    if kind in PRIMITIVES:
+        return [] if PRIMITIVES[kind](value) else [f"{where} must be {kind}, got {_shown(value)}"]
+    if kind == "record":
+        if not isinstance(value, dict):
+            return [
+                f"{where} must be an object (record {schema['name'].rsplit('.', 1)[-1]}), got {_shown(value)}"
+            ]
+        out = []
+        for field in schema["fields"]:
+            inner = f"{path}.{field['name']}" if path else field["name"]
+            if field["name"] not in value:
+                if "default" not in field:
+                    out.append(f"field {inner} is missing (it has no default)")
+                continue
+            out += _check(value[field["name"]], field["type"], inner, named)
+        return out
+    if kind == "enum":
+        ok = isinstance(value, str) and value in schema["symbols"]
+        return [] if ok else [f"{where} must be one of {', '.join(schema['symbols'])}, got {_shown(value)}"]
+    if kind == "fixed":
+        ok = isinstance(value, (bytes, str)) and len(value) == schema["size"]
+        return [] if ok else [f"{where} must be {schema['size']} bytes, got {_shown(value)}"]
+    if kind == "array":
+        if not isinstance(value, list):
+            return [f"{where} must be a list, got {_shown(value)}"]
+        return [
+            m for i, item in enumerate(value) for m in _check(item, schema["items"], f"{path}[{i}]", named)
+        ]
+    if kind == "map":
+        if not isinstance(value, dict):
+            return [f"{where} must be an object (map), got {_shown(value)}"]
+        return [m for k, item in value.items() for m in _check(item, schema["values"], f"{path}.{k}", named)]
+    return []
+
+
+def _type_names(union: list, named: dict) -> str:
+    names = []
+    for branch in union:
+        kind = branch if isinstance(branch, str) else branch.get("type")
+        names.append(
+            str(branch.get("name", kind)).rsplit(".", 1)[-1] if isinstance(branch, dict) else str(kind)
+        )
+    return ", ".join(names)
+
+
+def _shown(value: Any) -> str:
+    return json.dumps(value, default=str)

@@ -1,0 +1,92 @@
+"""What every codec is: how one format's record bytes (a key or a value) are written, read, shown,
+and decoded by Spark. One subclass per format (``plain``: string, bytes, json; ``avro``,
+``protobuf``, ``json_schema``: the Schema Registry's), chosen by :class:`spark_jobs.formats.Formats`."""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterable
+from datetime import date, datetime
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+
+
+class DecodeError(ValueError):
+    """Why one record cannot be decoded (the message is the reason, as quarantine keeps it)."""
+
+
+class Codec:
+    """A format of a topic's keys or values. ``where`` names them in messages (``topics.x.value``)."""
+
+    name = ""
+    registered = False  # framed by a Schema Registry (magic byte, schema id)
+
+    def __init__(self, where: str):
+        self.where = where
+
+    # --- Python: lake produce, lake consume, lake show, backfills, publishing -------------------
+    def encode(self, value: Any) -> bytes:
+        """A value as JSON gives it (an object, a string, ...) as record bytes; :class:`ValueError`
+        naming the field that does not fit."""
+        raise NotImplementedError
+
+    def encode_text(self, text: bytes) -> bytes:
+        """One input line's key or value (``lake produce``) as record bytes; :class:`ValueError`
+        saying why it does not fit the format."""
+        return text
+
+    def decode(self, raw: bytes) -> Any:
+        """Record bytes as a Python value (JSON-able); :class:`DecodeError` when they do not decode."""
+        return raw
+
+    def render(self, raw: bytes) -> bytes:
+        """Record bytes as ``lake consume`` prints them: the bytes themselves, or the decoded
+        record as JSON for the registry formats."""
+        return raw
+
+    # --- Spark: the joins, the checks, the audits ------------------------------------------------
+    def column(self, raw: Column) -> Column:
+        """The decoded value as ``select`` sees it (``left.<field>``); null stays null."""
+        raise NotImplementedError
+
+    def problem(self, raw: Column) -> Column:
+        """Why a record cannot be decoded (its quarantine reason), null when it can (or is null)."""
+        from pyspark.sql import functions as F
+
+        return F.lit(None).cast("string")
+
+    def key_bytes(self, raw: Column) -> Column:
+        """The key bytes that joins and checks compare: the logical key (a framed key decoded)."""
+        return raw
+
+    def learn(self, frame: DataFrame, column: str) -> bool:
+        """Learn the schema ids of ``frame[column]`` (the registry formats); True when something
+        new was learnt, so an expression built before must be built again."""
+        return False
+
+    def learn_ids(self, ids: Iterable[int]) -> bool:
+        return False
+
+
+def jsonable(value: Any) -> Any:
+    """A decoded value as JSON can hold it: bytes as base64, dates and times in ISO 8601, decimals as
+    text."""
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, (bytes, bytearray)):
+        return base64.b64encode(bytes(value)).decode()
+    if isinstance(value, (datetime, date)):
+        return value.isoformat()
+    if isinstance(value, Decimal):
+        return str(value)
+    return value
+
+
+def as_json(value: Any) -> bytes:
+    return json.dumps(jsonable(value), ensure_ascii=False, separators=(",", ":")).encode()

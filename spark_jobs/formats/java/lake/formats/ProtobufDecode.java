@@ -1,0 +1,178 @@
+package lake.formats;
+
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.Base64;
+import java.util.HashMap;
+import java.util.HashSet;
+import java.util.Iterator;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import com.google.protobuf.DescriptorProtos.FileDescriptorProto;
+import com.google.protobuf.DescriptorProtos.FileDescriptorSet;
+import com.google.protobuf.Descriptors.Descriptor;
+import com.google.protobuf.Descriptors.FileDescriptor;
+import com.google.protobuf.DynamicMessage;
+import com.google.protobuf.InvalidProtocolBufferException;
+import org.apache.spark.sql.Row;
+import org.apache.spark.sql.RowFactory;
+import org.apache.spark.sql.api.java.UDF1;
+import org.apache.spark.sql.types.DataType;
+import org.apache.spark.sql.types.DataTypes;
+import org.apache.spark.sql.types.StructField;
+
+/**
+ * Decodes Schema Registry framed Protobuf records on the executors: {@code struct<value, error>},
+ * the message read with the reader schema (a subject's version, compiled by the driver into a
+ * {@code FileDescriptorSet}) at the message indexes of its frame, or why it cannot be: no magic
+ * byte, truncated, message indexes that name no message of the schema or another message than the
+ * topic's, a schema id outside the subject, bytes that are not such a message.
+ */
+public final class ProtobufDecode implements UDF1<byte[], Row> {
+  private static final long serialVersionUID = 1L;
+
+  private final String subject;
+  private final String descriptors;
+  private final String message;
+  private final String knownJson;
+  private final String foreignJson;
+  private transient FileDescriptor file;
+  private transient Descriptor topicMessage;
+  private transient Set<Integer> known;
+  private transient Map<Integer, String> foreign;
+
+  /**
+   * @param subject the subject whose versions the records are written with (for the reasons)
+   * @param descriptors base64 of the reader schema's FileDescriptorSet (its imports first)
+   * @param message the full name of the topic's message in it
+   * @param knownJson [id, ...]: the subject's versions
+   * @param foreignJson {"id": "reason", ...}: ids outside the subject, and why they do not decode
+   */
+  public ProtobufDecode(
+      String subject, String descriptors, String message, String knownJson, String foreignJson) {
+    this.subject = subject;
+    this.descriptors = descriptors;
+    this.message = message;
+    this.knownJson = knownJson;
+    this.foreignJson = foreignJson;
+  }
+
+  /** The UDF's return type: {@code struct<value: the message's type, error: string>}. */
+  public static DataType returnType(String descriptors, String message) throws Exception {
+    Descriptor found = find(file(descriptors), message);
+    return DataTypes.createStructType(
+        new StructField[] {
+          DataTypes.createStructField("value", ProtobufTypes.sparkType(found), true),
+          DataTypes.createStructField("error", DataTypes.StringType, true)
+        });
+  }
+
+  static FileDescriptor file(String descriptors) throws Exception {
+    FileDescriptorSet set = FileDescriptorSet.parseFrom(Base64.getDecoder().decode(descriptors));
+    Map<String, FileDescriptor> built = new HashMap<>();
+    FileDescriptor last = null;
+    for (FileDescriptorProto proto : set.getFileList()) {
+      List<FileDescriptor> deps = new ArrayList<>();
+      for (String dependency : proto.getDependencyList()) {
+        deps.add(built.get(dependency));
+      }
+      last = FileDescriptor.buildFrom(proto, deps.toArray(new FileDescriptor[0]));
+      built.put(proto.getName(), last);
+    }
+    return last;
+  }
+
+  /** The message of {@code fullName} in {@code file}, nested ones too. */
+  static Descriptor find(FileDescriptor file, String fullName) {
+    String pkg = file.getPackage();
+    String[] names = (pkg.isEmpty() ? fullName : fullName.substring(pkg.length() + 1)).split("\\.");
+    Descriptor found = file.findMessageTypeByName(names[0]);
+    for (int i = 1; i < names.length && found != null; i++) {
+      found = found.findNestedTypeByName(names[i]);
+    }
+    if (found == null) {
+      throw new IllegalArgumentException("no message " + fullName + " in " + file.getName());
+    }
+    return found;
+  }
+
+  private void open() throws Exception {
+    file = file(descriptors);
+    topicMessage = find(file, message);
+    ObjectMapper mapper = new ObjectMapper();
+    known = new HashSet<>();
+    for (JsonNode id : mapper.readTree(knownJson)) {
+      known.add(id.asInt());
+    }
+    foreign = new HashMap<>();
+    JsonNode reasons = mapper.readTree(foreignJson);
+    for (Iterator<String> ids = reasons.fieldNames(); ids.hasNext(); ) {
+      String id = ids.next();
+      foreign.put(Integer.parseInt(id), reasons.get(id).asText());
+    }
+  }
+
+  @Override
+  public Row call(byte[] raw) throws Exception {
+    if (raw == null) {
+      return null;
+    }
+    if (file == null) {
+      open();
+    }
+    String problem = Framing.problem(raw);
+    if (problem != null) {
+      return RowFactory.create(null, problem);
+    }
+    int id = Framing.schemaId(raw);
+    if (!known.contains(id)) {
+      String reason = foreign.get(id);
+      return RowFactory.create(
+          null, reason != null ? reason : "unknown schema id " + id + " (not a version of " + subject + ")");
+    }
+    Framing.Indexes indexes;
+    try {
+      indexes = Framing.messageIndexes(raw);
+    } catch (IllegalArgumentException e) {
+      return RowFactory.create(null, e.getMessage());
+    }
+    Descriptor found = resolve(indexes.path);
+    if (found == null) {
+      return RowFactory.create(
+          null,
+          "message indexes " + Arrays.toString(indexes.path) + " name no message of schema id " + id
+              + " (" + subject + ")");
+    }
+    if (found != topicMessage) {
+      return RowFactory.create(
+          null,
+          "message indexes " + Arrays.toString(indexes.path) + " name " + found.getFullName()
+              + ", not the topic's " + message);
+    }
+    try {
+      DynamicMessage decoded =
+          DynamicMessage.parseFrom(found, Arrays.copyOfRange(raw, indexes.start, raw.length));
+      return RowFactory.create(ProtobufTypes.toSpark(decoded), null);
+    } catch (InvalidProtocolBufferException e) {
+      return RowFactory.create(
+          null, "not a Protobuf " + found.getFullName() + " of schema id " + id + ": " + e.getMessage());
+    }
+  }
+
+  private Descriptor resolve(int[] path) {
+    List<Descriptor> level = file.getMessageTypes();
+    Descriptor found = null;
+    for (int index : path) {
+      if (index < 0 || index >= level.size()) {
+        return null;
+      }
+      found = level.get(index);
+      level = found.getNestedTypes();
+    }
+    return found;
+  }
+}

@@ -1,0 +1,148 @@
+"""``json_schema``: Schema Registry framed JSON records (a JSON Schema per subject version).
+
+The record after its frame is JSON text. Written records are checked against the writer schema
+(``jsonschema``: the first violation, with its field's path); in Spark the reader schema's
+``properties`` give the typed record (``left.address.city``): ``string``, ``integer`` (long),
+``number`` (double), ``boolean``, ``array`` of ``items``, ``object`` with ``properties`` a struct
+(without: a map of strings), ``$ref`` to ``#/definitions`` or ``#/$defs``; anything else stays JSON
+text. A record that is not framed, not JSON, of another type than the schema says, or without a
+``required`` field is quarantined with that reason (Spark's own JSON reader, no Python per record).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from spark_jobs.errors import UserError
+from spark_jobs.formats import framing
+from spark_jobs.formats.codec import DecodeError
+from spark_jobs.formats.registered import RegisteredCodec
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, SparkSession
+
+CORRUPT = "__corrupt"
+
+
+class JsonSchemaCodec(RegisteredCodec):
+    name = "json_schema"
+
+    def _parse(self, text: str) -> Any:
+        from jsonschema import validators
+        from jsonschema.exceptions import SchemaError
+
+        try:
+            schema = json.loads(text)
+            validators.validator_for(schema).check_schema(schema)
+        except (ValueError, SchemaError) as exc:
+            raise UserError(f"{self.where}: not a JSON Schema: {str(exc).splitlines()[0]}") from None
+        return validators.validator_for(schema)(schema)
+
+    # --- Python ---------------------------------------------------------------------------------
+    def encode(self, value: Any) -> bytes:
+        validator = self._parsed(self.writer.text)
+        error = next(iter(sorted(validator.iter_errors(value), key=lambda e: list(e.path))), None)
+        if error is not None:
+            field = ".".join(str(p) for p in error.path)
+            where = f"field {field}" if field else "the record"
+            raise ValueError(f"does not fit the JSON Schema of {self.subject}: {where}: {error.message}")
+        text = json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+        return framing.frame(self.writer.schema_id, text)
+
+    def decode(self, raw: bytes) -> Any:
+        schema_id, payload = self._split(raw)
+        self._writer(schema_id)  # one of the subject's versions, else why not
+        try:
+            return json.loads(payload)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise DecodeError(f"not JSON after the frame of schema id {schema_id}: {exc}") from None
+
+    # --- Spark: Spark's JSON reader, with the reader schema's types ------------------------------
+    def _struct(self) -> Any:
+        from pyspark.sql.types import StringType, StructField, StructType
+
+        schema = json.loads(self.reader.text)
+        typed = spark_type(schema, schema)
+        if not isinstance(typed, StructType):
+            raise UserError(f"{self.where}: the JSON Schema of {self.subject} must describe an object")
+        return StructType([*typed.fields, StructField(CORRUPT, StringType())])
+
+    def _parsed_column(self, raw: Column) -> Column:
+        from pyspark.sql import functions as F
+
+        options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT}
+        return F.from_json(
+            F.substring(raw, framing.HEADER + 1, 2**31 - 1).cast("string"), self._struct(), options
+        )
+
+    def _udf(self, spark: SparkSession) -> str:  # noqa: ARG002 - Spark's JSON reader, no JVM function
+        raise NotImplementedError
+
+    def column(self, raw: Column) -> Column:
+        from pyspark.sql import functions as F
+
+        parsed = self._parsed_column(raw)
+        names = [f.name for f in self._struct().fields if f.name != CORRUPT]
+        value = F.struct(*[parsed.getField(n).alias(n) for n in names])
+        return F.when(self.problem(raw).isNull() & raw.isNotNull(), value)
+
+    def problem(self, raw: Column) -> Column:
+        from pyspark.sql import functions as F
+
+        schema_id = framing.schema_id(raw)
+        not_framed = framing.problem_column(raw)
+        reason = F.when(not_framed.isNotNull(), not_framed)
+        for schema_id_value, why in sorted(self.foreign.items()):
+            reason = reason.when(schema_id == schema_id_value, F.lit(why))
+        known = list(self.writers)
+        reason = reason.when(
+            ~schema_id.isin(known),
+            F.format_string(f"unknown schema id %d (not a version of {self.subject})", schema_id),
+        )
+        parsed = self._parsed_column(raw)
+        reason = reason.when(
+            parsed.isNull() | parsed.getField(CORRUPT).isNotNull(),
+            F.concat(F.lit("not JSON of the schema of "), F.lit(self.subject), F.lit(" (schema id "),
+                     schema_id.cast("string"), F.lit("): a field of another type, or not JSON")),
+        )  # fmt: skip
+        for field in json.loads(self.reader.text).get("required", []):
+            reason = reason.when(parsed.getField(field).isNull(), F.lit(f"required field {field} is missing"))
+        return reason
+
+
+def spark_type(schema: Any, root: Any) -> Any:
+    """The Spark type of a JSON Schema's values (see the module doc)."""
+    from pyspark.sql.types import (
+        ArrayType,
+        BooleanType,
+        DoubleType,
+        LongType,
+        MapType,
+        StringType,
+        StructField,
+        StructType,
+    )
+
+    if not isinstance(schema, dict):
+        return StringType()
+    if "$ref" in schema:
+        ref = schema["$ref"]
+        for prefix in ("#/definitions/", "#/$defs/"):
+            if ref.startswith(prefix):
+                return spark_type(root.get(prefix[2:-1], {}).get(ref[len(prefix) :], {}), root)
+        return StringType()
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        kinds = [k for k in kind if k != "null"]
+        kind = kinds[0] if len(kinds) == 1 else None
+    if kind == "object" or (kind is None and "properties" in schema):
+        properties = schema.get("properties")
+        if not properties:
+            return MapType(StringType(), StringType())
+        return StructType([StructField(name, spark_type(sub, root)) for name, sub in properties.items()])
+    if kind == "array":
+        return ArrayType(spark_type(schema.get("items", {}), root))
+    return {"integer": LongType(), "number": DoubleType(), "boolean": BooleanType()}.get(
+        kind or "", StringType()
+    )

@@ -1,0 +1,89 @@
+"""The formats without a registry: ``string`` (UTF-8 text), ``bytes`` (keys only: any bytes) and
+``json`` (a JSON document; a value must be a JSON object to be joined)."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from spark_jobs.formats.codec import Codec, DecodeError
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column
+
+
+class StringCodec(Codec):
+    name = "string"
+
+    def encode(self, value: Any) -> bytes:
+        if not isinstance(value, str):
+            raise ValueError(f"a {self.name} record is text, got {json.dumps(value)}")
+        return value.encode()
+
+    def encode_text(self, text: bytes) -> bytes:
+        try:
+            text.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ValueError(f"not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
+        return text
+
+    def decode(self, raw: bytes) -> Any:
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise DecodeError(f"not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
+
+    def column(self, raw: Column) -> Column:
+        """A string value is ``struct<value>`` (``left.value``)."""
+        from pyspark.sql import functions as F
+
+        return F.when(raw.isNull(), F.lit(None)).otherwise(F.struct(raw.cast("string").alias("value")))
+
+
+class BytesCodec(Codec):
+    name = "bytes"
+
+    def encode(self, value: Any) -> bytes:
+        if isinstance(value, str):
+            return value.encode()
+        raise ValueError(f"a bytes record is given as text, got {json.dumps(value)}")
+
+    def column(self, raw: Column) -> Column:
+        from pyspark.sql import functions as F
+
+        return F.when(raw.isNull(), F.lit(None)).otherwise(F.struct(raw.alias("value")))
+
+
+class JsonCodec(Codec):
+    name = "json"
+
+    def encode(self, value: Any) -> bytes:
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+
+    def encode_text(self, text: bytes) -> bytes:
+        try:
+            json.loads(text)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise ValueError(f"not valid JSON ({exc})") from None
+        return text
+
+    def decode(self, raw: bytes) -> Any:
+        try:
+            return json.loads(raw)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise DecodeError(f"not valid JSON ({exc})") from None
+
+    def column(self, raw: Column) -> Column:
+        """A JSON value is ``map<string,string>`` (``left.email``; nested objects stay JSON text)."""
+        from pyspark.sql import functions as F
+
+        return F.from_json(raw.cast("string"), "map<string,string>")
+
+    def problem(self, raw: Column) -> Column:
+        from pyspark.sql import functions as F
+
+        parsed = F.try_parse_json(raw.cast("string"))
+        is_object = parsed.isNotNull() & F.schema_of_variant(parsed).startswith("OBJECT")
+        return F.when(
+            raw.isNotNull() & ~F.coalesce(is_object, F.lit(False)), F.lit("value is not a JSON object")
+        )

@@ -1,0 +1,150 @@
+"""What the Schema Registry formats share: the subject, its reader schema, the writer schemas by id,
+and the ids that belong elsewhere (and why)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from spark_jobs.errors import UserError
+from spark_jobs.formats import framing
+from spark_jobs.formats.codec import Codec, DecodeError, as_json
+from spark_jobs.seams.schema_registry import Registry, Version
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+
+
+class RegisteredCodec(Codec):
+    """A registry format of one subject. ``reader``: the subject's latest version when this codec
+    was made (what records are decoded into); ``writers``: the subject's versions by id (what records
+    may be written with); ``foreign``: ids seen on the topic that are not the subject's, with why."""
+
+    registered = True
+
+    def __init__(self, where: str, registry: Registry, subject: str):
+        super().__init__(where)
+        self.registry, self.subject = registry, subject
+        reader = registry.latest(subject)
+        if reader is None:
+            raise UserError(
+                f"{where}: subject {subject} has no schema in the Schema Registry at {registry.url}; "
+                f"register one, e.g. lake produce TOPIC FILE --{where.rsplit('.', 1)[-1]}-schema SCHEMA_FILE"
+            )
+        if reader.format != self.name:
+            raise UserError(
+                f"{where}: subject {subject} holds a {reader.format} schema (id {reader.schema_id}), "
+                f"but the topic declares {self.name}"
+            )
+        self.reader: Version = reader
+        self.writer: Version = reader  # what encode() writes with (lake produce --value-schema: a file's)
+        self.writers: dict[int, str] = {v.schema_id: v.text for v in registry.versions(subject)}
+        self.writers.setdefault(reader.schema_id, reader.text)
+        self.foreign: dict[int, str] = {}
+        self._parsed_cache: dict[str, Any] = {}
+
+    def _parse(self, text: str) -> Any:
+        raise NotImplementedError
+
+    def _udf(self, spark: SparkSession) -> str:
+        """Register the format's JVM decoder for the schema ids known now; returns its SQL name."""
+        raise NotImplementedError
+
+    def render(self, raw: bytes) -> bytes:
+        return as_json(self.decode(raw))
+
+    # --- Spark: one JVM function per format gives each record its value or why not ---------------
+    def decoded(self, raw: Column) -> Column:
+        """``struct<value, error>`` of each record (null for a null record)."""
+        from pyspark.sql import SparkSession
+        from pyspark.sql import functions as F
+
+        spark = SparkSession.getActiveSession()
+        assert spark is not None, f"a Spark session decodes {self.name} records"
+        return F.call_function(self._udf(spark), raw)
+
+    def column(self, raw: Column) -> Column:
+        return self.decoded(raw).getField("value")
+
+    def problem(self, raw: Column) -> Column:
+        return self.decoded(raw).getField("error")
+
+    def key_bytes(self, raw: Column) -> Column:
+        """A framed key as its logical value: a composite key's JSON (formats with a string key
+        schema give the string's own bytes, so the key equals the same key written plain)."""
+        from pyspark.sql import functions as F
+
+        text = F.to_json(self.column(raw))
+        return F.when(raw.isNull(), F.lit(None)).otherwise(F.coalesce(text.cast("binary"), raw))
+
+    def learn(self, frame: DataFrame, column: str) -> bool:
+        from pyspark.sql import functions as F
+
+        ids = [r[0] for r in frame.select(framing.schema_id(F.col(column)).alias("id")).distinct().collect()]
+        return self._learn(i for i in ids if i is not None)
+
+    def learn_ids(self, ids: Iterable[int]) -> bool:
+        return self._learn(ids)
+
+    def write_with(self, text: str) -> int:
+        """Encode with schema ``text`` from now on, registered under the subject first (the
+        registry's compatibility rules decide; a schema it has already keeps its id)."""
+        self._parse(text)  # a schema that does not parse is one line naming the file's format
+        schema_id = self.registry.register(self.subject, self.name, text)
+        self.writer = Version(schema_id, self.subject, 0, self.name, text)
+        self.writers[schema_id] = text
+        return schema_id
+
+    def encode_text(self, text: bytes) -> bytes:
+        """A line's JSON as a record of the writer schema."""
+        try:
+            value = json.loads(text)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise ValueError(f"is not JSON ({exc})") from None
+        return self.encode(value)
+
+    def _parsed(self, text: str) -> Any:
+        if text not in self._parsed_cache:
+            self._parsed_cache[text] = self._parse(text)
+        return self._parsed_cache[text]
+
+    def _split(self, raw: bytes) -> tuple[int, bytes]:
+        try:
+            return framing.split(raw)
+        except framing.NotFramed as exc:
+            raise DecodeError(str(exc)) from None
+
+    def _writer(self, schema_id: int) -> Any:
+        """The parsed writer schema of ``schema_id``; :class:`DecodeError` when it is not one of
+        the subject's (asking the registry about an id not seen before)."""
+        if schema_id not in self.writers and schema_id not in self.foreign:
+            self._learn([schema_id])
+        if schema_id in self.foreign:
+            raise DecodeError(self.foreign[schema_id])
+        return self._parsed(self.writers[schema_id])
+
+    def _learn(self, ids: Iterable[int]) -> bool:
+        """Ask the registry about ids not seen before: a version of the subject registered since
+        this codec was made becomes a writer; any other id a reason. True when anything was new."""
+        new = False
+        for schema_id in ids:
+            if schema_id in self.writers or schema_id in self.foreign:
+                continue
+            new = True
+            found = self.registry.schema(schema_id)
+            if found is None:
+                self.foreign[schema_id] = (
+                    f"unknown schema id {schema_id} "
+                    f"(the Schema Registry at {self.registry.url} has no such schema)"
+                )
+                continue
+            subjects = self.registry.subjects_of(schema_id)
+            if self.subject in subjects and found.format == self.name:
+                self.writers[schema_id] = found.text
+            elif found.format != self.name:
+                self.foreign[schema_id] = f"schema id {schema_id} is a {found.format} schema, not {self.name}"
+            else:
+                owners = ", ".join(subjects) or "no subject"
+                self.foreign[schema_id] = f"schema id {schema_id} belongs to {owners}, not to {self.subject}"
+        return new

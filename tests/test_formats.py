@@ -1,0 +1,215 @@
+"""The record formats (spark_jobs.formats) against the run's embedded Schema Registry: each codec's
+records written and read back in Python and decoded by Spark on the executors, schema evolution,
+and every way a record can fail to decode, named, never a row of nulls."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from pyspark.sql import functions as F
+
+from spark_jobs.errors import UserError
+from spark_jobs.formats import DecodeError, Formats, framing
+from spark_jobs.seams.config import load_config
+
+CONSENT_V1 = {
+    "type": "record",
+    "name": "Consent",
+    "fields": [
+        {"name": "customerId", "type": "string"},
+        {
+            "name": "consents",
+            "type": {"type": "record", "name": "C", "fields": [{"name": "retargeter1", "type": "boolean"}]},
+        },
+    ],
+}
+CONSENT_V2 = json.loads(json.dumps(CONSENT_V1))
+CONSENT_V2["fields"][1]["type"]["fields"].append({"name": "retargeter2", "type": "boolean", "default": False})
+PERSON = """syntax = "proto3";
+package people;
+message Person {
+  string name = 1;
+  repeated string address_ids = 2;
+  optional int32 age = 3;
+}
+message Other { string x = 1; }
+"""
+ADDRESS = {
+    "type": "object",
+    "properties": {"id": {"type": "string"}, "city": {"type": "string"}, "zip": {"type": "integer"}},
+    "required": ["id", "city"],
+}
+
+
+@pytest.fixture
+def formats(tmp_path, lake):
+    (tmp_path / "consent.avsc").write_text(json.dumps(CONSENT_V1))
+    (tmp_path / "person.proto").write_text(PERSON)
+    (tmp_path / "address.json").write_text(json.dumps(ADDRESS))
+    (tmp_path / "p.yaml").write_text(
+        "topics:\n"
+        "  consents: {partitions: 2, value: {format: avro, schema: consent.avsc}}\n"
+        "  persons: {partitions: 2, value: {format: protobuf, schema: person.proto}}\n"
+        "  addresses: {partitions: 2, value: {format: json_schema, schema: address.json}}\n"
+        "  names: {partitions: 2, key: avro, value: string}\n"
+    )
+    return Formats(load_config(tmp_path / "p.yaml"), lake.root)
+
+
+def decoded(spark, codec, records):
+    """Spark's decoding of ``records``: [(value as a dict, problem)]."""
+    frame = spark.createDataFrame([(r,) for r in records], "value binary")
+    codec.learn(frame, "value")
+    rows = frame.select(codec.column(F.col("value")).alias("v"), codec.problem(F.col("value")).alias("p"))
+    return [(None if r.v is None else r.v.asDict(recursive=True), r.p) for r in rows.collect()]
+
+
+def test_avro_records_written_with_two_versions_decode_into_the_latest(spark, formats, tmp_path):
+    old = formats.writing("consents", "value", None)  # the topic's schema file: version 1
+    v1 = old.encode({"customerId": "u1", "consents": {"retargeter1": True}})
+    (tmp_path / "v2.avsc").write_text(json.dumps(CONSENT_V2))
+    new = old.write_with((tmp_path / "v2.avsc").read_text())
+    v2 = old.encode({"customerId": "u2", "consents": {"retargeter1": False, "retargeter2": True}})
+    assert framing.split(v1)[0] != framing.split(v2)[0] == new
+    reader = Formats(formats.config, formats.root).codec("consents", "value")  # a new job: reads v2
+    want = [
+        {"customerId": "u1", "consents": {"retargeter1": True, "retargeter2": False}},
+        {"customerId": "u2", "consents": {"retargeter1": False, "retargeter2": True}},
+    ]
+    assert [reader.decode(v1), reader.decode(v2)] == want
+    assert decoded(spark, reader, [v1, v2, None]) == [(want[0], None), (want[1], None), (None, None)]
+    assert json.loads(reader.render(v1)) == want[0]
+
+
+def test_avro_records_that_do_not_decode_say_why(spark, formats):
+    codec = formats.writing("consents", "value", None)
+    good = codec.encode({"customerId": "u1", "consents": {"retargeter1": True}})
+    schema_id = framing.split(good)[0]
+    other = formats.registry.register(formats.kafka_name("elsewhere") + "-value", "avro", '"string"')
+    subject = formats.kafka_name("consents") + "-value"
+    records = [
+        b'{"customerId":"u1"}',  # a producer without the registry
+        good[:3],
+        good[:8],  # cut inside the record
+        good + b"\x00\x00",
+        framing.frame(987654, good[5:]),
+        framing.frame(other, good[5:]),
+    ]
+    assert [p for _, p in decoded(spark, codec, records)] == [
+        "no magic byte: the record starts with 0x7B (plain JSON, written without the registry), not 0x00 "
+        "followed by a schema id",
+        "truncated: 3 bytes, a framed record has at least 5",
+        f"not an Avro record of schema id {schema_id} ({subject}): truncated",
+        f"bytes left after the Avro record of schema id {schema_id} ({subject}): written with another schema?",
+        f"unknown schema id 987654 (the Schema Registry at {formats.registry.url} has no such schema)",
+        f"schema id {other} belongs to {formats.kafka_name('elsewhere')}-value, not to {subject}",
+    ]
+    with pytest.raises(DecodeError, match="no magic byte"):
+        codec.decode(records[0])
+
+
+def test_avro_values_that_do_not_fit_name_the_field(formats):
+    codec = formats.writing("consents", "value", None)
+    with pytest.raises(ValueError, match=r"field consents\.retargeter1 must be boolean, got \"yes\""):
+        codec.encode({"customerId": "u1", "consents": {"retargeter1": "yes"}})
+    with pytest.raises(ValueError, match="field customerId is missing"):
+        codec.encode({"consents": {"retargeter1": True}})
+
+
+def test_an_avro_string_key_is_its_text_so_it_equals_the_plain_key(spark, formats, tmp_path):
+    (tmp_path / "key.avsc").write_text('"string"')
+    codec = formats.writing("names", "key", tmp_path / "key.avsc")
+    framed = codec.encode_text(b"user_1")
+    assert framed[:1] == b"\x00" and framed != b"user_1" and codec.decode(framed) == "user_1"
+    frame = spark.createDataFrame([(framed,)], "key binary")
+    assert frame.select(codec.key_bytes(F.col("key"))).first()[0] == b"user_1"
+
+
+def test_protobuf_messages_decode_and_foreign_indexes_are_named(spark, formats):
+    codec = formats.writing("persons", "value", None)
+    ann = codec.encode({"name": "Ann", "address_ids": ["a1", "a2"], "age": 40})
+    bob = codec.encode({"name": "Bob"})
+    assert ann[5:6] == b"\x00"  # message indexes [0]: the first message
+    assert codec.decode(ann) == {"name": "Ann", "address_ids": ["a1", "a2"], "age": 40}
+    other = ann[:5] + framing.message_indexes([1]) + ann[6:]
+    assert decoded(spark, codec, [ann, bob, other, ann[:9]]) == [
+        ({"name": "Ann", "address_ids": ["a1", "a2"], "age": 40}, None),
+        ({"name": "Bob", "address_ids": [], "age": None}, None),  # age has presence: unset is null
+        (None, "message indexes [1] name people.Other, not the topic's people.Person"),
+        (None, f"not a Protobuf people.Person of schema id {framing.split(ann)[0]}: While parsing a protocol "
+         "message, the input ended unexpectedly in the middle of a field.  This could mean either that the "
+         "input has been truncated or that an embedded message misreported its own length."),
+    ]  # fmt: skip
+    with pytest.raises(ValueError, match='has no field named "nam"'):
+        codec.encode({"nam": "x"})
+
+
+def test_a_proto_schema_protoc_refuses_is_one_line(formats, tmp_path):
+    (tmp_path / "bad.proto").write_text('syntax = "proto3";\nmessage P { strin name = 1; }\n')
+    with pytest.raises(
+        UserError, match=r"topics\.persons\.value: not a Protobuf schema protoc can read: schema\.proto:2"
+    ):
+        formats.writing("persons", "value", tmp_path / "bad.proto")
+
+
+def test_json_schema_records_decode_typed_and_misfits_are_named(spark, formats):
+    codec = formats.writing("addresses", "value", None)
+    good = codec.encode({"id": "a1", "city": "Paris", "zip": 75001})
+    schema_id = framing.split(good)[0]
+    subject = formats.kafka_name("addresses") + "-value"
+    with pytest.raises(ValueError, match="the record: 'city' is a required property"):
+        codec.encode({"id": "a2"})
+    assert decoded(spark, codec, [
+        good,
+        framing.frame(schema_id, b'{"id":"a2"}'),
+        framing.frame(schema_id, b'{"id":"a3","city":"X","zip":"abc"}'),
+        b'{"id":"a4"}',
+    ]) == [
+        ({"id": "a1", "city": "Paris", "zip": 75001}, None),
+        (None, "required field city is missing"),
+        (None, f"not JSON of the schema of {subject} (schema id {schema_id}): a field of another type, or not JSON"),
+        (None, "no magic byte: the record starts with 0x7B (plain JSON, written without the registry), not 0x00 "
+         "followed by a schema id"),
+    ]  # fmt: skip
+
+
+def test_a_subject_without_a_schema_and_a_subject_of_another_format_are_one_line(formats, tmp_path):
+    with pytest.raises(
+        UserError, match=r"topics\.names\.key: subject .*names-key has no schema in the Schema Registry"
+    ):
+        formats.codec("names", "key")
+    formats.registry.register(formats.kafka_name("names") + "-key", "json_schema", json.dumps(ADDRESS))
+    with pytest.raises(UserError, match="holds a json_schema schema .* but the topic declares avro"):
+        Formats(formats.config, formats.root).codec("names", "key")
+
+
+def test_config_takes_a_format_with_its_subject_and_schema_file(tmp_path):
+    (tmp_path / "s.avsc").write_text('"string"')
+    (tmp_path / "p.yaml").write_text(
+        "topics:\n  t: {partitions: 1, key: {format: avro, subject: ids-key}, value: {format: avro, schema: s.avsc}}\n"
+    )
+    spec = load_config(tmp_path / "p.yaml").topic("t")
+    assert (spec.key_format, spec.subject_of("key", "pre.t"), spec.key_schema) == ("avro", "ids-key", None)
+    assert (spec.value_format, spec.subject_of("value", "pre.t"), spec.value_schema) == (
+        "avro",
+        "pre.t-value",
+        Path(tmp_path / "s.avsc").resolve(),
+    )
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("{format: avro, schema: s.proto}", "a avro schema file ends in .avsc, got s.proto"),
+        ("{format: json, subject: x}", "subject and schema are for the registry formats"),
+        ("{format: avro, schema: missing.avsc}", "missing.avsc: no such file"),
+        ("{format: xml}", "must be one of json, string, avro, protobuf, json_schema, got 'xml'"),
+    ],
+)
+def test_bad_formats_in_the_pipeline_file_are_one_line(tmp_path, value, message):
+    (tmp_path / "s.proto").write_text("")
+    (tmp_path / "p.yaml").write_text(f"topics:\n  t: {{partitions: 1, value: {value}}}\n")
+    with pytest.raises(UserError, match=message):
+        load_config(tmp_path / "p.yaml")

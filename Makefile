@@ -5,7 +5,7 @@ BIN   := $(VENV)/bin
 export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 
 .DEFAULT_GOAL := help
-.PHONY: help setup demo pipeline airflow kafka-start kafka-stop up down cluster-start cluster-stop test lint bench bench-cluster bench-peer faults lock lock-jvm clean
+.PHONY: help setup demo pipeline airflow kafka-start kafka-stop registry-start registry-stop up down cluster-start cluster-stop test lint bench bench-cluster bench-peer faults lock lock-jvm clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -13,7 +13,7 @@ help: ## list the targets
 setup: ## install Java and Maven (if missing), the locked JVM jars into .jvm and the locked Python environment into .venv
 	@bash infra/setup.sh
 
-demo: setup kafka-start ## the embedded Kafka broker, the demo stories (consents, marketplace, people), dbt build of the marts, then the fk and list pipelines through Airflow
+demo: setup kafka-start registry-start ## the embedded Kafka broker and Schema Registry, the demo stories (consents, marketplace, people), dbt build of the marts, then the fk and list pipelines through Airflow
 	@$(BIN)/lake demo consents marketplace people
 	@echo; echo "== dbt build: staging views, the marts and their tests (lake dbt build)"
 	@$(BIN)/lake dbt build
@@ -22,7 +22,7 @@ demo: setup kafka-start ## the embedded Kafka broker, the demo stories (consents
 	@echo "the data-quality report, a section per pipeline (written by every quality run): file://$$($(BIN)/python -c 'from spark_jobs.seams.config import resolve_root; from spark_jobs.seams.layout import Layout; print(Layout(resolve_root()).report_folder.index)')"
 	@echo "the marts, from a new Spark session: $(BIN)/lake sql 'SELECT * FROM marts.optout_feed'"
 	@echo "the topics, as any Kafka client reads them: $(BIN)/lake consume customer_consents -f '%k,%p\\n'"
-	@echo "the embedded Kafka broker keeps running: make kafka-stop (or $(BIN)/lake kafka stop) stops it"
+	@echo "the embedded Kafka broker and Schema Registry keep running: make kafka-stop registry-stop (or $(BIN)/lake down) stops them"
 
 kafka-start: setup ## start the embedded single-node Kafka broker (KRaft) of the lake root, unless it runs
 	@$(BIN)/lake kafka start
@@ -30,13 +30,19 @@ kafka-start: setup ## start the embedded single-node Kafka broker (KRaft) of the
 kafka-stop: ## stop the embedded Kafka broker
 	@$(BIN)/lake kafka stop
 
-up: setup ## the services: the embedded broker and the Spark Connect server (a quick 'lake show'), unless they run
+registry-start: setup ## start the embedded Schema Registry of the lake root (Apicurio, Confluent's API), unless it runs
+	@$(BIN)/lake registry start
+
+registry-stop: ## stop the embedded Schema Registry (its schemas stay under the lake root)
+	@$(BIN)/lake registry stop
+
+up: setup ## the services: the embedded broker, the embedded Schema Registry and the Spark Connect server (a quick 'lake show'), unless they run
 	@$(BIN)/lake up
 
-down: ## stop the Spark Connect server and the embedded broker
+down: ## stop the Spark Connect server, the embedded Schema Registry and the embedded broker
 	@$(BIN)/lake down
 
-pipeline: setup kafka-start ## the three bundled pipelines through Airflow only: pipeline DAG, joins, health check, stop
+pipeline: setup kafka-start registry-start ## the three bundled pipelines through Airflow only: pipeline DAG, joins, health check, stop
 	@bash infra/airflow-pipeline.sh
 
 airflow: setup ## Airflow 3 standalone on http://localhost:8080 with this repo's DAGs (Ctrl-C stops it)

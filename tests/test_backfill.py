@@ -10,6 +10,7 @@ import pytest
 
 from spark_jobs.demo.data import write_demo_topics
 from spark_jobs.errors import UserError
+from spark_jobs.formats import Formats
 from spark_jobs.lookups.backfill import run_backfill
 from spark_jobs.seams.config import load_config
 from spark_jobs.seams.kafka import connect, watermarks
@@ -48,7 +49,7 @@ def kafka_ends(lake, config, topic="customer_accounts"):
 
 @pytest.fixture
 def demo(lake, demo_config, cluster):
-    write_demo_topics(cluster, demo_config)
+    write_demo_topics(cluster, Formats(demo_config, lake.root, cluster.topic))
     return lake, demo_config
 
 
@@ -240,7 +241,7 @@ def test_a_bom_and_crlf_line_ends_never_end_up_in_keys_or_values(spark, demo, tm
 def test_json_values_compare_by_content_not_by_key_order_or_spacing(spark, lake, tmp_path):
     """The merchants topic holds m1 as a producer wrote it ({"name", "city"}, compact); the dump
     spells it with spaces and the keys in another order: unchanged. m2 is new, m4's city changed."""
-    from spark_jobs.demo.data import json_records
+    from spark_jobs.demo.data import encoded
     from spark_jobs.seams.config import bundled_config_path
     from spark_jobs.seams.kafka import ensure_topics, produce
 
@@ -248,7 +249,12 @@ def test_json_values_compare_by_content_not_by_key_order_or_spacing(spark, lake,
     cluster = connect(config, lake.root)
     ensure_topics(cluster, config.topics.values())
     held = [("m1", {"name": "Acme Tools", "city": "Oslo"}), ("m4", {"name": "Dune", "city": "Bodø"})]
-    produce(cluster, config.topic("merchants"), [json_records(held)], "murmur2")
+    produce(
+        cluster,
+        config.topic("merchants"),
+        [encoded(Formats(config, lake.root, cluster.topic), "merchants", held)],
+        "murmur2",
+    )
     dump = tmp_path / "merchants.dump"
     dump.write_text(
         'm1;{ "city" : "Oslo", "name": "Acme Tools" }\n'
@@ -275,7 +281,7 @@ def test_dump_keys_with_invisible_bytes_are_quarantined_and_name_the_key_they_re
     """A dump key that differs from a topic key only in invisible bytes is never matched silently (nor
     written as a key of its own): its line is rejected with the rule it breaks and the key it
     resembles, when the topic has one."""
-    from spark_jobs.demo.data import json_records
+    from spark_jobs.demo.data import encoded
     from spark_jobs.seams.config import bundled_config_path
     from spark_jobs.seams.kafka import ensure_topics, produce
 
@@ -285,7 +291,13 @@ def test_dump_keys_with_invisible_bytes_are_quarantined_and_name_the_key_they_re
     produce(
         cluster,
         config.topic("merchants"),
-        [json_records([("m1", {"name": "Acme", "city": "Oslo"})])],
+        [
+            encoded(
+                Formats(config, lake.root, cluster.topic),
+                "merchants",
+                [("m1", {"name": "Acme", "city": "Oslo"})],
+            )
+        ],
         "murmur2",
     )
     dump = tmp_path / "merchants.dump"

@@ -213,3 +213,38 @@ def test_bad_formats_in_the_pipeline_file_are_one_line(tmp_path, value, message)
     (tmp_path / "p.yaml").write_text(f"topics:\n  t: {{partitions: 1, value: {value}}}\n")
     with pytest.raises(UserError, match=message):
         load_config(tmp_path / "p.yaml")
+
+
+def test_a_running_join_reads_a_writer_version_registered_after_it_planned(spark, tmp_path, lake):
+    """One streaming query across two micro-batches: between them the producer registers a new
+    version of the subject and writes with it; the executors ask the registry about the new id and
+    read the record into the reader schema the job started with (its new field left out)."""
+    from joinkit import Feeder, produce
+
+    (tmp_path / "consent.avsc").write_text(json.dumps(CONSENT_V1))
+    (tmp_path / "v2.avsc").write_text(json.dumps(CONSENT_V2))
+    (tmp_path / "p.yaml").write_text(
+        "topics:\n"
+        "  consents: {partitions: 2, value: {format: avro, schema: consent.avsc}}\n"
+        "  mails: {partitions: 2}\n"
+        "joins:\n"
+        "  t: {kind: table, left: consents, right: mails, type: left,\n"
+        "      select: {r1: left.consents.retargeter1, mail: right.v}}\n"
+    )
+    config = load_config(tmp_path / "p.yaml")
+    writer = Formats(config, lake.root).writing("consents", "value", None)
+    produce(
+        lake,
+        config,
+        "consents",
+        [("u1", writer.encode({"customerId": "u1", "consents": {"retargeter1": True}}), 1)],
+    )
+    produce(lake, config, "mails", [("u1", "u1@x", 1), ("u2", "u2@x", 1)])
+    feeder = Feeder(spark, lake, config, "t")  # plans with version 1 only
+    assert feeder.feed().quarantined == 0
+    writer.write_with((tmp_path / "v2.avsc").read_text())  # registered while the query runs
+    v2 = writer.encode({"customerId": "u2", "consents": {"retargeter1": False, "retargeter2": True}})
+    produce(lake, config, "consents", [("u2", v2, 2)])
+    assert feeder.feed().quarantined == 0
+    rows = sorted(lake.read_arrow("t").to_pylist(), key=lambda r: r["key"])
+    assert [(r["key"], r["r1"], r["mail"]) for r in rows] == [(b"u1", True, "u1@x"), (b"u2", False, "u2@x")]

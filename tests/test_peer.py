@@ -11,7 +11,8 @@ from decimal import Decimal
 
 from peerkit import Peer, table_results, topic_results, wait_equal
 
-from spark_jobs.demo.data import json_records
+from spark_jobs.demo.data import encoded
+from spark_jobs.formats import Formats
 from spark_jobs.joins.runner import run_join
 from spark_jobs.seams.config import bundled_config_path, load_config
 from spark_jobs.seams.kafka import connect, ensure_topics, produce
@@ -76,6 +77,10 @@ def _people_waves(rng: random.Random) -> list[dict[str, list]]:
 def test_the_kafka_streams_peer_and_the_product_give_equal_fk_and_list_results(spark, lake, tmp_path):
     market = load_config(bundled_config_path("marketplace.yaml"))
     people = load_config(bundled_config_path("people.yaml"))
+    # the Kafka Streams peer reads JSON (Confluent's Protobuf serdes are not published where it is
+    # built): the people pipeline's persons in JSON here; the product's formats have tests of their own
+    persons = replace(people.topic("persons"), value_format="json", value_schema=None)
+    people = replace(people, topics={**people.topics, "persons": persons})
     cluster = connect(market, lake.root)
     peer_out = {
         "fk": replace(market.topic("products"), name="peer_display_products", compacted=False),
@@ -88,8 +93,9 @@ def test_the_kafka_streams_peer_and_the_product_give_equal_fk_and_list_results(s
     waves = list(zip(_marketplace_waves(rng), _people_waves(rng), strict=True))
 
     def write(config, records) -> None:
+        formats = Formats(config, lake.root, cluster.topic)
         for topic, items in records.items():
-            produce(cluster, config.topic(topic), [json_records(items)], "murmur2")
+            produce(cluster, config.topic(topic), [encoded(formats, topic, items)], "murmur2")
 
     with (
         Peer("fk", cluster, "products", "merchants", peer_out["fk"].name, tmp_path / "peer") as fk,

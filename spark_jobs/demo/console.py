@@ -26,11 +26,14 @@ def tell(stories: list[str], config: PipelineConfig, lake: Lake, topics_only: bo
     keyed = [STORIES[s] for s in stories if s != "consents"]
     if keyed and topics_only:
         from spark_jobs.demo.stories import write_story_topics
+        from spark_jobs.formats import Formats
         from spark_jobs.seams.kafka import connect
 
         for story in keyed:
             story_config = story.config()
-            written = write_story_topics(story, connect(story_config, lake.root), story_config)
+            cluster = connect(story_config, lake.root)
+            formats = Formats(story_config, lake.root, cluster.topic)
+            written = write_story_topics(story, cluster, formats)
             print(
                 f"{story.name}: "
                 + ("topics written" if written else "topics already have records, left as they are")
@@ -138,23 +141,36 @@ def _demo_consents(config: PipelineConfig, lake: Lake, topics_only: bool) -> int
     """The product's main job on the embedded default: topics -> quality gate (fails: the lookup
     misses old customers) -> backfill -> quality gate (passes)."""
     from spark_jobs.demo import data
+    from spark_jobs.formats import Formats
     from spark_jobs.seams.kafka import connect
     from spark_jobs.seams.session import get_spark
-    from spark_jobs.topics.produce_consume import consume
+    from spark_jobs.topics.produce_consume import Rendering, consume
 
     cluster = connect(config, lake.root)
     print(f"lake root: {lake.root}, Kafka: {cluster.bootstrap_servers} ({cluster.origin})")
     print("\n== 1. topics on Kafka (written with murmur2_random, the Java client's placement)")
-    for topic, result in data.write_demo_topics(cluster, config):
+    formats = Formats(config, lake.root, cluster.topic)
+    for topic, result in data.write_demo_topics(cluster, formats):
         if result is None:
             print(f"{topic}: already has records, left as it is")
         else:
             placed = ", ".join(f"p{i}={n}" for i, n in enumerate(result.per_partition))
             print(f"{topic}: produced {result.records} records to Kafka topic {result.topic} [{placed}]")
     for topic in (data.CONSENTS_TOPIC, data.ACCOUNTS_TOPIC):
-        print(f"-- {topic} (key, partition, offset: value), as any Kafka consumer reads it")
+        spec = config.topic(topic)
+        if spec.registered:
+            subject = formats.codec(topic, "value").subject  # type: ignore[attr-defined]
+            print(f"-- {topic} (key, partition, offset, schema id: value), {spec.value_format} records of "
+                  f"subject {subject} as a consumer with the registry's deserializer reads them")  # fmt: skip
+            fmt, render = (
+                "%k\\t%p\\t%o\\t%i\\t%s\\n",
+                Rendering((formats.codec(topic, "key"), formats.codec(topic, "value"))),
+            )
+        else:
+            print(f"-- {topic} (key, partition, offset: value), as any Kafka consumer reads it")
+            fmt, render = "%k\\t%p\\t%o\\t%s\\n", Rendering()
         sys.stdout.flush()
-        consume(cluster, config.topic(topic), sys.stdout.buffer, fmt="%k\\t%p\\t%o\\t%s\\n")
+        consume(cluster, spec, sys.stdout.buffer, fmt=fmt, render=render)
     if topics_only:
         return 0
 
@@ -171,6 +187,7 @@ def _demo_joins(spark, lake, config) -> int:
     """The demo's joins, run after the gate: the table-table join carries every e-mail; the
     stream-table join shows why backfills come first."""
     from spark_jobs.demo import data
+    from spark_jobs.formats import Formats
     from spark_jobs.joins.oracle import audit
     from spark_jobs.joins.runner import run_join
     from spark_jobs.seams.kafka import connect
@@ -198,7 +215,8 @@ def _demo_joins(spark, lake, config) -> int:
     print("user_9 and user_10 have no e-mail: their accounts were backfilled after these consent")
     print("events happened, and a stream-table join never revisits an event. Backfill first, then")
     print("start the stream. A consent event that arrives now, after the backfill, is enriched:")
-    if data.write_late_consent(connect(config, lake.root), config):
+    cluster = connect(config, lake.root)
+    if data.write_late_consent(cluster, Formats(config, lake.root, cluster.topic)):
         run(data.AT_EVENT_TIME)
     show(data.AT_EVENT_TIME, ["key", "timestamp", "contactMailAddress"])
 

@@ -6,15 +6,16 @@ Only the demo command writes demo data: a new lake root starts empty.
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from spark_jobs.seams.config import PipelineConfig, TopicSpec
+from spark_jobs.formats import Formats
+from spark_jobs.seams.config import TopicSpec
 from spark_jobs.seams.kafka import Cluster, Delivered, ensure_topics, produce, read, watermarks
 
 CUSTOMERS = 10  # user_1 .. user_10 give consents
@@ -44,12 +45,12 @@ def account_value(n: int) -> dict:
     return {"customerId": f"user_{n}", "contactMailAddress": f"user{n}@example.com"}
 
 
-def json_records(items: Sequence[tuple[str, dict | None]]) -> tuple[pa.Array, pa.Array]:
-    """Keys and compact JSON values (None: a tombstone) as binary arrays."""
-    keys = pa.array([k.encode() for k, _ in items], pa.binary())
-    values = pa.array(
-        [None if v is None else json.dumps(v, separators=(",", ":")).encode() for _, v in items], pa.binary()
-    )
+def encoded(formats: Formats, topic: str, items: Sequence[tuple[str, Any]]) -> tuple[pa.Array, pa.Array]:
+    """Keys and values (None: a tombstone) as the topic's codecs write them (a JSON topic's compact
+    JSON, an Avro topic's framed records with the topic's schema file, ...), as binary arrays."""
+    key_codec, value_codec = formats.writing(topic, "key", None), formats.writing(topic, "value", None)
+    keys = pa.array([key_codec.encode(k) for k, _ in items], pa.binary())
+    values = pa.array([None if v is None else value_codec.encode(v) for _, v in items], pa.binary())
     return keys, values
 
 
@@ -59,30 +60,32 @@ def is_empty(cluster: Cluster, spec: TopicSpec) -> bool:
     return all(high == 0 for _, high in watermarks(cluster, spec))
 
 
-def write_demo_topics(cluster: Cluster, config: PipelineConfig) -> list[tuple[str, Delivered | None]]:
-    """Produce the demo records into Kafka topics that are still empty (murmur2, like Java clients).
-    Returns, per topic, what was produced, or None where the topic already held records."""
+def write_demo_topics(cluster: Cluster, formats: Formats) -> list[tuple[str, Delivered | None]]:
+    """Produce the demo records into Kafka topics that are still empty (murmur2, like Java clients),
+    in the topics' formats (``formats``: the pipeline's codecs; the consents in Avro). Returns, per
+    topic, what was produced, or None where the topic already held records."""
     data = {
         CONSENTS_TOPIC: [(f"user_{n}", consent_value(n)) for n in range(1, CUSTOMERS + 1)],
         ACCOUNTS_TOPIC: [(f"user_{n}", account_value(n)) for n in range(1, ACCOUNTS + 1)],
     }
     results: list[tuple[str, Delivered | None]] = []
     for topic, items in data.items():
-        spec = config.topic(topic)
+        spec = formats.config.topic(topic)
         if not is_empty(cluster, spec):
             results.append((topic, None))
             continue
-        result = produce(cluster, spec, [json_records(items)], "murmur2", timestamp_ms=DEMO_TIMESTAMP_MS)
+        batch = encoded(formats, topic, items)
+        result = produce(cluster, spec, [batch], "murmur2", timestamp_ms=DEMO_TIMESTAMP_MS)
         results.append((topic, result))
     return results
 
 
-def write_late_consent(cluster: Cluster, config: PipelineConfig) -> bool:
+def write_late_consent(cluster: Cluster, formats: Formats) -> bool:
     """A new consent event of user_9, now (after the backfill); once per topic."""
-    spec = config.topic(CONSENTS_TOPIC)
+    spec = formats.config.topic(CONSENTS_TOPIC)
     if sum(len(batch) for batch in read(cluster, spec)) > CUSTOMERS:
         return False
-    produce(cluster, spec, [json_records([("user_9", consent_value(9))])], "murmur2")
+    produce(cluster, spec, [encoded(formats, CONSENTS_TOPIC, [("user_9", consent_value(9))])], "murmur2")
     return True
 
 

@@ -7,7 +7,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from spark_jobs.demo.data import DEMO_TIMESTAMP_MS, is_empty, json_records
+from spark_jobs.demo.data import DEMO_TIMESTAMP_MS, encoded, is_empty
+from spark_jobs.formats import Formats
 from spark_jobs.seams.config import PipelineConfig, bundled_config_path, load_config
 from spark_jobs.seams.delta import Lake
 from spark_jobs.seams.kafka import Cluster, connect, ensure_topics, produce
@@ -171,7 +172,8 @@ def run_story(
     and print them."""
     config = story.config()
     cluster = connect(config, lake.root)
-    fresh = write_story_topics(story, cluster, config)
+    formats = Formats(config, lake.root, cluster.topic)
+    fresh = write_story_topics(story, cluster, formats)
     if fresh:
         out(f"\n-- {story.name}: {story.before.title}")
         if story.before.note:
@@ -183,7 +185,7 @@ def run_story(
     for i, step in enumerate(story.steps if fresh else [], 1):
         out(f"\n-- {story.name} {i}. {step.title}")
         if step.records:
-            _produce(cluster, config, step.records, DEMO_TIMESTAMP_MS + i * 1000)
+            _produce(cluster, formats, step.records, DEMO_TIMESTAMP_MS + i * 1000)
         _run_and_show(story, config, run, show, out)
         if step.note:
             out(step.note)
@@ -192,13 +194,15 @@ def run_story(
     return config
 
 
-def write_story_topics(story: Story, cluster: Cluster, config: PipelineConfig) -> bool:
-    """Produce the records the story starts from (before the gate) to ``cluster``, unless its topics
-    already have records (then nothing is written). True when they were written now."""
+def write_story_topics(story: Story, cluster: Cluster, formats: Formats) -> bool:
+    """Produce the records the story starts from (before the gate) to ``cluster``, in the topics'
+    formats, unless its topics already have records (then nothing is written). True when they were
+    written now."""
+    config = formats.config
     ensure_topics(cluster, config.topics.values())
     if not all(is_empty(cluster, config.topic(t)) for t in story.topics()):
         return False
-    _produce(cluster, config, story.before.records, DEMO_TIMESTAMP_MS)
+    _produce(cluster, formats, story.before.records, DEMO_TIMESTAMP_MS)
     return True
 
 
@@ -210,6 +214,7 @@ def _run_and_show(story: Story, config: PipelineConfig, run, show, out) -> None:
         show(join, columns)
 
 
-def _produce(cluster: Cluster, config: PipelineConfig, records: Records, at_ms: int) -> None:
+def _produce(cluster: Cluster, formats: Formats, records: Records, at_ms: int) -> None:
     for topic, items in records.items():
-        produce(cluster, config.topic(topic), [json_records(items)], "murmur2", timestamp_ms=at_ms)
+        spec = formats.config.topic(topic)
+        produce(cluster, spec, [encoded(formats, topic, items)], "murmur2", timestamp_ms=at_ms)

@@ -89,7 +89,8 @@ class AvroCodec(RegisteredCodec):
         name = f"lake_avro_{digest.hexdigest()[:16]}"
         # registered each time it is asked for: cheap, and right for whichever session asks
         jvm: Any = spark._jvm
-        decoder = jvm.lake.formats.AvroDecode(self.subject, self.reader.text, writers, foreign)
+        url, auth = self.registry.for_executors
+        decoder = jvm.lake.formats.AvroDecode(self.subject, self.reader.text, writers, foreign, url, auth)
         spark._jsparkSession.udf().register(
             name, decoder, jvm.lake.formats.AvroDecode.returnType(self.reader.text)
         )

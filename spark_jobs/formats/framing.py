@@ -6,7 +6,7 @@ is ``java/lake/formats/Framing.java``; both name a record that is not framed the
 from __future__ import annotations
 
 import struct
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from pyspark.sql import Column
@@ -107,16 +107,3 @@ def schema_id(raw: Column) -> Column:
 
     framed = (F.length(raw) >= HEADER) & (F.substring(raw, 1, 1) == F.lit(MAGIC))
     return F.when(framed, F.conv(F.hex(F.substring(raw, 2, 4)), 16, 10).cast("long"))
-
-
-def problem_column(raw: Column) -> Column:
-    """Spark: why each record is not framed (null: it is), by the JVM's copy of :func:`problem`."""
-    from pyspark.sql import SparkSession
-    from pyspark.sql import functions as F
-
-    spark = SparkSession.getActiveSession()
-    assert spark is not None
-    jvm: Any = spark._jvm
-    string = jvm.org.apache.spark.sql.types.DataTypes.StringType
-    spark._jsparkSession.udf().register("lake_frame_problem", jvm.lake.formats.FrameProblem(), string)
-    return F.call_function("lake_frame_problem", raw)

@@ -11,6 +11,7 @@ text. A record that is not framed, not JSON, of another type than the schema say
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import TYPE_CHECKING, Any
 
@@ -87,19 +88,31 @@ class JsonSchemaCodec(RegisteredCodec):
         value = F.struct(*[parsed.getField(n).alias(n) for n in names])
         return F.when(self.problem(raw).isNull() & raw.isNotNull(), value)
 
+    def _member(self, raw: Column) -> Column:
+        """Why a record is not a framed record of one of the subject's versions (the JVM's
+        ``SchemaMember``: the frame, then the schema id, asked of the registry when not known)."""
+        from pyspark.sql import SparkSession
+        from pyspark.sql import functions as F
+
+        spark = SparkSession.getActiveSession()
+        assert spark is not None, "a Spark session decodes JSON Schema records"
+        known = json.dumps(sorted(self.writers))
+        foreign = json.dumps({str(i): reason for i, reason in sorted(self.foreign.items())})
+        name = (
+            "lake_member_" + hashlib.sha1("\0".join([self.subject, known, foreign]).encode()).hexdigest()[:16]
+        )
+        jvm: Any = spark._jvm
+        url, auth = self.registry.for_executors
+        member = jvm.lake.formats.SchemaMember(self.subject, "JSON", known, foreign, url, auth)
+        spark._jsparkSession.udf().register(name, member, jvm.org.apache.spark.sql.types.DataTypes.StringType)
+        return F.call_function(name, raw)
+
     def problem(self, raw: Column) -> Column:
         from pyspark.sql import functions as F
 
         schema_id = framing.schema_id(raw)
-        not_framed = framing.problem_column(raw)
-        reason = F.when(not_framed.isNotNull(), not_framed)
-        for schema_id_value, why in sorted(self.foreign.items()):
-            reason = reason.when(schema_id == schema_id_value, F.lit(why))
-        known = list(self.writers)
-        reason = reason.when(
-            ~schema_id.isin(known),
-            F.format_string(f"unknown schema id %d (not a version of {self.subject})", schema_id),
-        )
+        member = self._member(raw)
+        reason = F.when(member.isNotNull(), member)
         parsed = self._parsed_column(raw)
         reason = reason.when(
             parsed.isNull() | parsed.getField(CORRUPT).isNotNull(),

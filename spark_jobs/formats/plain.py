@@ -58,7 +58,7 @@ class JsonCodec(Codec):
     name = "json"
 
     def encode(self, value: Any) -> bytes:
-        return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+        return json.dumps(value, separators=(",", ":")).encode()
 
     def encode_text(self, text: bytes) -> bytes:
         try:

@@ -129,7 +129,10 @@ class ProtobufCodec(RegisteredCodec):
         name = f"lake_protobuf_{digest.hexdigest()[:16]}"
         # registered each time it is asked for: cheap, and right for whichever session asks
         jvm: Any = spark._jvm
-        decoder = jvm.lake.formats.ProtobufDecode(self.subject, descriptors, compiled.message, known, foreign)
+        url, auth = self.registry.for_executors
+        decoder = jvm.lake.formats.ProtobufDecode(
+            self.subject, descriptors, compiled.message, known, foreign, url, auth
+        )
         return_type = jvm.lake.formats.ProtobufDecode.returnType(descriptors, compiled.message)
         spark._jsparkSession.udf().register(name, decoder, return_type)
         return name

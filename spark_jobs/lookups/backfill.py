@@ -23,17 +23,19 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pyarrow as pa
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from spark_jobs import faults
 from spark_jobs.errors import UserError
-from spark_jobs.formats import Formats
+from spark_jobs.formats import Codec, Formats
 from spark_jobs.lookups.dumps import parse_dump, read_lines
 from spark_jobs.seams import partitioners
 from spark_jobs.seams.config import LookupSpec, PipelineConfig
 from spark_jobs.seams.delta import Lake
 from spark_jobs.seams.kafka import Cluster, connect, produce
+from spark_jobs.seams.session import arrow_frame
 from spark_jobs.seams.system_tables import QUARANTINE, ensure_quarantine
 from spark_jobs.topics import ingest
 from spark_jobs.topics.lookup_tables import lookup_position, lookup_table
@@ -120,8 +122,14 @@ def run_backfill(
     summary = BackfillSummary(lookup.name, topic.name, str(path), chosen, dry_run, missing_only)
 
     cluster = connect(config, lake.root)
+    formats = Formats(config, lake.root, cluster.topic)
+    codecs = (formats.writing(topic.name, "key", None), formats.writing(topic.name, "value", None))
     log(f"reading {path} ...")
-    parsed = parse_dump(read_lines(spark, str(path)), spec, separator, topic.key_format, topic.value_format)
+    key_format = topic.key_format if not codecs[0].registered else "string"  # a registry key: its text
+    value_format = topic.value_format if not codecs[1].registered else "json"  # a registry value: JSON
+    parsed = parse_dump(read_lines(spark, str(path)), spec, separator, key_format, value_format)
+    if codecs[0].registered or codecs[1].registered:
+        parsed = _encoded(spark, parsed, codecs)
     parsed = parsed.persist()
     try:
         counts = parsed.agg(F.count("*").alias("lines"), F.count("reason").alias("rejected")).first()
@@ -129,7 +137,7 @@ def run_backfill(
         summary.lines, summary.rejected = int(counts["lines"]), int(counts["rejected"])
         faults.point("backfill-read")
         with lake.lock(f"backfill-{topic.name}", log):
-            _diff_and_produce(spark, lake, cluster, config, lookup, parsed, summary, max_rejects, log)
+            _diff_and_produce(spark, lake, cluster, formats, lookup, parsed, summary, max_rejects, log)
     finally:
         parsed.unpersist()
     if not dry_run:
@@ -151,7 +159,7 @@ def _diff_and_produce(
     spark: SparkSession,
     lake: Lake,
     cluster: Cluster,
-    config: PipelineConfig,
+    formats: Formats,
     lookup: LookupSpec,
     parsed: DataFrame,
     summary: BackfillSummary,
@@ -161,14 +169,15 @@ def _diff_and_produce(
     """Compare the dump's good lines with the topic as Kafka holds it now, then (unless a dry run)
     produce what changes something in one transaction and quarantine the rejected lines; the counts
     and the records written go into ``summary``."""
-    topic = config.topics[lookup.topic]
+    topic = formats.config.topics[lookup.topic]
     snapshot = take(cluster, [topic])
     summary.compared_with = snapshot.covers()
     log(f"comparing with {summary.compared_with}")
-    formats = Formats(config, lake.root, cluster.topic)
     reader = SnapshotReader(spark, cluster, {topic.name: topic}, snapshot, formats)
+    codec = formats.codec(topic.name, "value")
     try:
         current = reader.latest(topic.name).select("key", "value")
+        codec.learn(current, "value")  # the writer schemas of the topic's records
         rejects = parsed.filter(F.col("reason").isNotNull())
         if summary.rejected:
             rejects = _name_plain_keys(rejects, current)
@@ -180,7 +189,7 @@ def _diff_and_produce(
                 f"{summary.source}: {summary.rejected:,} rejected line(s), more than --max-rejects "
                 f"{max_rejects}; nothing was written (first: line {first.get('line')}: {first.get('reason')})"
             )
-        diff = _diff(parsed.filter(F.col("reason").isNull()), current, topic.value_format).persist()
+        diff = _diff(parsed.filter(F.col("reason").isNull()), current, codec).persist()
         try:
             by_change = {
                 r["change"]: r["n"] for r in diff.groupBy("change").agg(F.count("*").alias("n")).collect()
@@ -218,9 +227,10 @@ def _diff_and_produce(
         reader.close()
 
 
-def _diff(good: DataFrame, current: DataFrame, value_format: str) -> DataFrame:
+def _diff(good: DataFrame, current: DataFrame, codec: Codec) -> DataFrame:
     """The dump's last value per key (``key``, ``value``, ``line``) against the topic's ``current``
-    value: ``change`` is new, changed or unchanged (JSON compared by content)."""
+    value: ``change`` is new, changed or unchanged (JSON compared by content, a registry format's
+    records by their decoded values)."""
     last = good.groupBy("key").agg(F.max_by("value", "line").alias("value"), F.max("line").alias("line"))
     return (
         last.alias("d")
@@ -231,9 +241,7 @@ def _diff(good: DataFrame, current: DataFrame, value_format: str) -> DataFrame:
             F.col("d.line").alias("line"),
             F.when(F.col("c.key").isNull(), "new")
             .when(
-                _comparable(F.col("c.value"), value_format).eqNullSafe(
-                    _comparable(F.col("d.value"), value_format)
-                ),
+                _comparable(F.col("c.value"), codec).eqNullSafe(_comparable(F.col("d.value"), codec)),
                 "unchanged",
             )
             .otherwise("changed")
@@ -254,12 +262,55 @@ def _name_plain_keys(rejects: DataFrame, current: DataFrame) -> DataFrame:
     ).drop("_known")
 
 
-def _comparable(value: Column, value_format: str) -> Column:
+def _comparable(value: Column, codec: Codec) -> Column:
     """A topic value as the backfill compares it: JSON by content (key order, spacing and number
-    spelling do not make a change), anything else by its bytes."""
-    if value_format != "json":
+    spelling do not make a change), a registry format's record by its value decoded into the reader
+    schema (the schema id it was written with does not make a change), anything else by its bytes."""
+    if codec.registered:
+        return F.to_json(codec.column(value)).cast("binary")
+    if codec.name != "json":
         return value
     return F.coalesce(F.to_json(F.try_parse_json(value.cast("string"))).cast("binary"), value)
+
+
+def _encoded(spark: SparkSession, parsed: DataFrame, codecs: tuple[Codec, Codec]) -> DataFrame:
+    """The good lines' keys and values written in the topic's registry formats (framed with the
+    subject's schema); a line whose key or value does not fit becomes a rejected line naming the
+    field. The lines are encoded on the driver, a dump's worth of records in Python."""
+    good = parsed.filter(F.col("reason").isNull()).select("line", "key", "value").toArrow()
+    out: dict[str, list] = {"line": [], "_key": [], "_value": [], "_reason": []}
+    for line, key, value in zip(*(good.column(c).to_pylist() for c in ("line", "key", "value")), strict=True):
+        reason = None
+        try:
+            key = codecs[0].encode_text(key) if codecs[0].registered else key
+        except ValueError as exc:
+            reason = f"key {exc}"
+        if reason is None and value is not None and codecs[1].registered:
+            try:
+                value = codecs[1].encode_text(value)
+            except ValueError as exc:
+                reason = f"value {exc}"
+        out["line"].append(line)
+        out["_key"].append(None if reason else key)
+        out["_value"].append(None if reason else value)
+        out["_reason"].append(reason)
+    fixed = arrow_frame(spark, pa.table(out, schema=ENCODED))
+    joined = parsed.join(fixed, "line", "left")
+    why = F.coalesce(F.col("reason"), F.col("_reason"))
+    return joined.select(
+        "source",
+        "line",
+        "raw",
+        F.when(why.isNull(), F.col("_key")).alias("key"),
+        F.when(why.isNull(), F.col("_value")).alias("value"),
+        why.alias("reason"),
+        "plain_key",
+    )
+
+
+ENCODED = pa.schema(
+    [("line", pa.int64()), ("_key", pa.binary()), ("_value", pa.binary()), ("_reason", pa.string())]
+)
 
 
 def _quarantine(lake: Lake, job: str, rejects: DataFrame) -> None:

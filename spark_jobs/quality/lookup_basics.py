@@ -35,8 +35,12 @@ def lookup_findings(
 ) -> DataFrame:
     spec = config.lookups[lookup]
     table = topics.latest(spec.topic)
+    codec = topics.formats.codec(spec.topic, "value")
+    if codec.registered:  # framed with the subject's schema, and decodes with it
+        codec.learn(table, "value")
+        return table.select(*display("key"), codec.problem(F.col("value")).alias("problem"))
     value_ok = F.lit(True)
-    if config.topics[spec.topic].value_format == "json":
+    if codec.name == "json":
         value_ok = F.expr("try_parse_json(cast(value as string)) IS NOT NULL")
     return table.select(
         *display("key"),

@@ -48,7 +48,7 @@ class Registry:
     def __init__(self, spec: RegistrySpec, where: str):
         from confluent_kafka.schema_registry import SchemaRegistryClient
 
-        self.url, self.where = spec.url, where
+        self.url, self.where, self.settings = spec.url, where, spec.settings
         conf: dict[str, Any] = {"url": spec.url, "max.retries": 2, "retries.wait.ms": 500, **spec.settings}
         if "timeout" in conf:
             conf["timeout"] = float(conf["timeout"])
@@ -62,6 +62,26 @@ class Registry:
     @property
     def is_mock(self) -> bool:
         return self.url.startswith("mock://")
+
+    @property
+    def for_executors(self) -> tuple[str, str]:
+        """The first URL and the Authorization header with which the executors' decoders ask the
+        registry about a schema id the driver did not know (empty: an in-process registry, none to
+        ask). TLS to the registry from the executors uses the JVM's trust store."""
+        if self.is_mock:
+            return "", ""
+        import base64
+
+        user = self.settings.get("basic.auth.user.info")
+        token = self.settings.get("bearer.auth.token")
+        auth = (
+            f"Basic {base64.b64encode(user.encode()).decode()}"
+            if user
+            else f"Bearer {token}"
+            if token
+            else ""
+        )
+        return self.url.split(",")[0].strip(), auth
 
     def error(self, doing: str, exc: BaseException) -> UserError:
         """One line naming the registry's URL, what was being done and why it failed."""

@@ -35,6 +35,7 @@ public final class AvroDecode implements UDF1<byte[], Row> {
   private final String readerJson;
   private final String writersJson;
   private final String foreignJson;
+  private final RegistryLookup lookup;
   private transient Schema reader;
   private transient Map<Integer, GenericDatumReader<Object>> readers;
   private transient Map<Integer, String> foreign;
@@ -45,12 +46,21 @@ public final class AvroDecode implements UDF1<byte[], Row> {
    * @param readerJson the reader schema
    * @param writersJson {"id": "schema", ...}: the subject's versions
    * @param foreignJson {"id": "reason", ...}: ids outside the subject, and why they do not decode
+   * @param registry the registry's URL, to ask about an id none of these name (empty: none to ask)
+   * @param authorization the Authorization header for it (empty: none)
    */
-  public AvroDecode(String subject, String readerJson, String writersJson, String foreignJson) {
+  public AvroDecode(
+      String subject,
+      String readerJson,
+      String writersJson,
+      String foreignJson,
+      String registry,
+      String authorization) {
     this.subject = subject;
     this.readerJson = readerJson;
     this.writersJson = writersJson;
     this.foreignJson = foreignJson;
+    this.lookup = new RegistryLookup(registry, authorization);
   }
 
   /** The Spark type of the decoded values of {@code readerJson}, as Spark's JSON of a type. */
@@ -100,6 +110,10 @@ public final class AvroDecode implements UDF1<byte[], Row> {
     }
     int id = Framing.schemaId(raw);
     GenericDatumReader<Object> datumReader = readers.get(id);
+    if (datumReader == null && !foreign.containsKey(id) && lookup.canAsk()) {
+      learn(id); // a version registered since the job was planned, or another subject's schema
+      datumReader = readers.get(id);
+    }
     if (datumReader == null) {
       String reason = foreign.get(id);
       return RowFactory.create(
@@ -119,6 +133,21 @@ public final class AvroDecode implements UDF1<byte[], Row> {
           "bytes left after the Avro record of schema id " + id + " (" + subject + "): written with another schema?");
     }
     return RowFactory.create(AvroTypes.toSpark(value, reader), null);
+  }
+
+  private void learn(int id) {
+    RegistryLookup.Found found = lookup.find(id);
+    String reason = lookup.reason(id, found, subject, "AVRO");
+    if (reason != null) {
+      foreign.put(id, reason);
+      return;
+    }
+    try {
+      Schema writer = new Schema.Parser().parse(found.schema);
+      readers.put(id, new GenericDatumReader<>(writer, reader));
+    } catch (RuntimeException e) {
+      foreign.put(id, "schema id " + id + " is not an Avro schema: " + describe(e));
+    }
   }
 
   private static String describe(Throwable e) {

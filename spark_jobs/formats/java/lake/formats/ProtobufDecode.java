@@ -40,6 +40,7 @@ public final class ProtobufDecode implements UDF1<byte[], Row> {
   private final String message;
   private final String knownJson;
   private final String foreignJson;
+  private final RegistryLookup lookup;
   private transient FileDescriptor file;
   private transient Descriptor topicMessage;
   private transient Set<Integer> known;
@@ -51,14 +52,23 @@ public final class ProtobufDecode implements UDF1<byte[], Row> {
    * @param message the full name of the topic's message in it
    * @param knownJson [id, ...]: the subject's versions
    * @param foreignJson {"id": "reason", ...}: ids outside the subject, and why they do not decode
+   * @param registry the registry's URL, to ask about an id none of these name (empty: none to ask)
+   * @param authorization the Authorization header for it (empty: none)
    */
   public ProtobufDecode(
-      String subject, String descriptors, String message, String knownJson, String foreignJson) {
+      String subject,
+      String descriptors,
+      String message,
+      String knownJson,
+      String foreignJson,
+      String registry,
+      String authorization) {
     this.subject = subject;
     this.descriptors = descriptors;
     this.message = message;
     this.knownJson = knownJson;
     this.foreignJson = foreignJson;
+    this.lookup = new RegistryLookup(registry, authorization);
   }
 
   /** The UDF's return type: {@code struct<value: the message's type, error: string>}. */
@@ -129,6 +139,15 @@ public final class ProtobufDecode implements UDF1<byte[], Row> {
       return RowFactory.create(null, problem);
     }
     int id = Framing.schemaId(raw);
+    if (!known.contains(id) && !foreign.containsKey(id) && lookup.canAsk()) {
+      // a version registered since the job was planned (read with the reader's message), or not
+      String reason = lookup.reason(id, lookup.find(id), subject, "PROTOBUF");
+      if (reason == null) {
+        known.add(id);
+      } else {
+        foreign.put(id, reason);
+      }
+    }
     if (!known.contains(id)) {
       String reason = foreign.get(id);
       return RowFactory.create(

@@ -248,16 +248,13 @@ def _text(key: bytes | str) -> str:
     return key.decode() if isinstance(key, bytes) else key
 
 
-def _decode(value: bytes | None) -> dict | None:
-    return None if value is None else json.loads(value)
-
-
 class _MemoryChangelog(Changelog):
     """A join's changelog kept by the driver (``PipelineTestDriver.changelog``) instead of Kafka."""
 
-    def __init__(self, out: dict[str, list[Record]], join: str):
+    def __init__(self, out: dict[str, list[Record]], join: str, codec: Codec):
         self.out = out.setdefault(join, [])
         self.tags: set[bytes] = set()
+        self.codec = codec  # the changelog's values: JSON, or a registry format's framed records
 
     def has(self, tag: bytes) -> bool:
         return tag in self.tags
@@ -265,7 +262,8 @@ class _MemoryChangelog(Changelog):
     def send(self, keys: Any, values: Any, tag: bytes, at: Any) -> None:  # noqa: ARG002
         self.tags.add(tag)
         self.out.extend(
-            (k.decode(), _decode(v)) for k, v in zip(keys.to_pylist(), values.to_pylist(), strict=True)
+            (k.decode(), None if v is None else self.codec.decode(v))
+            for k, v in zip(keys.to_pylist(), values.to_pylist(), strict=True)
         )
 
 
@@ -314,7 +312,10 @@ class PipelineTestDriver:
             query = JoinQuery(
                 self.spark, self.lake, self.config, name, f"test-driver-{name}", self._ends, self.formats
             )
-            query.job.changelog = _MemoryChangelog(self._changelog, name)
+            publish = self.config.join(name).publish
+            if publish:
+                codec = self.formats.codec(publish, "value")
+                query.job.changelog = _MemoryChangelog(self._changelog, name, codec)
             self.queries[name] = query
 
     def _log(self, topic: str) -> TopicLog:

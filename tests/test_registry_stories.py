@@ -223,3 +223,161 @@ def test_records_of_two_schema_versions_in_one_topic_are_both_joined(spark, tmp_
     assert code == 0, err
     rows = sorted(Lake(Path(where[1])).read_arrow("events_with_mail").to_pylist(), key=lambda r: r["key"])
     assert [(r["key"], r["mail"]) for r in rows] == [(b"u1", "u1@example.com"), (b"u2", "u2@example.com")]
+
+
+SUITE = """\
+suite: framing
+version: 1
+checks:
+  - co_partitioning:
+      topics: [events, accounts]
+  - key_format:
+      topics: [events, accounts]
+  - framing:
+      topics: [events, accounts]
+"""
+
+
+def test_the_checks_name_a_key_framed_on_one_topic_and_plain_on_the_other(spark, tmp_path, where, capsys):
+    """events' keys are plain strings, accounts' are Avro-framed strings: the same customers, other
+    bytes, so murmur2 places some in other partitions. co_partitioning compares the decoded keys and
+    names each one's framing and partitions; the framing census finds the one plain JSON record a
+    producer without the registry wrote to accounts, with its offset."""
+    from spark_jobs.formats import framing
+    from spark_jobs.seams.partitioners import partition_for
+
+    config = Path(where[3])
+    config.write_text(PIPELINE + f"quality:\n  suites:\n    framing: {tmp_path / 'suite.yaml'}\n")
+    (tmp_path / "suite.yaml").write_text(SUITE)
+    users = ["u1", "u2", "u3", "u4"]
+    (tmp_path / "events.txt").write_text("".join(f'{u};{{"page":"home"}}\n' for u in users))
+    (tmp_path / "accounts.txt").write_text("".join(f"{u};{json.dumps(account(int(u[1:])))}\n" for u in users))
+    assert lake(capsys, where, "produce", "events", str(tmp_path / "events.txt"), "-K", ";")[0] == 0
+    assert lake(capsys, where, "produce", "accounts", str(tmp_path / "accounts.txt"), "-K", ";")[0] == 0
+    code, out, _ = lake(capsys, where, "consume", "accounts", "--raw", "-f", "%k\\n")
+    framed = {
+        framing.split(k.encode("latin-1"))[1][1:].decode(): k.encode("latin-1") for k in out.splitlines()
+    }
+    key_id = framing.split(next(iter(framed.values())))[0]
+    # a producer without the registry writes one record to accounts
+    plain = tmp_path / "plain.yaml"
+    plain.write_text(
+        PIPELINE.replace(
+            "key: {format: avro, schema: key.avsc}, value: {format: avro, schema: account.avsc}",
+            "key: string, value: json",
+        )
+    )
+    (tmp_path / "u9.txt").write_text('u9;{"customerId":"u9"}\n')
+    assert (
+        main(
+            [
+                "produce",
+                "accounts",
+                str(tmp_path / "u9.txt"),
+                "-K",
+                ";",
+                "--root",
+                where[1],
+                "--config",
+                str(plain),
+            ]
+        )
+        == 0
+    )
+
+    code, out, err = lake(capsys, where, "check")
+    assert code == 1, out + err
+    apart = []
+    for u in users:
+        plain_p, framed_p = partition_for(u.encode(), 4), partition_for(framed[u], 4)
+        where_ = (
+            f"different partitions: events={plain_p}, accounts={framed_p}; " if plain_p != framed_p else ""
+        )
+        apart.append(
+            f"{u}: {where_}its bytes differ: events plain, accounts framed with schema id {key_id} (this product "
+            "joins the decoded key, but a Kafka Streams or ksqlDB join of these topics sees two keys: write "
+            "both topics' keys the same way, plain or framed with one key schema)"
+        )
+    assert any(partition_for(u.encode(), 4) != partition_for(framed[u], 4) for u in users)  # the classic miss
+    assert f"FAILED: 4 misplaced keys: {'; '.join(apart)}." in out
+    u9 = [line for line in out.splitlines() if "framing:" in line and "FAIL" in line]
+    prefix = os.environ["LAKE_KAFKA_TOPIC_PREFIX"]
+    assert len(u9) == 1 and "FAILED: 2 records framed otherwise than declared:" in u9[0], out
+    assert "accounts: 1 key(s) plain (not framed): no magic byte" in u9[0]
+    assert (
+        "accounts: 1 value(s) plain (not framed): no magic byte: the record starts with 0x7B (plain JSON, written without the registry)"
+        in u9[0]
+    )
+    assert f"accounts keys: 4 framed with {prefix}accounts-key" in u9[0] and "events values: 4 plain" in u9[0]
+    # lake diagnose, on the topics as Kafka names them, decodes the framed keys with the registry
+    code, out, err = lake(capsys, where, "diagnose", f"{prefix}events", f"{prefix}accounts")
+    assert code == 1, err
+    assert (
+        "4 keys are framed by a Schema Registry on one topic and plain on the other: the same key, other "
+        "bytes (a Kafka Streams or ksqlDB join of the two misses them):"
+    ) in out
+    for u in users:
+        assert (
+            f"  {u}: {prefix}accounts partition {partition_for(framed[u], 4)} (framed with schema id {key_id}), "
+            f"{prefix}events partition {partition_for(u.encode(), 4)} (plain)"
+        ) in out.splitlines(), out
+    assert out.strip().endswith("NOT co-partitioned, keys NOT clean")
+
+
+def test_an_avro_changelog_is_registered_and_read_by_confluent_kafkas_own_deserializer(
+    spark, tmp_path, where, capsys
+):
+    """publish: {format: avro}: the changelog's schema is derived from the select and registered under
+    <changelog>-value; confluent-kafka's AvroDeserializer (an independent reader, with the registry)
+    reads every record back, tombstones as None."""
+    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.avro import AvroDeserializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    config = Path(where[3])
+    config.write_text(
+        PIPELINE.replace(
+            "      mail: right.contactMailAddress\n",
+            "      mail: right.contactMailAddress\n    publish: {format: avro}\n",
+        )
+    )
+    (tmp_path / "events.txt").write_text('u1;{"page":"home"}\nu2;{"page":"cart"}\n')
+    (tmp_path / "accounts.txt").write_text(f"u1;{json.dumps(account(1))}\n")
+    assert lake(capsys, where, "produce", "events", str(tmp_path / "events.txt"), "-K", ";")[0] == 0
+    assert lake(capsys, where, "produce", "accounts", str(tmp_path / "accounts.txt"), "-K", ";")[0] == 0
+    code, _, err = lake(capsys, where, "run", "events_with_mail", "--once")
+    assert code == 0, err
+    (tmp_path / "gone.txt").write_text("u2;\n")
+    assert lake(capsys, where, "produce", "events", str(tmp_path / "gone.txt"), "-K", ";", "-Z")[0] == 0
+    code, _, err = lake(capsys, where, "run", "events_with_mail", "--once")
+    assert code == 0, err
+
+    prefix = os.environ["LAKE_KAFKA_TOPIC_PREFIX"]
+    topic = f"{prefix}events_with_mail_changelog"
+    registry = SchemaRegistryClient({"url": os.environ["LAKE_SCHEMA_REGISTRY_URL"]})
+    assert registry.get_latest_version(f"{topic}-value").schema.schema_type == "AVRO"
+    deserialize = AvroDeserializer(registry)
+    consumer = Consumer(
+        {
+            "bootstrap.servers": os.environ["LAKE_KAFKA_BOOTSTRAP"],
+            "group.id": "t",
+            "isolation.level": "read_committed",
+        }
+    )
+    try:
+        consumer.assign([TopicPartition(topic, p, 0) for p in range(4)])
+        records = []
+        while True:
+            message = consumer.poll(5)
+            if message is None:
+                break
+            context = SerializationContext(topic, MessageField.VALUE)
+            records.append((message.key().decode(), deserialize(message.value(), context)))
+    finally:
+        consumer.close()
+    assert sorted(records, key=lambda r: (r[0], r[1] is None)) == [
+        ("u1", {"page": "home", "mail": "u1@example.com"}),
+        ("u2", {"page": "cart", "mail": None}),
+        ("u2", None),  # the left delete's tombstone
+    ]

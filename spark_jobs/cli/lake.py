@@ -59,9 +59,37 @@ def cmd_show(args) -> int:
 
     lake = Lake(args.root, quick=True, log=stderr)  # on the Spark Connect server when it runs (lake up)
     columns, rows = table_rows(lake, args.table, changes=args.changes)
+    rows = _decoded(args, lake, rows)
     for line in render(columns, rows, args.json):
         print(line)
     return 0
+
+
+def _decoded(args, lake, rows: list[dict]) -> list[dict]:
+    """A Schema Registry topic's mirror (bronze, or a lookup's table) with its keys and values
+    decoded as its pipeline declares them (a record that does not decode is shown as its bytes)."""
+    from spark_jobs.formats import DecodeError, Formats
+    from spark_jobs.seams.config import load_config
+    from spark_jobs.seams.layout import lookup_table
+
+    config = load_config(args.config)
+    lookups = {lookup_table(name): spec.topic for name, spec in config.lookups.items()}
+    topic = args.table if args.table in config.topics else lookups.get(args.table)
+    if topic is None or not config.topic(topic).registered:
+        return rows
+    formats = Formats(config, lake.root)
+    codecs = [(part, formats.codec(topic, part)) for part in ("key", "value")]
+    out = []
+    for row in rows:
+        row = dict(row)
+        for part, codec in codecs:
+            if codec.registered and isinstance(row.get(part), bytes):
+                try:
+                    row[part] = codec.decode(row[part])
+                except DecodeError:
+                    pass  # shown as it is
+        out.append(row)
+    return out
 
 
 def cmd_dbt(args) -> int:

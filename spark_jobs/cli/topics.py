@@ -142,6 +142,12 @@ def _diagnose(sub, common) -> None:
         "crc32: librdkafka's consistent_random, kcat)",
     )
     d.add_argument("--sample", type=_positive, default=10, metavar="N", help="keys listed per finding")
+    d.add_argument(
+        "--registry",
+        metavar="URL",
+        help="a Schema Registry that decodes framed keys, to find a key framed on one topic and plain on "
+        "the other (default: the pipeline's, $LAKE_SCHEMA_REGISTRY_URL or the embedded one, if any)",
+    )
     d.add_argument("--json", action="store_true", help="the findings as JSON on stdout")
     d.set_defaults(run=cmd_diagnose)
 
@@ -162,6 +168,7 @@ def _positive(text: str) -> int:
 def cmd_diagnose(args) -> int:
     import json
 
+    from spark_jobs.formats import LogicalKeys
     from spark_jobs.seams.kafka import Cluster, connect
     from spark_jobs.topics import diagnose
 
@@ -171,12 +178,13 @@ def cmd_diagnose(args) -> int:
         if not sep or not name.strip():
             raise UserError(f"-X {item}: expected NAME=VALUE, e.g. -X security.protocol=SSL")
         settings[name.strip()] = value
+    config, lake = context(args)
     if args.bootstrap:
         cluster = Cluster(args.bootstrap, settings, "", "--bootstrap")
     else:
-        config, lake = context(args)
         known = connect(config, lake.root)
         cluster = Cluster(known.bootstrap_servers, {**known.settings, **settings}, "", known.origin)
+    logical = LogicalKeys(_registry(args, config, lake))
     bars: list[Progress] = []
 
     def progress(topic: str, records: int, total: int) -> None:
@@ -189,13 +197,37 @@ def cmd_diagnose(args) -> int:
 
     try:
         found = diagnose.diagnose(
-            cluster, args.topic_a, args.topic_b, args.partitioner, args.sample, progress=progress
+            cluster,
+            args.topic_a,
+            args.topic_b,
+            args.partitioner,
+            args.sample,
+            progress=progress,
+            logical=logical,
         )
     finally:
         if bars:
             bars[-1].done()
     print(json.dumps(found.as_dict(), indent=2) if args.json else diagnose.text(found))
     return 0 if found.co_partitioned and found.clean else 1
+
+
+def _registry(args, config, lake):
+    """The Schema Registry that decodes framed keys for ``lake diagnose``: ``--registry``, else the
+    pipeline's (or $LAKE_SCHEMA_REGISTRY_URL, or the embedded one) when there is one; else none, and
+    framed keys are compared by their bytes. A registry named but not answering is one line."""
+    from spark_jobs.seams.config import RegistrySpec
+    from spark_jobs.seams.schema_registry import Registry, connect_registry
+
+    if args.registry:
+        registry = Registry(RegistrySpec(args.registry), "--registry")
+    else:
+        try:
+            registry = connect_registry(config, lake.root)
+        except UserError:
+            return None
+    registry.check()
+    return registry
 
 
 def cmd_produce(args) -> int:

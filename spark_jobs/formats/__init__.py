@@ -23,14 +23,19 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from spark_jobs.errors import UserError
-from spark_jobs.formats.codec import Codec, DecodeError
+from spark_jobs.formats import framing
+from spark_jobs.formats.codec import Codec, DecodeError, as_json
 from spark_jobs.seams.config import REGISTRY_FORMATS, PipelineConfig
 from spark_jobs.seams.kafka import topic_prefix
 from spark_jobs.seams.schema_registry import Registry, connect_registry
 
-__all__ = ["Codec", "DecodeError", "Formats"]
+if TYPE_CHECKING:
+    from pyspark.sql import Column
+
+__all__ = ["Codec", "DecodeError", "Formats", "LogicalKeys"]
 
 
 class Formats:
@@ -93,6 +98,25 @@ class Formats:
         codec.write_with(text)  # type: ignore[attr-defined]
         return codec
 
+    def publisher(self, topic: str, value_type: Any) -> Callable[[Column], Column]:
+        """How a published changelog's values are written: a function from the row's struct (of
+        Spark type ``value_type``) to the record bytes. JSON: the row as a JSON object. A registry
+        format: its schema derived from ``value_type`` (Avro by Spark's own type mapping, JSON Schema
+        from the struct's fields), registered under the topic's value subject now (a schema the
+        registry's compatibility rules refuse is one line with the subject and its reason, before
+        anything is written), the row encoded by Spark (``to_avro``, ``to_json``) behind the frame."""
+        from pyspark.sql import functions as F
+
+        fmt = self.config.topic(topic).value_format
+        if fmt == "json":
+            return lambda row: F.to_json(row, {"ignoreNullFields": "false"}).cast("binary")
+        from spark_jobs.formats.publish import derived_schema, encoder
+
+        subject = self.config.topic(topic).subject_of("value", self.kafka_name(topic))
+        text = derived_schema(fmt, value_type, topic)
+        schema_id = self.registry.register(subject, fmt, text)
+        return encoder(fmt, schema_id, text)
+
     def codec(self, topic: str, part: str) -> Codec:
         """The codec of ``topic``'s ``key`` or ``value``."""
         if (topic, part) not in self._codecs:
@@ -105,6 +129,65 @@ class Formats:
             else:
                 self._codecs[(topic, part)] = _plain(fmt)(where)
         return self._codecs[(topic, part)]
+
+
+class LogicalKeys:
+    """Framed keys of any topic as their logical value, for a command that reads topics without a
+    pipeline's declarations (``lake diagnose``): each record's frame names its writer schema, asked of
+    ``registry`` once per id; the value is its text (a string schema) or its compact JSON. None for a
+    key that is not framed or does not decode."""
+
+    def __init__(self, registry: Registry | None):
+        self.registry = registry
+        self._decoders: dict[int, Any] = {}
+
+    def __call__(self, raw: bytes) -> bytes | None:
+        if self.registry is None:
+            return None
+        try:
+            schema_id, payload = framing.split(raw)
+        except framing.NotFramed:
+            return None
+        if schema_id not in self._decoders:
+            found = self.registry.schema(schema_id)
+            self._decoders[schema_id] = None if found is None else _writer_decoder(found.format, found.text)
+        decode = self._decoders[schema_id]
+        if decode is None:
+            return None
+        try:
+            value = decode(payload)
+        except Exception:  # noqa: BLE001 - bytes that do not decode: no logical key
+            return None
+        return value.encode() if isinstance(value, str) else as_json(value)
+
+
+def _writer_decoder(fmt: str, text: str) -> Callable[[bytes], Any] | None:
+    """A record's decoder given only its writer schema (no topic, no reader schema)."""
+    import io
+    import json
+
+    if fmt == "avro":
+        import fastavro
+
+        schema = fastavro.parse_schema(json.loads(text))
+        return lambda payload: fastavro.schemaless_reader(io.BytesIO(payload), schema, None)
+    if fmt == "json_schema":
+        return lambda payload: json.loads(payload)
+    if fmt == "protobuf":
+        from google.protobuf import json_format
+
+        from spark_jobs.formats.protobuf import compile_proto
+
+        compiled = compile_proto(text, "a key's schema")
+
+        def protobuf(payload: bytes) -> Any:
+            path, body = framing.read_indexes(payload)
+            message = compiled.message_class()
+            message.ParseFromString(body)
+            return json_format.MessageToDict(message, preserving_proto_field_name=True)
+
+        return protobuf
+    return None
 
 
 def _plain(fmt: str) -> type[Codec]:

@@ -69,6 +69,7 @@ RECORD_FIELDS = [
     ("offset", pa.int64()),
 ]
 RECORD_COLUMNS = [name for name, _ in RECORD_FIELDS]
+PUBLISHED = "__published"  # a projection's rows as the changelog's records (Projection.apply)
 BATCH_HEADER = "lake.batch"  # on every changelog record: "<query id>:<batch id>" that published it
 TAIL_DEPTH = 8  # records read back per changelog partition to recognize a replayed batch
 # join_metrics is appended at most this often (and when the job stops): a Delta commit per micro-batch
@@ -174,19 +175,20 @@ class Projection:
         schema = to_arrow_schema(frame.selectExpr(*self.meta, *self._exprs()).schema, timezone="UTC")
         return pa.schema([f.with_nullable(True) for f in schema])  # a delete carries nulls
 
-    def apply(self, rows: pa.Table, with_json: bool = False) -> pa.Table:
+    def apply(self, rows: pa.Table, publish: Callable[[Any], Any] | None = None) -> pa.Table:
         """Rows with the meta columns, ``left_value`` and ``right_value`` -> the result's columns (and
-        ``__json``, the select columns as one JSON object, for publishing)."""
+        with ``publish``, the job's changelog writer, ``__published``: the select columns as the
+        changelog's record)."""
         if rows.num_rows == 0:
             out = self.output_schema.empty_table()
-            return out.append_column("__json", pa.array([], pa.string())) if with_json else out
+            return out.append_column(PUBLISHED, pa.array([], pa.binary())) if publish else out
         frame = self._frame(rows).selectExpr(*self.meta, *self._exprs())
-        if with_json:
+        if publish:
             cols = [F.col(f"`{c}`") for c in self.spec.select]
-            frame = frame.withColumn("__json", F.to_json(F.struct(*cols), {"ignoreNullFields": "false"}))
+            frame = frame.withColumn(PUBLISHED, publish(F.struct(*cols)))
         out = frame.toArrow()
         schema = (
-            self.output_schema.append(pa.field("__json", pa.string())) if with_json else self.output_schema
+            self.output_schema.append(pa.field(PUBLISHED, pa.binary())) if publish else self.output_schema
         )
         return conform(out, schema, f"join {self.spec.name}")
 
@@ -237,7 +239,7 @@ class JoinJob:
     tombstones_follow_left = True
     # The kind's state is in Spark's state store, under the query's checkpoint (not in Delta tables).
     state_in_checkpoint = False
-    # The changelog is the projection's rows with ``__json`` (the stream kinds' events); the state-store
+    # The changelog is the projection's rows with ``__published`` (the stream kinds' events); the state-store
     # kinds publish the rows their operator answered instead.
     publishes_projection = True
 
@@ -283,6 +285,8 @@ class JoinJob:
         self.codecs = SideCodecs.of(self.formats, spec)
         self.projection = self._projection()
         self.result_schema = self.projection.output_schema
+        # the changelog's records from the result's struct of select columns (None: no changelog)
+        self.publish_value = self._publisher()
         self.tables = self.state_tables(spec)
         adopt_former_names(lake, spec, self.tables, log)
         self._quarantined: list[pa.Table] = []  # the batch's quarantine rows (written once, at its end)
@@ -319,6 +323,17 @@ class JoinJob:
 
     def _projection(self) -> Any:
         return Projection(self.spark, self.codecs, self.spec)
+
+    def _publisher(self) -> Callable[[Any], Any] | None:
+        """The changelog's writer (JSON, or a registry format whose schema is derived from the
+        result's columns and registered now: a refusal is one line before anything is written)."""
+        if not self.spec.publish:
+            return None
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        meta = set(self.spec.join_kind.meta_columns)
+        value = pa.schema([f for f in self.result_schema if f.name not in meta])
+        return self.formats.publisher(self.spec.publish, from_arrow_schema(value))
 
     @property
     def query_id(self) -> str:
@@ -366,11 +381,11 @@ class JoinJob:
         """``rows``' result rows (``select`` evaluated), and the keys of the rows it failed on: those
         rows' records are quarantined with the error and their keys' results stay as they were
         (:mod:`spark_jobs.joins.poison`). A list join's ``elements`` go with their rows."""
-        with_json = bool(self.spec.publish) and self.publishes_projection
+        publish = self.publish_value if self.publishes_projection else None
 
         def evaluate(part: pa.Table) -> pa.Table:
             if elements is None:
-                return self.projection.apply(part, with_json=with_json)
+                return self.projection.apply(part, publish)
             mine = elements.filter(pc.is_in(elements["key"], part["key"]))
             return self.projection.apply(part, mine)  # a list join: it publishes its commits
 
@@ -566,9 +581,9 @@ def _columns(schema: pa.Schema) -> list[tuple[str, str]]:
     return [(f.name, from_arrow_type(f.type).simpleString()) for f in schema]
 
 
-def _without_json(table: pa.Table) -> pa.Table:
-    """``Projection.apply(..., with_json=True)`` output without its publishing column."""
-    return table.drop_columns([c for c in table.column_names if c == "__json"])
+def _without_published(table: pa.Table) -> pa.Table:
+    """``Projection.apply(..., publish)`` output without its changelog records."""
+    return table.drop_columns([c for c in table.column_names if c == PUBLISHED])
 
 
 def _without(keys: pa.Array, dropped: pa.Array) -> pa.Array:

@@ -191,7 +191,11 @@ class StateStoreJob(JoinJob):
                 left_deleted.append(chunk_rows.filter(chunk_rows["left_deleted"])["key"].combine_chunks())
         if self.spec.publish and not self._published:  # a batch publishes once, before its write
             rows = pa.concat_tables(answered)
-            upserts = self._json(self.lake.frame(rows)) if rows.num_rows else self._json_schema.empty_table()
+            upserts = (
+                self._changelog_records(self.lake.frame(rows))
+                if rows.num_rows
+                else self._records_schema.empty_table()
+            )
             gone = pa.concat_arrays([c.deletes for c in changes] + left_deleted)
             self._send(upserts, pc.unique(gone) if len(gone) else gone, txn, at)
         return self._write_changes(changes, txn)
@@ -217,7 +221,7 @@ class StateStoreJob(JoinJob):
         return self.lake.merge(self.spec.name, rows, ["key"], delete_column="__delete", txn=txn)
 
     # --- the changelog ----------------------------------------------------------------------------
-    _json_schema = pa.schema([("key", pa.binary()), ("v", pa.binary())])
+    _records_schema = pa.schema([("key", pa.binary()), ("v", pa.binary())])
 
     def _publish_answers(
         self, live: DataFrame, keys: DataFrame, some_dead: bool, txn: tuple[str, int], at: datetime
@@ -243,15 +247,16 @@ class StateStoreJob(JoinJob):
                 held = _without(pa.concat_arrays([held, live_behind]), dead_behind)
                 held = pc.unique(held)
             dead = pa.concat_arrays([keys_gone.filter(follow), held])
-        self._send(self._json(live), dead, txn, at)
+        self._send(self._changelog_records(live), dead, txn, at)
 
-    def _json(self, rows: DataFrame) -> pa.Table:
-        """``key`` and ``v`` (the row's select columns as a JSON object) of result rows, by key."""
+    def _changelog_records(self, rows: DataFrame) -> pa.Table:
+        """``key`` and ``v`` (the row's select columns as the changelog's record) of result rows, by key."""
         meta = set(self.spec.join_kind.meta_columns)
         columns = [F.col(f"`{c}`") for c in self.result_schema.names if c not in meta]
-        as_json = F.to_json(F.struct(*columns), {"ignoreNullFields": "false"}).cast("binary")
-        out = rows.select("key", as_json.alias("v")).toArrow()
-        return out.sort_by([("key", "ascending")]) if out.num_rows else self._json_schema.empty_table()
+        assert self.publish_value is not None  # a job that publishes
+        record = self.publish_value(F.struct(*columns))
+        out = rows.select("key", record.alias("v")).toArrow()
+        return out.sort_by([("key", "ascending")]) if out.num_rows else self._records_schema.empty_table()
 
     def _send(self, upserts: pa.Table, dead: pa.Array, txn: tuple[str, int], at: datetime) -> None:
         """The batch's changelog: the upserts, then a tombstone per ``dead`` key (in key order)."""

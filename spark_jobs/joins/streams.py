@@ -14,13 +14,14 @@ from pyspark.sql import functions as F
 
 from spark_jobs.join_kinds import STREAM_STREAM
 from spark_jobs.joins.engine import (
+    PUBLISHED,
     RECORD_COLUMNS,
     RECORD_FIELDS,
     TS,
     BatchMetrics,
     JoinJob,
     _meta_type,
-    _without_json,
+    _without_published,
 )
 from spark_jobs.joins.poison import _quiet, is_data_error
 from spark_jobs.seams.config import JoinSpec
@@ -202,7 +203,7 @@ class StreamJob(JoinJob):
             try:
                 with _quiet():
                     version = self.lake.append(self.spec.name, self.projection.frame(rows), txn=txn)
-                    published = self._events_json(rows, order) if self.spec.publish else None
+                    published = self._events_published(rows, order) if self.spec.publish else None
             except Exception as exc:
                 if not is_data_error(exc):
                     raise
@@ -219,13 +220,14 @@ class StreamJob(JoinJob):
         if published is not None and len(published[0]):
             self._publish(published[0], published[1], txn, at)
 
-    def _events_json(self, rows: DataFrame, order: list[str]) -> tuple[pa.Array, pa.Array]:
-        """The events' keys and their select columns as JSON, in ``order``."""
+    def _events_published(self, rows: DataFrame, order: list[str]) -> tuple[pa.Array, pa.Array]:
+        """The events' keys and their select columns as the changelog's records, in ``order``."""
         out = self.projection.frame(rows)
         columns = [F.col(f"`{c}`") for c in self.spec.select]
-        as_json = F.to_json(F.struct(*columns), {"ignoreNullFields": "false"}).cast("binary")
+        assert self.publish_value is not None  # a job that publishes
+        record = self.publish_value(F.struct(*columns))
         sorted_rows = out.orderBy(*[F.col(c).asc_nulls_last() for c in order])
-        table = sorted_rows.select("key", as_json.alias("v")).toArrow()
+        table = sorted_rows.select("key", record.alias("v")).toArrow()
         return table["key"].combine_chunks().cast(pa.binary()), table["v"].combine_chunks().cast(pa.binary())
 
     def _append_on_driver(
@@ -237,10 +239,10 @@ class StreamJob(JoinJob):
         out, _ = self._project(arrow, txn, at, m)
         if out.num_rows:
             out = out.sort_by([(c, "ascending") for c in order])
-        version = self.lake.append(self.spec.name, _without_json(out), txn=txn) if out.num_rows else None
+        version = self.lake.append(self.spec.name, _without_published(out), txn=txn) if out.num_rows else None
         published = None
         if self.spec.publish:
-            published = (out["key"].combine_chunks(), out["__json"].combine_chunks().cast(pa.binary()))
+            published = (out["key"].combine_chunks(), out[PUBLISHED].combine_chunks())
         return version, published
 
 

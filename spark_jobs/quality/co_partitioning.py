@@ -2,6 +2,11 @@
 same partition of each, the one its topic's partitioner gives (what a table or stream-table join
 needs). For a foreign-key or list join only the right topic's placement counts: a Kafka Streams fk
 or list join sends its subscriptions by it (KIP-775), and the partition counts may differ.
+
+Keys are compared by their logical value: a Schema Registry framed key decoded. Where one logical key
+has other bytes on the topics (framed on one, plain on the other, or framed with other schema ids)
+the finding names each side's framing: this product joins the decoded key, but a Kafka Streams or
+ksqlDB join of the same topics sees two keys, and their partitioners may place them apart.
 """
 
 from __future__ import annotations
@@ -17,6 +22,12 @@ from spark_jobs.quality.gx import GreatExpectations
 from spark_jobs.seams.config import PipelineConfig, mapping
 from spark_jobs.seams.partitioners import spark_partition
 from spark_jobs.topics.snapshots import SnapshotReader
+
+# why a key with other bytes on the joined topics matters, and what to do
+APART = (
+    " (this product joins the decoded key, but a Kafka Streams or ksqlDB join of these topics sees two "
+    "keys: write both topics' keys the same way, plain or framed with one key schema)"
+)
 
 
 def parse(doc: Any, where: tuple[str, ...], params: Any, config: PipelineConfig) -> dict[str, Any]:
@@ -71,12 +82,19 @@ def co_partitioning_findings(
     per_topic = []
     for t in topics:
         spec = config.topics[t]
+        framing = F.when(F.col("key_id").isNull(), F.lit("plain")).otherwise(
+            F.format_string("framed with schema id %d", F.col("key_id"))
+        )
         placed = (
-            reader.records(t)
-            .filter(F.col("key").isNotNull())
-            .groupBy("key")
-            .agg(F.array_sort(F.collect_set("partition")).alias(f"p_{t}"))
-            .withColumn(f"x_{t}", spark_partition(F.col("key"), spec.partitions, spec.partitioner))
+            reader.keyed(t)
+            .withColumn("_x", spark_partition(F.col("key"), spec.partitions, spec.partitioner))
+            .groupBy(F.col("logical").alias("key"))
+            .agg(
+                F.array_sort(F.collect_set("partition")).alias(f"p_{t}"),
+                F.min("_x").alias(f"x_{t}"),
+                F.max((F.col("partition") != F.col("_x")).cast("int")).alias(f"m_{t}"),
+                F.array_sort(F.collect_set(framing)).alias(f"f_{t}"),
+            )
         )
         per_topic.append(placed)
     keys = per_topic[0]
@@ -87,7 +105,7 @@ def co_partitioning_findings(
         spec = config.topics[t]
         problems.append(
             F.when(
-                F.col(f"p_{t}").isNotNull() & (F.col(f"p_{t}") != F.array(F.col(f"x_{t}"))),
+                F.col(f"p_{t}").isNotNull() & (F.col(f"m_{t}") == 1),
                 F.format_string(
                     f"in {t} at partition %s but {spec.partitioner} places it in %d",
                     F.array_join(F.col(f"p_{t}").cast("array<string>"), ","),
@@ -116,12 +134,28 @@ def co_partitioning_findings(
             ),
         )
     )
+    framed_apart = F.lit(False)
+    for t in topics[1:]:
+        framed_apart = framed_apart | (F.col(f"f_{t}") != F.col(f"f_{topics[0]}"))
+    problems.append(
+        F.when(
+            in_all & framed_apart,
+            F.concat(
+                F.lit("its bytes differ: "),
+                F.concat_ws(
+                    ", ", *[F.concat(F.lit(f"{t} "), F.array_join(F.col(f"f_{t}"), " and ")) for t in topics]
+                ),
+                F.lit(APART),
+            ),
+        )
+    )
     problem = F.concat_ws("; ", *problems)
     cols = [*display("key")]
     for t in topics:
         cols += [
             F.col(f"p_{t}").cast("array<int>").alias(f"partitions_{t}"),
             F.col(f"x_{t}").alias(f"expected_{t}"),
+            F.col(f"f_{t}").alias(f"framing_{t}"),
         ]
     return counts, keys.select(*cols, F.when(problem != "", problem).alias("problem"))
 

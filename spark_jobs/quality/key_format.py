@@ -1,5 +1,11 @@
 """The key-format check: keys are clean text in the declared encoding (the rules of
-:mod:`spark_jobs.topics.keys`, shared with ``lake diagnose``), and the joined topics declare the same one."""
+:mod:`spark_jobs.topics.keys`, shared with ``lake diagnose``), and the joined topics declare the same one.
+
+A topic declared with Schema Registry keys is framed on purpose: its keys are checked instead to be
+framed with the topic's key subject and to decode (no magic byte, an unknown schema id, another
+subject's schema are named), and for **key schema drift**: one logical key written with more than one
+schema id has other bytes from one record to the next (a Kafka Streams join and the producers'
+partitioners see other keys)."""
 
 from __future__ import annotations
 
@@ -34,6 +40,9 @@ def key_format_findings(
     frames = []
     for t in topics:
         spec = config.topics[t]
+        if reader.formats.codec(t, "key").registered:
+            frames.append(_registry_keys(reader, t))
+            continue
         keys = reader.records(t).filter(F.col("key").isNotNull()).select("key").distinct()
         # declared binary keys (e.g. Avro with Schema Registry framing): any bytes are fine
         rules = [(F.expr(r.sql), r.text) for r in KEY_RULES] if spec.key_format == "string" else []
@@ -65,6 +74,31 @@ def key_format_findings(
             spark.createDataFrame(disagree, "topic string, key_text string, key_hex string, problem string")
         )
     return out
+
+
+def _registry_keys(reader: SnapshotReader, topic: str) -> DataFrame:
+    """One row per logical key of a topic with Schema Registry keys: why its records' keys do not
+    decode, and the schema ids it was written with when there is more than one."""
+    keys = (
+        reader.keyed(topic)
+        .groupBy("logical")
+        .agg(
+            F.array_sort(F.collect_set("key_id")).alias("_ids"),
+            F.min("key_problem").alias("_problem"),
+        )
+    )
+    drift = F.when(
+        F.size("_ids") > 1,
+        F.format_string(
+            "written with schema ids %s: one key, other bytes from one record to the next (a Kafka Streams "
+            "join and the producers' partitioners see other keys)",
+            F.array_join(F.col("_ids").cast("array<string>"), " and "),
+        ),
+    )
+    problem = F.concat_ws("; ", F.col("_problem"), drift)
+    return keys.select(
+        F.lit(topic).alias("topic"), *display("logical"), F.when(problem != "", problem).alias("problem")
+    )
 
 
 def run(finish: Callable, asset: str, spark, reader, config, p: dict, gxr: GreatExpectations) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from spark_jobs.quality import co_partitioning, completeness, key_format, lookup_basics
+from spark_jobs.quality import co_partitioning, completeness, framing, key_format, lookup_basics
 from spark_jobs.seams.config import PipelineConfig, choice, mapping, read_located, text_value
 
 # each check type's module: parse(doc, where, params, config), target(params), topics(params, config),
@@ -18,6 +18,7 @@ CHECKS: dict[str, ModuleType] = {
     "completeness": completeness,
     "co_partitioning": co_partitioning,
     "key_format": key_format,
+    "framing": framing,
     "lookup_basics": lookup_basics,
 }
 CHECK_TYPES = tuple(CHECKS)

@@ -24,6 +24,8 @@ DEFAULT_CONFIG = "demo.yaml"
 REGISTRY_FORMATS = ("avro", "protobuf", "json_schema")
 KEY_FORMATS = ("string", "bytes", *REGISTRY_FORMATS)
 VALUE_FORMATS = ("json", "string", *REGISTRY_FORMATS)
+# a published changelog's value formats (its schema derived from the select); Protobuf is not yet one
+PUBLISH_FORMATS = ("json", "avro", "json_schema")
 SCHEMA_FILE_SUFFIXES = {"avro": (".avsc",), "protobuf": (".proto",), "json_schema": (".json",)}
 # the registry client's settings that pass through (confluent-kafka's names)
 REGISTRY_SETTINGS = (
@@ -182,6 +184,9 @@ class JoinSpec:
     # the keyed kinds: a continuous run writes the result table behind the changelog topic, at most
     # this often (seconds; 0: every micro-batch writes it). ``lake run --table-every`` overrides it.
     table_every: float = 0.0
+    # the changelog's value format: json, or a Schema Registry format whose schema the product derives
+    # from the select and registers under the changelog topic's value subject
+    publish_format: str = "json"
 
     @property
     def job(self) -> str:
@@ -377,8 +382,11 @@ def load_config(path: str | os.PathLike[str] | None = None) -> PipelineConfig:
         join = _join(doc, join_name, spec, topics, lookups)
         if join.publish:
             left = topics[join.left]
+            # the changelog's key is the result's: the left key as the join compares it (a framed left
+            # key decoded: its text, or a composite key's JSON)
+            key_format = left.key_format if left.key_format not in REGISTRY_FORMATS else "bytes"
             topics[join.publish] = TopicSpec(
-                join.publish, left.partitions, left.key_format, "json", "murmur2", compacted=True
+                join.publish, left.partitions, key_format, join.publish_format, "murmur2", compacted=True
             )
         joins[join_name] = join
     airflow = _airflow(doc, data.get("airflow") or {})
@@ -692,7 +700,7 @@ def _join(
         if lists
         else (None, {}, "elements")
     )
-    table_every, publish = _publish_settings(doc, path, name, spec, topics)
+    table_every, publish, publish_format = _publish_settings(doc, path, name, spec, topics)
     return JoinSpec(
         name,
         kind,
@@ -708,6 +716,7 @@ def _join(
         elements,
         list_as,
         table_every,
+        publish_format,
     )
 
 
@@ -744,8 +753,9 @@ def _list_settings(
 
 def _publish_settings(
     doc: LocatedYaml, path: tuple, name: str, spec: dict[str, Any], topics: dict[str, TopicSpec]
-) -> tuple[float, str | None]:
-    """``table_every`` (seconds, 0 for every batch) and the changelog topic ``publish`` names (or None)."""
+) -> tuple[float, str | None, str]:
+    """``table_every`` (seconds, 0 for every batch), the changelog topic ``publish`` names (or None)
+    and its value format: ``publish: true``, a topic name, or ``{topic: NAME, format: FORMAT}``."""
     table_every = 0.0
     if "table_every" in spec:
         table_every = window_ms(doc, (*path, "table_every"), spec["table_every"]) / 1000
@@ -755,6 +765,13 @@ def _publish_settings(
                 "writes the result table behind the changelog topic: it needs publish (true or a topic)",
             )
     publish = spec.get("publish", False)
+    publish_format = "json"
+    if isinstance(publish, dict):
+        settings = mapping(doc, (*path, "publish"), publish, ("topic", "format"))
+        publish_format = choice(
+            doc, (*path, "publish", "format"), settings.get("format", "json"), PUBLISH_FORMATS
+        )
+        publish = settings.get("topic", True)
     if publish is True:
         publish = f"{name}_changelog"
     elif publish is False or publish is None:
@@ -765,7 +782,7 @@ def _publish_settings(
         raise doc.error(
             (*path, "publish"), f"topic '{publish}' is declared already; publish needs its own topic"
         )
-    return table_every, publish
+    return table_every, publish, publish_format
 
 
 def publish_set(spec: dict[str, Any]) -> bool:

@@ -11,7 +11,10 @@ produced) and report
   partition, and the keys whose partition differs between the two topics;
 - key hygiene (``spark_jobs.topics.keys``: Schema Registry framing, JSON quotes, whitespace, BOM,
   non-UTF-8, control bytes), with a hex dump of a sample;
-- keys present in one topic and missing in the other.
+- keys present in one topic and missing in the other;
+- with a Schema Registry to ask (the pipeline's, or ``--registry URL``): keys framed on one topic
+  whose decoded value is a plain key of the other (the same key, other bytes: a Kafka Streams or
+  ksqlDB join misses it, and the partitioner may place the two apart), with each side's partition.
 
 Memory is bounded by the number of distinct keys, not records: a key is kept as 12 bytes (its murmur2
 and CRC32 hashes, which are also all that is needed to place it, and its partition). Samples of key
@@ -29,6 +32,7 @@ import numpy as np
 import pyarrow as pa
 
 from spark_jobs.errors import UserError
+from spark_jobs.formats import LogicalKeys
 from spark_jobs.seams.config import TopicSpec
 from spark_jobs.seams.kafka import Cluster, partition_counts, read, watermarks
 from spark_jobs.seams.partitioners import MURMUR2, crc32_array, murmur2_array
@@ -117,6 +121,9 @@ class TopicReport:
     only_here: Sample = field(init=False)  # keys the other topic does not have
     key_set: KeySet = field(default_factory=KeySet)
     _bad: dict[str, KeySet] = field(default_factory=dict)  # rule -> hashes of keys that break it
+    # framed keys by their decoded (logical) value: hashes, and a sample of (raw, logical, partition)
+    logical_set: KeySet = field(default_factory=KeySet)
+    framed_examples: list[tuple[bytes, bytes, int]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.misplaced = Sample(self.sample)
@@ -163,12 +170,14 @@ class Diagnosis:
     a: TopicReport
     b: TopicReport
     differing: Sample  # keys in both topics whose partitions differ
+    framed_apart: Sample  # keys framed on one topic whose decoded value is a plain key of the other
 
     @property
     def co_partitioned(self) -> bool:
         return (
             self.a.partitions == self.b.partitions
             and not self.differing.count
+            and not self.framed_apart.count
             and not any(t.misplaced.count or t.several_partitions.count for t in (self.a, self.b))
         )
 
@@ -181,6 +190,7 @@ class Diagnosis:
             "topics": [self.a.as_dict(), self.b.as_dict()],
             "same_partition_count": self.a.partitions == self.b.partitions,
             "partition_differs": self.differing.as_dict(),
+            "framed_on_one_side": self.framed_apart.as_dict(),
             "co_partitioned": self.co_partitioned,
             "clean": self.clean,
         }
@@ -193,10 +203,11 @@ def diagnose(
     expected: str = MURMUR2,
     sample: int = 10,
     progress: Callable[[str, int, int], None] = lambda *_: None,
+    logical: LogicalKeys | None = None,
 ) -> Diagnosis:
     """Read both topics and compare them (see the module doc). ``progress(topic, records, total)`` is
     called with 0 records when a read of the topic starts (``total``: the records it holds), then with
-    each batch's records."""
+    each batch's records. ``logical`` decodes framed keys (a registry to ask)."""
     if topic_a == topic_b:
         raise UserError(f"diagnose needs two different topics, got {topic_a} twice")
     counts = partition_counts(cluster, [topic_a, topic_b])
@@ -208,10 +219,10 @@ def diagnose(
     a = TopicReport(topic_a, counts[topic_a], expected, sample)
     b = TopicReport(topic_b, counts[topic_b], expected, sample)
     for report in (a, b):
-        _scan(cluster, report, progress)
+        _scan(cluster, report, progress, logical or LogicalKeys(None))
     differing = Sample(sample)
     _compare(cluster, a, b, differing, progress)
-    return Diagnosis(a, b, differing)
+    return Diagnosis(a, b, differing, _framed_apart(a, b, sample))
 
 
 def _batches(
@@ -239,7 +250,10 @@ def _placements(hashes: np.ndarray, partitions: int) -> dict[str, np.ndarray]:
     }
 
 
-def _scan(cluster: Cluster, report: TopicReport, progress: Callable[[str, int, int], None]) -> None:
+def _scan(
+    cluster: Cluster, report: TopicReport, progress: Callable[[str, int, int], None], logical: LogicalKeys
+) -> None:
+    framed_rule = next(r for r in RULES if r.name == "framed")
     for partition, keys in _batches(cluster, report, progress):
         report.records += len(keys)
         present = keys.filter(keys.is_valid())
@@ -259,7 +273,51 @@ def _scan(cluster: Cluster, report: TopicReport, progress: Callable[[str, int, i
                 report._bad[rule.name].add(hashes[hit], np.zeros(len(hit), dtype=np.int32))
                 for i in hit[: report.sample * 4]:
                     report.hygiene[rule.name].offer(present[int(i)].as_py(), partition=partition)
+        framed = np.flatnonzero(framed_rule.arrow(present)) if logical.registry is not None else np.zeros(0)
+        _decode_framed(report, present, framed, partition, logical)
     _summarize(report)
+    report.logical_set.compact()
+
+
+def _decode_framed(
+    report: TopicReport, keys: pa.Array, framed: Any, partition: int, logical: LogicalKeys
+) -> None:
+    """The framed keys among ``keys`` as their decoded values: hashed into the report's logical set,
+    a few kept as examples."""
+    decoded: list[tuple[bytes, bytes]] = []
+    for i in framed:
+        raw = keys[int(i)].as_py()
+        value = logical(raw)
+        if value is not None:
+            decoded.append((raw, value))
+    if not decoded:
+        return
+    hashes = _hashes(pa.array([value for _, value in decoded], pa.binary()))
+    report.logical_set.add(hashes, np.full(len(hashes), partition, dtype=np.int32))
+    room = report.sample * 4 - len(report.framed_examples)
+    report.framed_examples += [(raw, value, partition) for raw, value in decoded[: max(room, 0)]]
+
+
+def _framed_apart(a: TopicReport, b: TopicReport, sample: int) -> Sample:
+    """Keys framed on one topic whose decoded value is a plain key of the other, with the framing and
+    each side's partition."""
+    from spark_jobs.formats import framing
+
+    found = Sample(sample)
+    for framed, plain in ((a, b), (b, a)):
+        logical, plain_keys = framed.logical_set.keys(), plain.key_set.keys()
+        found.count += len(np.intersect1d(logical, plain_keys, assume_unique=True))
+        for raw, value, partition in framed.framed_examples:
+            hashed = _hashes(pa.array([value], pa.binary()))
+            if not np.isin(hashed, plain_keys)[0]:
+                continue
+            found.offer(
+                value,
+                framed_in=framed.name,
+                schema_id=framing.split(raw)[0],
+                **{framed.name: partition, plain.name: int(plain.key_set.first_partition(hashed)[0])},
+            )
+    return found
 
 
 def _summarize(report: TopicReport) -> None:
@@ -402,6 +460,19 @@ def text(d: Diagnosis) -> str:
             lines.append(f"{t.name}: {t.several_partitions.count:,} keys in more than one partition:")
             lines += [f"  {r['key']}: partitions {r['partitions']}" for r in t.several_partitions.rows]
             lines += _more(t.several_partitions)
+    if d.framed_apart.count:
+        lines.append("")
+        lines.append(
+            f"{d.framed_apart.count:,} keys are framed by a Schema Registry on one topic and plain on the "
+            "other: the same key, other bytes (a Kafka Streams or ksqlDB join of the two misses them):"
+        )
+        for r in d.framed_apart.rows:
+            plain = d.b.name if r["framed_in"] == d.a.name else d.a.name
+            lines.append(
+                f"  {r['key']}: {r['framed_in']} partition {r[r['framed_in']]} (framed with schema id "
+                f"{r['schema_id']}), {plain} partition {r[plain]} (plain)"
+            )
+        lines += _more(d.framed_apart)
     if d.differing.count:
         lines.append("")
         lines.append(f"{d.differing.count:,} keys sit in different partitions in the two topics:")

@@ -169,6 +169,30 @@ class SnapshotReader:
             self._frames[topic] = frame.persist()
         return self._frames[topic]
 
+    def keyed(self, topic: str) -> DataFrame:
+        """The topic's records with keys, each with ``logical`` (the key the joins compare: a Schema
+        Registry framed key decoded, else the key's bytes), ``key_id`` (the key's schema id, null
+        when it is not framed) and ``key_problem`` (why a registry-format key does not decode)."""
+        from pyspark.sql import functions as F
+
+        from spark_jobs.formats import framing
+
+        rows = self.records(topic).filter(F.col("key").isNotNull())
+        codec = self.formats.codec(topic, "key")
+        if not codec.registered:
+            return rows.select(
+                "*", F.col("key").alias("logical"), framing.schema_id(F.col("key")).alias("key_id"),
+                F.lit(None).cast("string").alias("key_problem"),
+            )  # fmt: skip
+        codec.learn(rows, "key")
+        problem = codec.problem(F.col("key"))
+        return rows.select(
+            "*",
+            F.when(problem.isNull(), codec.key_bytes(F.col("key"))).otherwise(F.col("key")).alias("logical"),
+            framing.schema_id(F.col("key")).alias("key_id"),
+            problem.alias("key_problem"),
+        )
+
     def count(self, topic: str) -> int:
         if topic not in self._counts:
             self._counts[topic] = self.records(topic).count()

@@ -276,10 +276,11 @@ def _formats(config: PipelineConfig, lake: Lake) -> Formats:
         RegistrySpec(f"mock://pipeline-test-driver-{uuid.uuid4().hex}"), "the pipeline test driver"
     )
     formats = Formats(config, lake.root, lambda name: name, registry)
+    changelogs = {join.publish for join in config.joins.values()}  # their schemas are derived
     for topic, spec in config.topics.items():
         for part in ("key", "value"):
             fmt = spec.format_of(part)
-            if fmt not in REGISTRY_FORMATS:
+            if fmt not in REGISTRY_FORMATS or topic in changelogs:
                 continue
             if spec.schema_file_of(part) is None:
                 raise UserError(

@@ -10,7 +10,6 @@ its value or the reason it cannot be decoded: never a row of nulls that looks li
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 from typing import TYPE_CHECKING, Any
@@ -23,7 +22,7 @@ from spark_jobs.formats.codec import DecodeError
 from spark_jobs.formats.registered import RegisteredCodec
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, SparkSession
+    from pyspark.sql import Column
 
 
 class AvroCodec(RegisteredCodec):
@@ -81,20 +80,13 @@ class AvroCodec(RegisteredCodec):
         return value
 
     # --- Spark ----------------------------------------------------------------------------------
-    def _udf(self, spark: SparkSession) -> str:
-        """Register the JVM decoder of the ids known now; returns its SQL name."""
+    def _decoder(self, jvm: Any) -> tuple[Any, Any]:
+        """The JVM decoder of the schema ids known now, and its return type."""
         writers = json.dumps({str(i): text for i, text in sorted(self.writers.items())})
         foreign = json.dumps({str(i): reason for i, reason in sorted(self.foreign.items())})
-        digest = hashlib.sha1("\0".join([self.subject, self.reader.text, writers, foreign]).encode())
-        name = f"lake_avro_{digest.hexdigest()[:16]}"
-        # registered each time it is asked for: cheap, and right for whichever session asks
-        jvm: Any = spark._jvm
         url, auth = self.registry.for_executors
         decoder = jvm.lake.formats.AvroDecode(self.subject, self.reader.text, writers, foreign, url, auth)
-        spark._jsparkSession.udf().register(
-            name, decoder, jvm.lake.formats.AvroDecode.returnType(self.reader.text)
-        )
-        return name
+        return decoder, jvm.lake.formats.AvroDecode.returnType(self.reader.text)
 
     def key_bytes(self, raw: Column) -> Column:
         """A framed key as the text of its logical value (a string key's own UTF-8 bytes, so it

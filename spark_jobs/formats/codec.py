@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import date, datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
@@ -70,6 +70,22 @@ class Codec:
 
     def learn_ids(self, ids: Iterable[int]) -> bool:
         return False
+
+
+def jvm_function(make: Callable[[Any], tuple[Any, Any]], *columns: Column) -> Column:
+    """A column of one of the product's JVM functions over ``columns``: ``make(jvm)`` gives the
+    function (a Spark Java UDF of ``spark_jobs/formats/java``) and its Spark return type. The column
+    is bound to the function itself, not to a registered name: it resolves in whichever session
+    evaluates it, a streaming query's own among them."""
+    from pyspark.sql import SparkSession
+    from pyspark.sql.classic.column import Column as ClassicColumn
+    from pyspark.sql.classic.column import _to_seq
+
+    spark = SparkSession.getActiveSession()
+    assert spark is not None, "a Spark session runs the formats' JVM functions"
+    jvm: Any = spark._jvm
+    function = jvm.org.apache.spark.sql.functions.udf(*make(jvm))
+    return ClassicColumn(function.apply(_to_seq(spark.sparkContext, [c._jc for c in columns])))  # type: ignore[attr-defined]
 
 
 def jsonable(value: Any) -> Any:

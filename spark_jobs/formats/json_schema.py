@@ -11,17 +11,16 @@ text. A record that is not framed, not JSON, of another type than the schema say
 
 from __future__ import annotations
 
-import hashlib
 import json
 from typing import TYPE_CHECKING, Any
 
 from spark_jobs.errors import UserError
 from spark_jobs.formats import framing
-from spark_jobs.formats.codec import DecodeError
+from spark_jobs.formats.codec import DecodeError, jvm_function
 from spark_jobs.formats.registered import RegisteredCodec
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, SparkSession
+    from pyspark.sql import Column
 
 CORRUPT = "__corrupt"
 
@@ -77,7 +76,7 @@ class JsonSchemaCodec(RegisteredCodec):
             F.substring(raw, framing.HEADER + 1, 2**31 - 1).cast("string"), self._struct(), options
         )
 
-    def _udf(self, spark: SparkSession) -> str:  # noqa: ARG002 - Spark's JSON reader, no JVM function
+    def _decoder(self, jvm: Any) -> tuple[Any, Any]:  # noqa: ARG002 - Spark's JSON reader decodes
         raise NotImplementedError
 
     def column(self, raw: Column) -> Column:
@@ -91,21 +90,15 @@ class JsonSchemaCodec(RegisteredCodec):
     def _member(self, raw: Column) -> Column:
         """Why a record is not a framed record of one of the subject's versions (the JVM's
         ``SchemaMember``: the frame, then the schema id, asked of the registry when not known)."""
-        from pyspark.sql import SparkSession
-        from pyspark.sql import functions as F
-
-        spark = SparkSession.getActiveSession()
-        assert spark is not None, "a Spark session decodes JSON Schema records"
         known = json.dumps(sorted(self.writers))
         foreign = json.dumps({str(i): reason for i, reason in sorted(self.foreign.items())})
-        name = (
-            "lake_member_" + hashlib.sha1("\0".join([self.subject, known, foreign]).encode()).hexdigest()[:16]
-        )
-        jvm: Any = spark._jvm
         url, auth = self.registry.for_executors
-        member = jvm.lake.formats.SchemaMember(self.subject, "JSON", known, foreign, url, auth)
-        spark._jsparkSession.udf().register(name, member, jvm.org.apache.spark.sql.types.DataTypes.StringType)
-        return F.call_function(name, raw)
+
+        def member(jvm: Any) -> tuple[Any, Any]:
+            check = jvm.lake.formats.SchemaMember(self.subject, "JSON", known, foreign, url, auth)
+            return check, jvm.org.apache.spark.sql.types.DataTypes.StringType
+
+        return jvm_function(member, raw)
 
     def problem(self, raw: Column) -> Column:
         from pyspark.sql import functions as F

@@ -13,7 +13,6 @@ whose indexes name another message is quarantined saying which. Imports of Googl
 from __future__ import annotations
 
 import base64
-import hashlib
 import json
 import subprocess
 import sys
@@ -28,7 +27,7 @@ from spark_jobs.formats.codec import DecodeError
 from spark_jobs.formats.registered import RegisteredCodec
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    pass
 
 
 @dataclass(frozen=True)
@@ -120,19 +119,14 @@ class ProtobufCodec(RegisteredCodec):
         )
 
     # --- Spark ----------------------------------------------------------------------------------
-    def _udf(self, spark: SparkSession) -> str:
+    def _decoder(self, jvm: Any) -> tuple[Any, Any]:
+        """The JVM decoder of the reader's message, and its return type."""
         compiled = self._parsed(self.reader.text)
         known = json.dumps(sorted(self.writers))
         foreign = json.dumps({str(i): reason for i, reason in sorted(self.foreign.items())})
         descriptors = base64.b64encode(compiled.descriptor_set).decode()
-        digest = hashlib.sha1("\0".join([self.subject, descriptors, known, foreign]).encode())
-        name = f"lake_protobuf_{digest.hexdigest()[:16]}"
-        # registered each time it is asked for: cheap, and right for whichever session asks
-        jvm: Any = spark._jvm
         url, auth = self.registry.for_executors
         decoder = jvm.lake.formats.ProtobufDecode(
             self.subject, descriptors, compiled.message, known, foreign, url, auth
         )
-        return_type = jvm.lake.formats.ProtobufDecode.returnType(descriptors, compiled.message)
-        spark._jsparkSession.udf().register(name, decoder, return_type)
-        return name
+        return decoder, jvm.lake.formats.ProtobufDecode.returnType(descriptors, compiled.message)

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from spark_jobs.formats import framing
+from spark_jobs.formats.codec import jvm_function
 
 if TYPE_CHECKING:
     from pyspark.sql import Column
@@ -24,13 +25,14 @@ def derived_schema(fmt: str, value_type: Any, topic: str) -> str:
         assert spark is not None
         jvm: Any = spark._jvm
         jtype = jvm.org.apache.spark.sql.types.DataType.fromJson(value_type.json())
-        name = "".join(part.capitalize() for part in re.split(r"[^A-Za-z0-9]+", topic) if part) or "Changelog"
         schema = jvm.org.apache.spark.sql.avro.SchemaConverters.toAvroType(
-            jtype, False, name, "lake.changelog"
+            jtype, False, _message_name(topic), "lake.changelog"
         )
         return str(schema.toString())
     if fmt == "json_schema":
         return json.dumps({"$schema": "http://json-schema.org/draft-07/schema#", **_json_schema(value_type)})
+    if fmt == "protobuf":
+        return _proto(value_type, _message_name(topic))
     raise ValueError(f"a changelog cannot be published as {fmt}")
 
 
@@ -43,7 +45,84 @@ def encoder(fmt: str, schema_id: int, text: str) -> Callable[[Column], Column]:
         from pyspark.sql.avro.functions import to_avro
 
         return lambda row: F.concat(header, to_avro(row, text))
+    if fmt == "protobuf":
+        return _protobuf_encoder(schema_id, text)
     return lambda row: F.concat(header, F.to_json(row, {"ignoreNullFields": "false"}).cast("binary"))
+
+
+def _message_name(topic: str) -> str:
+    return "".join(part.capitalize() for part in re.split(r"[^A-Za-z0-9]+", topic) if part) or "Changelog"
+
+
+def _protobuf_encoder(schema_id: int, text: str) -> Callable[[Column], Column]:
+    """Rows as Protobuf messages of the derived schema, by the JVM's ``ProtobufEncode``."""
+    import base64
+
+    from spark_jobs.formats.protobuf import compile_proto
+
+    compiled = compile_proto(text, "the changelog's schema")
+    descriptors = base64.b64encode(compiled.descriptor_set).decode()
+
+    def encoder(jvm: Any) -> tuple[Any, Any]:
+        udf = jvm.lake.formats.ProtobufEncode(descriptors, compiled.message, schema_id)
+        return udf, jvm.org.apache.spark.sql.types.DataTypes.BinaryType
+
+    return lambda row: jvm_function(encoder, row)
+
+
+def _proto(value_type: Any, name: str) -> str:
+    """A proto3 schema of one message (and its nested ones) for rows of ``value_type``: the fields in
+    the row's order, numbered from 1; scalars ``optional`` (a null is an unset field)."""
+    imports: set[str] = set()
+    body = _proto_message(value_type, name, "", imports)
+    head = ['syntax = "proto3";', "", "package lake.changelog;", ""]
+    head += [f'import "{i}";' for i in sorted(imports)] + ([""] if imports else [])
+    return "\n".join([*head, *body, ""])
+
+
+def _proto_message(struct: Any, name: str, indent: str, imports: set[str]) -> list[str]:
+    out = [f"{indent}message {name} {{"]
+    for number, field in enumerate(struct.fields, 1):
+        kind, nested = _proto_type(field.dataType, field.name, indent + "  ", imports)
+        out += nested
+        scalar = not (nested or kind.startswith(("repeated ", "map<", "google.protobuf.")))
+        label = "optional " if scalar else ""  # a message field has presence of its own
+        out.append(f"{indent}  {label}{kind} {_proto_field(field.name)} = {number};")
+    return [*out, f"{indent}}}"]
+
+
+def _proto_type(data_type: Any, field: str, indent: str, imports: set[str]) -> tuple[str, list[str]]:
+    """A field's Protobuf type (with ``repeated`` / ``map<>``), and the nested messages it needs."""
+    from pyspark.sql import types as T
+
+    if isinstance(data_type, T.StructType):
+        message = _message_name(field)
+        return message, _proto_message(data_type, message, indent, imports)
+    if isinstance(data_type, T.ArrayType):
+        inner, nested = _proto_type(data_type.elementType, f"{field}_element", indent, imports)
+        return f"repeated {inner}", nested
+    if isinstance(data_type, T.MapType):
+        value, nested = _proto_type(data_type.valueType, f"{field}_value", indent, imports)
+        return f"map<string, {value}>", nested
+    if isinstance(data_type, (T.TimestampType, T.TimestampNTZType)):
+        imports.add("google/protobuf/timestamp.proto")
+        return "google.protobuf.Timestamp", []
+    scalars = [
+        ((T.LongType,), "int64"),
+        ((T.IntegerType, T.ShortType, T.ByteType), "int32"),
+        ((T.DoubleType,), "double"),
+        ((T.FloatType,), "float"),
+        ((T.BooleanType,), "bool"),
+        ((T.BinaryType,), "bytes"),
+    ]
+    for types, name in scalars:
+        if isinstance(data_type, types):
+            return name, []
+    return "string", []  # text, and decimals and dates as their exact text
+
+
+def _proto_field(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_]", "_", name)
 
 
 def _json_schema(data_type: Any) -> dict[str, Any]:

@@ -9,11 +9,11 @@ from typing import TYPE_CHECKING, Any
 
 from spark_jobs.errors import UserError
 from spark_jobs.formats import framing
-from spark_jobs.formats.codec import Codec, DecodeError, as_json
+from spark_jobs.formats.codec import Codec, DecodeError, as_json, jvm_function
 from spark_jobs.seams.schema_registry import Registry, Version
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame
 
 
 class RegisteredCodec(Codec):
@@ -47,8 +47,8 @@ class RegisteredCodec(Codec):
     def _parse(self, text: str) -> Any:
         raise NotImplementedError
 
-    def _udf(self, spark: SparkSession) -> str:
-        """Register the format's JVM decoder for the schema ids known now; returns its SQL name."""
+    def _decoder(self, jvm: Any) -> tuple[Any, Any]:
+        """The format's JVM decoder for the schema ids known now, and its Spark return type."""
         raise NotImplementedError
 
     def render(self, raw: bytes) -> bytes:
@@ -57,12 +57,7 @@ class RegisteredCodec(Codec):
     # --- Spark: one JVM function per format gives each record its value or why not ---------------
     def decoded(self, raw: Column) -> Column:
         """``struct<value, error>`` of each record (null for a null record)."""
-        from pyspark.sql import SparkSession
-        from pyspark.sql import functions as F
-
-        spark = SparkSession.getActiveSession()
-        assert spark is not None, f"a Spark session decodes {self.name} records"
-        return F.call_function(self._udf(spark), raw)
+        return jvm_function(self._decoder, raw)
 
     def column(self, raw: Column) -> Column:
         return self.decoded(raw).getField("value")

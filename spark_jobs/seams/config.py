@@ -24,8 +24,8 @@ DEFAULT_CONFIG = "demo.yaml"
 REGISTRY_FORMATS = ("avro", "protobuf", "json_schema")
 KEY_FORMATS = ("string", "bytes", *REGISTRY_FORMATS)
 VALUE_FORMATS = ("json", "string", *REGISTRY_FORMATS)
-# a published changelog's value formats (its schema derived from the select); Protobuf is not yet one
-PUBLISH_FORMATS = ("json", "avro", "json_schema")
+# a published changelog's value formats (its schema derived from the select)
+PUBLISH_FORMATS = ("json", "avro", "protobuf", "json_schema")
 SCHEMA_FILE_SUFFIXES = {"avro": (".avsc",), "protobuf": (".proto",), "json_schema": (".json",)}
 # the registry client's settings that pass through (confluent-kafka's names)
 REGISTRY_SETTINGS = (

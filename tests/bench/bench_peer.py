@@ -24,6 +24,11 @@ each, PERSONS addresses (each on 10 lists), and one person with a 10,000-element
 
 And for each join and system: CPU seconds and peak resident memory of its processes.
 
+``fk-avro``: the same fk workload with the products' and merchants' values in Avro through a Schema
+Registry (an embedded one of its own), the product alone, against the product's own JSON figures
+of the same run: what the format costs a record (the records' values are the same; the
+changelog is JSON in both, so the same reader sees them).
+
 "Visible" is where a user reads the result: for the peer its output topic (read committed); for the
 product its changelog topic (read committed, the same reader) and, beside it, its Delta result table
 (each commit's change-data or data files read with pyarrow; no Spark job in this process), which
@@ -56,7 +61,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from benchkit import committed_rows, embedded_broker
+from benchkit import committed_rows, embedded_broker, embedded_registry
 
 from spark_jobs.seams.config import load_config
 from spark_jobs.seams.delta import Lake
@@ -82,11 +87,26 @@ topics:
   merchants: {partitions: 4}
   persons: {partitions: 4}
   addresses: {partitions: 4}
+  products_avro: {partitions: 4, value: {format: avro, schema: product.avsc}}
+  merchants_avro: {partitions: 4, value: {format: avro, schema: merchant.avsc}}
 joins:
   display_products:
     kind: fk
     left: products
     right: merchants
+    foreign_key: merchant_id
+    type: left
+    publish: true
+    select:
+      title: left.title
+      price: cast(left.price AS decimal(10,2))
+      merchant_id: left.merchant_id
+      merchant: right.name
+      merchant_city: right.city
+  display_products_avro:
+    kind: fk
+    left: products_avro
+    right: merchants_avro
     foreign_key: merchant_id
     type: left
     publish: true
@@ -301,6 +321,7 @@ def record(figures: dict[str, dict], name: str, times, reduce=lambda t: t) -> No
 
 class FkWorkload(Workload):
     left, right, join = "products", "merchants", "display_products"
+    label = "fk"
 
     def __init__(self, *args):
         super().__init__(*args)
@@ -337,20 +358,53 @@ class FkWorkload(Workload):
         return f"Renamed{m}" if m == self.renamed else f"M{m}"
 
     def run(self, start_system: Callable[[], None], figures: dict[str, dict]) -> None:
-        record(figures, "fk: initial load, s", self.load(start_system))
+        record(figures, f"{self.label}: initial load, s", self.load(start_system))
         waves = []
         for n in range(1, WAVES + 1):
             waves.append(self.timed("waves", lambda n=n: self.wave(n)))
             time.sleep(0.5)
-        record(figures, "fk: waves of 1,000: p50, s", waves, lambda v: float(np.percentile(v, 50)))
-        record(figures, "fk: waves of 1,000: max, s", waves, max)
-        record(figures, "fk: fan-out of one merchant, s", self.timed("fan-out", self.fan_out))
+        record(figures, f"{self.label}: waves of 1,000: p50, s", waves, lambda v: float(np.percentile(v, 50)))
+        record(figures, f"{self.label}: waves of 1,000: max, s", waves, max)
+        record(figures, f"{self.label}: fan-out of one merchant, s", self.timed("fan-out", self.fan_out))
         record(
             figures,
-            f"fk: burst of {BURST:,}: changes/s",
+            f"{self.label}: burst of {BURST:,}: changes/s",
             self.timed("burst", self.burst),
             lambda t: BURST / t,
         )
+
+
+PRODUCT_AVRO = {
+    "type": "record",
+    "name": "Product",
+    "fields": [
+        {"name": "title", "type": "string"},
+        {"name": "price", "type": "double"},
+        {"name": "merchant_id", "type": "string"},
+    ],
+}
+MERCHANT_AVRO = {
+    "type": "record",
+    "name": "Merchant",
+    "fields": [{"name": "name", "type": "string"}, {"name": "city", "type": "string"}],
+}
+
+
+class FkAvroWorkload(FkWorkload):
+    """The fk workload with Avro values: the same records, framed with the topics' schemas."""
+
+    left, right, join = "products_avro", "merchants_avro", "display_products_avro"
+    label = "fk-avro"
+
+    def put(self, topic: str, keys: pa.Array, values: pa.Array) -> None:
+        from spark_jobs.formats import Formats
+
+        topic = f"{topic}_avro"
+        if not hasattr(self, "formats"):  # the registry: $LAKE_SCHEMA_REGISTRY_URL (benchkit)
+            self.formats = Formats(self.config, Path("."))
+        codec = self.formats.writing(topic, "value", None)
+        framed = pa.array([codec.encode(json.loads(v)) for v in values.to_pylist()], pa.binary())
+        super().put(topic, keys, framed)
 
 
 class ListWorkload(Workload):
@@ -395,11 +449,15 @@ class Scenario:
     topic_tokens: Callable
     table_columns: list[str]
     table_tokens: Callable
+    peer: bool = True  # the peer runs it too (fk-avro: the product alone, against its own JSON run)
 
 
 SCENARIOS = {
     "fk": Scenario(FkWorkload, "fk", fk_topic_tokens, ["title", "merchant"], fk_table_tokens),
     "list": Scenario(ListWorkload, "list", list_topic_tokens, ["key", "addresses"], list_table_tokens),
+    "fk-avro": Scenario(
+        FkAvroWorkload, "fk", fk_topic_tokens, ["title", "merchant"], fk_table_tokens, peer=False
+    ),
 }
 
 
@@ -497,10 +555,17 @@ def start_lake(log: Path, root: Path, config_path: Path, *args: str) -> subproce
 def run_scenario(
     name: str, scenario: Scenario, tmp: Path, bootstrap: str, cluster, config, figures, finals
 ) -> dict:
-    from peerkit import Peer, tree_usage
+    if scenario.peer:
+        _run_peer(name, scenario, tmp, bootstrap, cluster, config, figures, finals)
+    return _run_product(name, scenario, tmp, bootstrap, cluster, config, figures, finals)
+
+
+def _run_peer(
+    name: str, scenario: Scenario, tmp: Path, bootstrap: str, cluster, config, figures, finals
+) -> None:
+    from peerkit import Peer
 
     work = scenario.workload
-    # --- the peer, alone ---------------------------------------------------------------------
     seen, final, stop = Seen(), {}, threading.Event()
     out = f"peer_{work.join}"
     follower = threading.Thread(
@@ -525,7 +590,13 @@ def run_scenario(
         flush=True,
     )
 
-    # --- the product, alone ------------------------------------------------------------------
+
+def _run_product(
+    name: str, scenario: Scenario, tmp: Path, bootstrap: str, cluster, config, figures, finals
+) -> dict:
+    from peerkit import tree_usage
+
+    work = scenario.workload
     root = tmp / "lake"
     lake = Lake(root)
     seen, table_seen, stop, jobs = Seen(), Seen(), threading.Event(), []
@@ -592,10 +663,16 @@ def run_scenario(
 def main() -> None:
     from peerkit import clean, differences, table_results
 
-    with tempfile.TemporaryDirectory() as tmp, embedded_broker(Path(tmp) / "kafka") as bootstrap:
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        embedded_broker(Path(tmp) / "kafka") as bootstrap,
+        embedded_registry(Path(tmp) / "registry"),
+    ):
         tmp = Path(tmp)
         os.environ["LAKE_KAFKA_TOPIC_PREFIX"] = ""
         (tmp / "peer_bench.yaml").write_text(PIPELINE)
+        (tmp / "product.avsc").write_text(json.dumps(PRODUCT_AVRO))
+        (tmp / "merchant.avsc").write_text(json.dumps(MERCHANT_AVRO))
         config = load_config(tmp / "peer_bench.yaml")
         cluster = connect(config, tmp / "lake")
         ensure_topics(cluster, config.topics.values())
@@ -621,7 +698,9 @@ def main() -> None:
             return {k.decode(): clean(json.loads(v, parse_float=Decimal)) for k, v in records.items()}
 
         for name, scenario in chosen.items():
-            theirs = decoded(finals[name])
+            if name not in finals and "fk" not in finals:
+                continue  # fk-avro without fk: no peer run to compare with
+            theirs = decoded(finals.get(name) or finals["fk"])  # fk-avro: the same data as fk
             for where, ours in (
                 ("result table", table_results(lake, scenario.workload.join)),
                 ("changelog topic", decoded(finals[f"{name} changelog"])),
@@ -641,6 +720,15 @@ def main() -> None:
                 mine = figures[where].get(name)
                 cells += [f"{mine:,.2f}", f"{mine / theirs:.2f}x"] if mine is not None else ["", ""]
             print(f"| {name} | " + " | ".join(cells) + " |")
+
+        if "fk-avro" in chosen and "fk" in chosen:
+            print("\n| workload, the product | JSON values | Avro values | Avro / JSON |\n|---|---|---|---|")
+            for name, json_figure in figures["product"].items():
+                if not name.startswith("fk: "):
+                    continue
+                avro = figures["product"].get(name.replace("fk: ", "fk-avro: ", 1))
+                if avro is not None:
+                    print(f"| {name[4:]} | {json_figure:,.2f} | {avro:,.2f} | {avro / json_figure:.2f}x |")
 
         parts = {name: p for by_join in profiles.values() for name, p in by_join.items()}
         rows = list(dict.fromkeys(k for p in parts.values() for k in p))

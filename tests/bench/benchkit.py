@@ -79,6 +79,23 @@ def embedded_broker(root: Path) -> Iterator[str]:
         broker.stop(root)
 
 
+@contextmanager
+def embedded_registry(root: Path) -> Iterator[str]:
+    """Start a Schema Registry under ``root`` on a free loopback port; every registry client of this
+    process (and of the processes it starts) uses it through $LAKE_SCHEMA_REGISTRY_URL."""
+    from spark_jobs.seams import embedded_registry as registry
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    state = registry.start(root, port)
+    os.environ["LAKE_SCHEMA_REGISTRY_URL"] = str(state.url)
+    try:
+        yield str(state.url)
+    finally:
+        registry.stop(root)
+
+
 def produce_records(lake, config, topic: str, keys: pa.Array, values: pa.Array) -> None:
     """Records (binary keys and values) onto a topic of the benchmark's broker in one transaction,
     murmur2 like a Java client."""

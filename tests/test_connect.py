@@ -34,11 +34,15 @@ def test_lake_show_runs_on_the_connect_server_while_it_is_up_and_locally_otherwi
     lake.create("people", schema)
     lake.append("people", pa.table({"key": [b"b", b"a"], "name": ["Bob", "Ada"], "n": [2, 1]}, schema=schema))
     root = lake.root
-    kafka_port, connect_port = free_port(), free_port()
-    code, out, err = lake_cli(root, "up", "--port", str(kafka_port), "--connect-port", str(connect_port))
+    kafka_port, connect_port, registry_port = free_port(), free_port(), free_port()
+    code, out, err = lake_cli(
+        root, "up", "--port", str(kafka_port), "--connect-port", str(connect_port),
+        "--registry-port", str(registry_port),
+    )  # fmt: skip
     try:
         assert code == 0, err
         assert f"embedded Kafka broker: running at 127.0.0.1:{kafka_port}" in out
+        assert f"embedded Schema Registry: running at http://127.0.0.1:{registry_port}/apis/ccompat/v7" in out
         assert f"Spark Connect server: running at sc://127.0.0.1:{connect_port}" in out
         code, out, err = lake_cli(root, "connect", "status", "--json")
         assert code == 0 and json.loads(out)["url"] == f"sc://127.0.0.1:{connect_port}"
@@ -58,7 +62,9 @@ def test_lake_show_runs_on_the_connect_server_while_it_is_up_and_locally_otherwi
         assert code == 2 and err.startswith("lake: error: unknown table 'nobody'") and "Traceback" not in err
     finally:
         code, out, err = lake_cli(root, "down")
-    assert code == 0 and out == "Spark Connect server: stopped\nembedded Kafka broker: stopped\n", err
+    assert code == 0 and out == (
+        "Spark Connect server: stopped\nembedded Schema Registry: stopped\nembedded Kafka broker: stopped\n"
+    ), err
     assert not status(root).running
     code, out, err = lake_cli(root, "show", "people")  # down: a local session, the same rows
     assert (code, out) == (0, SHOWN) and "Spark Connect" not in err

@@ -308,11 +308,11 @@ def test_produce_drops_a_bom_and_crlf_line_ends_through_the_cli(lake, tmp_path, 
     """A file saved by a Windows editor: the BOM is not part of the first key, nor CR of any value."""
     from spark_jobs.cli import main
 
-    path = tmp_path / "consents.txt"
+    path = tmp_path / "accounts.txt"
     path.write_bytes(b'\xef\xbb\xbfuser_1;{"customerId": "user_1"}\r\nuser_2;{"customerId": "user_2"}\r\n')
-    assert main(["--root", str(lake.root), "produce", "customer_consents", str(path), "-K", ";"]) == 0
+    assert main(["--root", str(lake.root), "produce", "customer_accounts", str(path), "-K", ";"]) == 0
     capsys.readouterr()
-    assert main(["--root", str(lake.root), "consume", "customer_consents", "-f", "%k|%s|%S\\n"]) == 0
+    assert main(["--root", str(lake.root), "consume", "customer_accounts", "-f", "%k|%s|%S\\n"]) == 0
     assert sorted(capsys.readouterr().out.splitlines()) == [
         'user_1|{"customerId": "user_1"}|24',
         'user_2|{"customerId": "user_2"}|24',

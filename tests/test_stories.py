@@ -106,7 +106,7 @@ def test_check_right_after_produce_answers_for_the_topics_on_kafka(lake, tmp_pat
 
     code, out, err = lake(root, "check")
     assert code == 0, out + err
-    assert out.count("PASS  ") == 5 and "FAIL" not in out
+    assert out.count("PASS  ") == 6 and "FAIL" not in out  # with the framing census
     # the pipeline's report page names the offsets each check read
     page = (root / "reports" / "quality" / "consents.html").read_text()
     assert f"{CONSENTS} up to offsets {ends(users)}" in page

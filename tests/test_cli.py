@@ -442,6 +442,7 @@ def test_dbt_build_on_the_demo_lake_and_the_marts_in_a_new_process(demo_lake):
     assert daily == [
         ["co_partitioning:customer_consents+customer_accounts", "4", "0", "0"],
         ["completeness:customer_consents->accounts", "1", "1", "0"],
+        ["framing:customer_consents+customer_accounts", "2", "0", "0"],
         ["key_format:customer_consents+customer_accounts", "2", "0", "0"],
         ["lookup_basics:accounts", "2", "0", "0"],
     ]

@@ -198,7 +198,10 @@ def _gate_passes_and_joins_run(af: Airflow) -> dict[str, int]:
     assert "quality gate passed: 5 check(s)" in text
     jobs = running(af.lake)
     assert sorted(jobs) == sorted(["ingest:marketplace", *(f"join:{j}" for j in JOINS)])
-    assert f"join display_products: started (pid {jobs['join:display_products']}, master {MASTER})" in text
+    said = [line for line in text.splitlines() if "join display_products: " in line]
+    assert f"join display_products: started (pid {jobs['join:display_products']}, master {MASTER})" in text, (
+        said
+    )
     assert ran(result, "wait_joins_caught_up") and ran(result, "dbt_build")
     assert "Completed successfully" in text
     assert _products(af) == PRODUCTS

@@ -185,7 +185,9 @@ class Launch:
                 env={**os.environ, **(env or {}), "LAKE_SPARK_LOG": str(self.log)},
             )
 
-    def wait(self, timeout: float = 180.0) -> JobState:
+    def wait(self, timeout: float = 600.0) -> JobState:
+        """Until the job has registered: its Spark session is up (on a busy machine or a cluster that
+        gives it cores late, minutes; a job whose process exits first is an error at once)."""
         job, log = self.job, self.log
         if self.proc is None:
             return JobState(job.label, self.running, False, log)

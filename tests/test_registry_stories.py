@@ -156,8 +156,10 @@ def test_a_registry_that_cannot_be_reached_or_refuses_the_credentials_is_one_lin
     line.write_text(f"u1;{json.dumps(account(1))}\n")
     config = Path(where[3])
     try:
+        not_the_api = os.environ["LAKE_SCHEMA_REGISTRY_URL"].split("/apis/")[0]  # the server, not its API
         for registry, said in (
             ("http://127.0.0.1:9", "cannot list its subjects"),  # nothing listens there
+            (not_the_api, "refused the request: HTTP 404"),
             (f"{guarded}\n    basic.auth.user.info: lake:wrong", "the credentials were refused (HTTP 401"),
         ):
             config.write_text(
@@ -381,3 +383,74 @@ def test_an_avro_changelog_is_registered_and_read_by_confluent_kafkas_own_deseri
         ("u2", {"page": "cart", "mail": None}),
         ("u2", None),  # the left delete's tombstone
     ]
+
+
+def test_a_select_change_the_registry_refuses_is_one_line_at_the_start_and_nothing_is_written(
+    spark, tmp_path, where, capsys
+):
+    """The Avro changelog's schema follows the select: a column added is a change BACKWARD accepts
+    (every derived field nullable, null by default); a column whose type changes is refused at the
+    job's start, in one line naming the subject and the registry's reason, before anything is
+    written."""
+    config = Path(where[3])
+    published = PIPELINE.replace(
+        "      mail: right.contactMailAddress\n",
+        "      mail: right.contactMailAddress\n    publish: {format: avro}\n",
+    )
+    config.write_text(published)
+    (tmp_path / "events.txt").write_text('u1;{"page":"home"}\n')
+    (tmp_path / "accounts.txt").write_text(f"u1;{json.dumps(account(1))}\n")
+    assert lake(capsys, where, "produce", "events", str(tmp_path / "events.txt"), "-K", ";")[0] == 0
+    assert lake(capsys, where, "produce", "accounts", str(tmp_path / "accounts.txt"), "-K", ";")[0] == 0
+    code, _, err = lake(capsys, where, "run", "events_with_mail", "--once")
+    assert code == 0, err
+    config.write_text(
+        published.replace("      page: left.page\n", "      page: left.page\n      plen: length(left.page)\n")
+    )
+    code, _, err = lake(capsys, where, "run", "events_with_mail", "--once", "--reset")
+    assert code == 0, err  # the added column: version 2 of the subject
+    config.write_text(published.replace("      page: left.page\n", "      page: length(left.page)\n"))
+    before = Lake(Path(where[1])).version("events_with_mail")
+    code, out, err = lake(capsys, where, "run", "events_with_mail", "--once")
+    subject = f"{os.environ['LAKE_KAFKA_TOPIC_PREFIX']}events_with_mail_changelog-value"
+    assert (code, out) == (2, ""), err
+    assert f"refused the avro schema for subject {subject}: " in err and len(err.strip().splitlines()) <= 2, (
+        err
+    )
+    assert Lake(Path(where[1])).version("events_with_mail") == before  # the result table as it was
+
+
+def test_key_schema_drift_is_named_by_the_key_format_check(spark, tmp_path, where, capsys):
+    """One customer's key written with two versions of the key schema: the same logical key, other
+    bytes from one record to the next. key_format names the key and both schema ids."""
+    config = Path(where[3])
+    (tmp_path / "suite.yaml").write_text(
+        "suite: drift\nversion: 1\nchecks:\n  - key_format:\n      topics: [accounts]\n"
+    )
+    config.write_text(PIPELINE + f"quality:\n  suites:\n    drift: {tmp_path / 'suite.yaml'}\n")
+    (tmp_path / "a.txt").write_text(f"u1;{json.dumps(account(1))}\nu2;{json.dumps(account(2))}\n")
+    assert lake(capsys, where, "produce", "accounts", str(tmp_path / "a.txt"), "-K", ";")[0] == 0
+    (tmp_path / "key2.avsc").write_text('{"type": "string", "doc": "the customer id, now documented"}')
+    (tmp_path / "b.txt").write_text(f"u1;{json.dumps(account(1))}\n")
+    code, _, err = lake(
+        capsys,
+        where,
+        "produce",
+        "accounts",
+        str(tmp_path / "b.txt"),
+        "-K",
+        ";",
+        "--key-schema",
+        str(tmp_path / "key2.avsc"),
+    )
+    assert code == 0, err
+    code, out, _ = lake(capsys, where, "consume", "accounts", "-f", "%k %I\\n")
+    ids = sorted({line.split()[1] for line in out.splitlines() if line.startswith('"u1"')}, key=int)
+    assert len(ids) == 2
+    code, out, err = lake(capsys, where, "check")
+    assert code == 1, out + err
+    assert (
+        f"FAILED: 1 badly formatted key: accounts: u1 written with schema ids {ids[0]} and {ids[1]}: one key, "
+        "other bytes from one record to the next (a Kafka Streams join and the producers' partitioners see "
+        "other keys)."
+    ) in out, out

@@ -60,7 +60,8 @@ class AvroCodec(RegisteredCodec):
 
     @staticmethod
     def _is_text(schema: str) -> bool:
-        return json.loads(schema) in ("string", {"type": "string"})
+        parsed = json.loads(schema)
+        return parsed == "string" or (isinstance(parsed, dict) and parsed.get("type") == "string")
 
     def decode(self, raw: bytes) -> Any:
         schema_id, payload = self._split(raw)

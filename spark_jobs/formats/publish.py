@@ -28,12 +28,39 @@ def derived_schema(fmt: str, value_type: Any, topic: str) -> str:
         schema = jvm.org.apache.spark.sql.avro.SchemaConverters.toAvroType(
             jtype, False, _message_name(topic), "lake.changelog"
         )
-        return str(schema.toString())
+        return json.dumps(_null_defaults(json.loads(str(schema.toString()))))
     if fmt == "json_schema":
         return json.dumps({"$schema": "http://json-schema.org/draft-07/schema#", **_json_schema(value_type)})
     if fmt == "protobuf":
         return _proto(value_type, _message_name(topic))
     raise ValueError(f"a changelog cannot be published as {fmt}")
+
+
+def _null_defaults(schema: Any) -> Any:
+    """Every nullable field of an Avro schema with ``null`` first and a null default: a column added
+    to the ``select`` later is then a change the registry's BACKWARD rule accepts (a reader of the
+    new schema reads old records), as one removed is."""
+    if isinstance(schema, list):
+        return [_null_defaults(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = dict(schema)
+    if out.get("type") == "record":
+        fields = []
+        for field in out["fields"]:
+            kind = _null_defaults(field["type"])
+            if isinstance(kind, list) and "null" in kind:
+                kind = ["null", *[k for k in kind if k != "null"]]
+                field = {**field, "type": kind, "default": None}
+            else:
+                field = {**field, "type": kind}
+            fields.append(field)
+        out["fields"] = fields
+    elif out.get("type") == "array":
+        out["items"] = _null_defaults(out["items"])
+    elif out.get("type") == "map":
+        out["values"] = _null_defaults(out["values"])
+    return out
 
 
 def encoder(fmt: str, schema_id: int, text: str) -> Callable[[Column], Column]:

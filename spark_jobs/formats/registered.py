@@ -140,6 +140,8 @@ class RegisteredCodec(Codec):
             elif found.format != self.name:
                 self.foreign[schema_id] = f"schema id {schema_id} is a {found.format} schema, not {self.name}"
             else:
-                owners = ", ".join(subjects) or "no subject"
+                owners = ", ".join(subjects[:3]) or "no subject"
+                if len(subjects) > 3:
+                    owners += f" and {len(subjects) - 3} more"
                 self.foreign[schema_id] = f"schema id {schema_id} belongs to {owners}, not to {self.subject}"
         return new

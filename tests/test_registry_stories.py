@@ -8,8 +8,12 @@ from __future__ import annotations
 import base64
 import json
 import os
+import signal
+import subprocess
+import sys
 import threading
-from http.server import BaseHTTPRequestHandler, HTTPServer
+import time
+from http.server import BaseHTTPRequestHandler, HTTPServer, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -454,3 +458,147 @@ def test_key_schema_drift_is_named_by_the_key_format_check(spark, tmp_path, wher
         "other bytes from one record to the next (a Kafka Streams join and the producers' partitioners see "
         "other keys)."
     ) in out, out
+
+
+class _Forward(BaseHTTPRequestHandler):
+    """A proxy in front of the run's registry, so that a test can take the registry away and bring it
+    back under a running job (its port closed in between: connections refused)."""
+
+    target = ""
+
+    def _forward(self) -> None:
+        import urllib.error
+        import urllib.request
+
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0)) or None
+        headers = {k: v for k, v in self.headers.items() if k.lower() in ("content-type", "accept")}
+        request = urllib.request.Request(self.target + self.path, body, headers, method=self.command)
+        try:
+            with urllib.request.urlopen(request, timeout=10) as answer:
+                code, payload, kind = answer.status, answer.read(), answer.headers.get("Content-Type")
+        except urllib.error.HTTPError as exc:
+            code, payload, kind = exc.code, exc.read(), exc.headers.get("Content-Type")
+        self.send_response(code)
+        self.send_header("Content-Type", kind or "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    do_GET = do_POST = do_PUT = do_DELETE = _forward
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+class _Switch:
+    """The proxy, on or off, always on the same port."""
+
+    def __init__(self, target: str):
+        _Forward.target = target.split("/apis/")[0]
+        self.path = "/apis/" + target.split("/apis/", 1)[1] if "/apis/" in target else ""
+        self.server: ThreadingHTTPServer | None = None
+        self.port = 0
+        self.on()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}{self.path}"
+
+    def on(self) -> None:
+        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), _Forward)
+        self.port = self.server.server_port
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def off(self) -> None:
+        if self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()
+            self.server = None
+
+
+@pytest.mark.slow
+def test_a_registry_outage_under_a_running_join_fails_the_batch_uncommitted_and_the_job_retries(
+    spark, tmp_path, where, capsys, monkeypatch
+):
+    """A continuous join meets a schema id it has not seen while the registry is down: the micro-batch
+    fails without being committed (no row with a null mail for u2), lake status says the job waits
+    for the registry, and when the registry answers again the job's retry joins u2 with its mail."""
+    real = os.environ["LAKE_SCHEMA_REGISTRY_URL"]
+    switch = _Switch(real)
+    monkeypatch.setenv("LAKE_SCHEMA_REGISTRY_URL", switch.url)
+    root = Lake(Path(where[1]))
+    proc = None
+    try:
+        (tmp_path / "events.txt").write_text('u1;{"page":"home"}\n')
+        (tmp_path / "a.txt").write_text(f"u1;{json.dumps(account(1))}\n")
+        assert lake(capsys, where, "produce", "events", str(tmp_path / "events.txt"), "-K", ";")[0] == 0
+        assert lake(capsys, where, "produce", "accounts", str(tmp_path / "a.txt"), "-K", ";")[0] == 0
+        proc = subprocess.Popen(
+            [str(Path(sys.executable).parent / "lake"), "run", "events_with_mail", "--continuous"]
+            + ["--trigger", "0.5", *where],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=dict(os.environ, LAKE_SPARK_UI="false"),
+        )
+
+        def mails() -> list[tuple[bytes, str | None]]:
+            try:
+                rows = root.read_arrow("events_with_mail").to_pylist()
+            except Exception:  # noqa: BLE001 - not written yet
+                return []
+            return sorted((r["key"], r["mail"]) for r in rows)
+
+        def until(predicate, seconds: float) -> None:
+            deadline = time.monotonic() + seconds
+            while not predicate():
+                if proc.poll() is not None:
+                    raise AssertionError(f"the job ended: {proc.stderr.read()[-2000:]}")
+                assert time.monotonic() < deadline, f"waited {seconds} s; result: {mails()}"
+                time.sleep(0.3)
+
+        until(lambda: mails() == [(b"u1", "u1@example.com")], 180)
+        switch.off()
+        v2 = dict(
+            ACCOUNT, fields=[*ACCOUNT["fields"], {"name": "tier", "type": "string", "default": "basic"}]
+        )
+        (tmp_path / "v2.avsc").write_text(json.dumps(v2))
+        (tmp_path / "a.txt").write_text(f"u2;{json.dumps(dict(account(2), tier='gold'))}\n")
+        (tmp_path / "events.txt").write_text('u2;{"page":"cart"}\n')
+        with monkeypatch.context() as direct:  # the producer writes through the registry itself
+            direct.setenv("LAKE_SCHEMA_REGISTRY_URL", real)
+            produced = lake(
+                capsys,
+                where,
+                "produce",
+                "accounts",
+                str(tmp_path / "a.txt"),
+                "-K",
+                ";",
+                "--value-schema",
+                str(tmp_path / "v2.avsc"),
+            )
+            assert produced[0] == 0, produced[2]
+        assert lake(capsys, where, "produce", "events", str(tmp_path / "events.txt"), "-K", ";")[0] == 0
+
+        until(lambda: "the micro-batch was not committed; retrying in" in _status(capsys, where), 120)
+        said = _status(capsys, where)
+        assert f"the Schema Registry at {switch.url} did not answer for schema id " in said, said
+        assert mails() == [(b"u1", "u1@example.com")]  # u2's batch not committed: no null mail
+        switch.on()
+        until(lambda: mails() == [(b"u1", "u1@example.com"), (b"u2", "u2@example.com")], 120)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err[-2000:]
+        assert (
+            f"join events_with_mail: the Schema Registry at {switch.url} did not answer for schema id" in err
+        )
+        assert "join events_with_mail: stopped on request after" in out
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+        switch.off()
+
+
+def _status(capsys, where) -> str:
+    return lake(capsys, where, "status")[1]

@@ -198,6 +198,8 @@ def status_line(config, row: dict) -> str:
         parts.append(f"read {offsets_read(spec, config, row['offsets'])}")
     else:
         parts.append("nothing read yet")
+    if row.get("waiting"):
+        parts.append(row["waiting"])
     if spec.publish and row["table_behind"]:
         parts.append(f"result table {row['table_behind']} row(s) behind its changelog topic")
     parts.append(

@@ -13,6 +13,7 @@ to start.
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import shutil
@@ -199,16 +200,35 @@ def run_join(
         else:
             writer = writer.trigger(processingTime=f"{trigger_seconds} seconds")
         with stop_on_signals(stop):
-            query = writer.start()
-            log(f"join {spec.name}: started ({'once' if once else f'every {trigger_seconds:g} s'})")
-            try:
-                _watch(query, batches, table_every)
-            finally:
-                job.flush_metrics()
-                if isinstance(job, StateStoreJob) and job.behind.waiting:  # the table catches up
-                    _fold_at_end(lake, spec, job)
+            for attempt in itertools.count():
+                query = writer.start()
+                log(f"join {spec.name}: started ({'once' if once else f'every {trigger_seconds:g} s'})")
+                try:
+                    _watch(query, batches, table_every)
+                finally:
+                    job.flush_metrics()
+                    if isinstance(job, StateStoreJob) and job.behind.waiting:  # the table catches up
+                        _fold_at_end(lake, spec, job)
+                error = query.exception()
+                outage = None if error is None else registry_outage(error)
+                if outage is None or once:
+                    break
+                delay = OUTAGE_RETRY_SECONDS[min(attempt, len(OUTAGE_RETRY_SECONDS) - 1)]
+                waiting = (
+                    f"{outage}: the micro-batch was not committed; retrying in {delay:g} s "
+                    f"(retry {attempt + 1})"
+                )
+                log(f"join {spec.name}: {waiting}")
+                beat({"waiting": waiting})
+                if stop.wait(delay):  # stopped while waiting: nothing in flight
+                    batches.stopping, error = True, None
+                    break
         batches.summary.stopped_by_signal = batches.stopping
-        error = query.exception()
+        if error is not None and outage is not None:
+            raise UserError(
+                f"join {spec.name}: {outage}: the micro-batch was not committed (nothing skipped); "
+                f"run it again when the registry answers"
+            )
         if error is not None and not (batches.stopping and STOP_MARKER in str(error)):
             cause = _user_error(error, spec, cluster)
             if cause:
@@ -273,7 +293,13 @@ class _Batches:
                 },
             )
             self.beat(
-                {"last_batch_id": batch_id, "last_batch": metrics.text(), "offsets": read, "parked": parked}
+                {
+                    "last_batch_id": batch_id,
+                    "last_batch": metrics.text(),
+                    "offsets": read,
+                    "parked": parked,
+                    "waiting": None,
+                }
             )
             self.ended = time.monotonic()
 
@@ -437,6 +463,20 @@ def _refuse_bronze_checkpoint(checkpoint: Path, spec: JoinSpec) -> None:
 
 # Spark's Kafka source (failOnDataLoss) when offsets it has to read are gone: deleted by retention
 # before the join read them, or moved back because the topic was deleted and created again
+# A Schema Registry that did not answer for a writer schema the job had not seen (the executors'
+# decoder, lake.formats.RegistryLookup, or the driver's client): the micro-batch failed uncommitted;
+# a continuous job starts its query again after these pauses (the last one repeated), replaying it
+OUTAGE = re.compile(r"(the Schema Registry at \S+ did not answer for schema id \d+)")
+OUTAGE_RETRY_SECONDS = (2.0, 5.0, 10.0, 30.0)
+
+
+def registry_outage(error: Any) -> str | None:
+    """The line naming the registry and the schema id when ``error`` is a registry that did not
+    answer, else None."""
+    found = OUTAGE.search(str(error))
+    return found.group(1) if found else None
+
+
 DATA_LOSS = ("Some data may have been lost", "KAFKA_DATA_LOSS")
 LOSS_REASON = re.compile(r"(?:Reason: |\[KAFKA_DATA_LOSS\.\w+\]\s*)([^\n]*?)(?:\. Some data may|\\n|\n|$)")
 
@@ -516,6 +556,7 @@ def status(lake: Lake, config: PipelineConfig) -> list[dict[str, Any]]:
         row["pid"] = running.get(spec.job)
         entry = registry(lake, join_job(spec)) if row["pid"] else {}
         row["heartbeat_at"] = entry.get("heartbeat_at")
+        row["waiting"] = entry.get("waiting")
         last = last_batch(lake, join_job(spec)) or {}
         row["records_behind"] = {side: None for side, _ in spec.sides}
         row["offsets"] = None

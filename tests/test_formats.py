@@ -91,7 +91,9 @@ def test_avro_records_that_do_not_decode_say_why(spark, formats):
     good = codec.encode({"customerId": "u1", "consents": {"retargeter1": True}})
     schema_id = framing.split(good)[0]
     other = formats.registry.register(
-        formats.kafka_name("elsewhere") + "-value", "avro", '{"type": "enum", "name": "Elsewhere", "symbols": ["A"]}'
+        formats.kafka_name("elsewhere") + "-value",
+        "avro",
+        '{"type": "enum", "name": "Elsewhere", "symbols": ["A"]}',
     )
     subject = formats.kafka_name("consents") + "-value"
     records = [

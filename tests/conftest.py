@@ -132,7 +132,9 @@ LONGEST_FIRST = (
     "test_stories.py",
     "test_airflow.py",
     "test_backfill_crashes.py",
+    "test_registry_stories.py",
     "test_fk.py",
+    "test_formats.py",
 )
 
 

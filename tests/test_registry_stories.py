@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from spark_jobs.cli import main
+from spark_jobs.formats import framing
 from spark_jobs.seams.delta import Lake
 
 ACCOUNT = {
@@ -330,22 +331,23 @@ def test_the_checks_name_a_key_framed_on_one_topic_and_plain_on_the_other(spark,
     assert out.strip().endswith("NOT co-partitioned, keys NOT clean")
 
 
-def test_an_avro_changelog_is_registered_and_read_by_confluent_kafkas_own_deserializer(
-    spark, tmp_path, where, capsys
+@pytest.mark.parametrize("fmt", ["avro", "json_schema", "protobuf"])
+def test_a_changelog_is_registered_and_read_by_confluent_kafkas_own_deserializers(
+    spark, tmp_path, where, capsys, fmt
 ):
-    """publish: {format: avro}: the changelog's schema is derived from the select and registered under
-    <changelog>-value; confluent-kafka's AvroDeserializer (an independent reader, with the registry)
-    reads every record back, tombstones as None."""
+    """publish: {format: avro | json_schema | protobuf}: the changelog's schema is derived from the
+    select and registered under <changelog>-value; confluent-kafka's own deserializers (independent
+    readers, with the registry; for Protobuf the registered .proto compiled by protoc) read every
+    record back, tombstones as None."""
     from confluent_kafka import Consumer, TopicPartition
     from confluent_kafka.schema_registry import SchemaRegistryClient
-    from confluent_kafka.schema_registry.avro import AvroDeserializer
     from confluent_kafka.serialization import MessageField, SerializationContext
 
     config = Path(where[3])
     config.write_text(
         PIPELINE.replace(
             "      mail: right.contactMailAddress\n",
-            "      mail: right.contactMailAddress\n    publish: {format: avro}\n",
+            f"      mail: right.contactMailAddress\n    publish: {{format: {fmt}}}\n",
         )
     )
     (tmp_path / "events.txt").write_text('u1;{"page":"home"}\nu2;{"page":"cart"}\n')
@@ -362,8 +364,9 @@ def test_an_avro_changelog_is_registered_and_read_by_confluent_kafkas_own_deseri
     prefix = os.environ["LAKE_KAFKA_TOPIC_PREFIX"]
     topic = f"{prefix}events_with_mail_changelog"
     registry = SchemaRegistryClient({"url": os.environ["LAKE_SCHEMA_REGISTRY_URL"]})
-    assert registry.get_latest_version(f"{topic}-value").schema.schema_type == "AVRO"
-    deserialize = AvroDeserializer(registry)
+    registered = registry.get_latest_version(f"{topic}-value").schema
+    assert registered.schema_type == {"avro": "AVRO", "json_schema": "JSON", "protobuf": "PROTOBUF"}[fmt]
+    deserialize = _deserializer(fmt, registry, registered.schema_str, tmp_path)
     consumer = Consumer(
         {
             "bootstrap.servers": os.environ["LAKE_KAFKA_BOOTSTRAP"],
@@ -382,11 +385,45 @@ def test_an_avro_changelog_is_registered_and_read_by_confluent_kafkas_own_deseri
             records.append((message.key().decode(), deserialize(message.value(), context)))
     finally:
         consumer.close()
+    no_mail = {"page": "cart"} if fmt == "protobuf" else {"page": "cart", "mail": None}  # proto: unset
     assert sorted(records, key=lambda r: (r[0], r[1] is None)) == [
         ("u1", {"page": "home", "mail": "u1@example.com"}),
-        ("u2", {"page": "cart", "mail": None}),
+        ("u2", no_mail),
         ("u2", None),  # the left delete's tombstone
     ]
+
+
+def _deserializer(fmt: str, registry, schema: str, tmp_path: Path):
+    """confluent-kafka's deserializer of ``fmt``, giving dicts (None for a tombstone)."""
+    if fmt == "avro":
+        from confluent_kafka.schema_registry.avro import AvroDeserializer
+
+        return AvroDeserializer(registry)
+    if fmt == "json_schema":
+        from confluent_kafka.schema_registry.json_schema import JSONDeserializer
+
+        return JSONDeserializer(None, schema_registry_client=registry)
+    import importlib.util
+
+    from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer
+    from google.protobuf.json_format import MessageToDict
+    from grpc_tools import protoc
+
+    (tmp_path / "changelog.proto").write_text(schema)
+    assert protoc.main(["protoc", f"-I{tmp_path}", f"--python_out={tmp_path}", "changelog.proto"]) == 0
+    spec = importlib.util.spec_from_file_location("changelog_pb2", tmp_path / "changelog_pb2.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    (message_type,) = [getattr(module, name) for name in module.DESCRIPTOR.message_types_by_name]
+    # without the registry client: it would ask for the schema in Confluent's serialized form, which
+    # Apicurio's compatible API does not give; the frame (id, message indexes) is read all the same
+    read = ProtobufDeserializer(message_type, {"use.deprecated.format": False})
+
+    def deserialize(value, context):
+        message = read(value, context)
+        return None if message is None else MessageToDict(message, preserving_proto_field_name=True)
+
+    return deserialize
 
 
 def test_a_select_change_the_registry_refuses_is_one_line_at_the_start_and_nothing_is_written(
@@ -602,3 +639,80 @@ def test_a_registry_outage_under_a_running_join_fails_the_batch_uncommitted_and_
 
 def _status(capsys, where) -> str:
     return lake(capsys, where, "status")[1]
+
+
+def test_records_of_an_avro_topic_that_do_not_decode_are_quarantined_with_offset_and_reason(
+    spark, tmp_path, where, capsys
+):
+    """accounts declares Avro values; a producer without the registry wrote plain JSON, another an id
+    the registry does not know, another a record cut short. The join quarantines each with its topic,
+    partition, offset and the reason, counts them, joins the good record, and goes on: no row of
+    nulls stands for a record it could not read."""
+    from confluent_kafka import Producer
+
+    config = Path(where[3])
+    config.write_text(PIPELINE.replace("key: {format: avro, schema: key.avsc}", "key: string"))
+    (tmp_path / "a.txt").write_text(f"u1;{json.dumps(account(1))}\n")
+    assert lake(capsys, where, "produce", "accounts", str(tmp_path / "a.txt"), "-K", ";")[0] == 0
+    prefix = os.environ["LAKE_KAFKA_TOPIC_PREFIX"]
+    producer = Producer(
+        {"bootstrap.servers": os.environ["LAKE_KAFKA_BOOTSTRAP"], "partitioner": "murmur2_random"}
+    )
+    registry_id = _value_id(capsys, where)
+    record = _avro(account(4))
+    for key, value in (
+        ("u2", json.dumps(account(2)).encode()),  # no magic byte
+        ("u3", framing.frame(987654, record)),  # an id the registry does not have
+        ("u4", framing.frame(registry_id, record)[:8]),  # cut short
+    ):
+        producer.produce(f"{prefix}accounts", value, key.encode())
+    assert producer.flush(10) == 0
+    del producer  # closed before the run's broker stops
+    (tmp_path / "events.txt").write_text("".join(f'u{n};{{"page":"p{n}"}}\n' for n in range(1, 5)))
+    assert lake(capsys, where, "produce", "events", str(tmp_path / "events.txt"), "-K", ";")[0] == 0
+    code, out, err = lake(capsys, where, "run", "events_with_mail", "--once")
+    assert code == 0, err
+    assert "8 input records, 4 upserted, 0 deleted, 0 appended, 3 quarantined" in out, out
+    code, out, _ = lake(capsys, where, "consume", "accounts", "--raw", "-f", "%k %p %o\\n")
+    where_is = {k: (int(p), int(o)) for k, p, o in (line.split() for line in out.splitlines())}
+    code, out, _ = lake(capsys, where, "show", "quarantine", "--json")
+    rows = sorted((r["source"], r["line"], r["reason"]) for r in map(json.loads, out.splitlines()))
+    url, subject = os.environ["LAKE_SCHEMA_REGISTRY_URL"], f"{prefix}accounts-value"
+    assert rows == sorted(
+        [
+            (f"accounts[{where_is['u2'][0]}]", where_is["u2"][1], "no magic byte: the record starts with 0x7B "
+             "(plain JSON, written without the registry), not 0x00 followed by a schema id (key 'u2')"),
+            (f"accounts[{where_is['u3'][0]}]", where_is["u3"][1], f"unknown schema id 987654 (the Schema "
+             f"Registry at {url} has no such schema) (key 'u3')"),
+            (f"accounts[{where_is['u4'][0]}]", where_is["u4"][1], f"not an Avro record of schema id "
+             f"{registry_id} ({subject}): truncated (key 'u4')"),
+        ]
+    )  # fmt: skip
+    result = Lake(Path(where[1])).read_arrow("events_with_mail").to_pylist()
+    assert sorted((r["key"], r["page"], r["mail"]) for r in result) == [
+        (b"u1", "p1", "u1@example.com"),
+        (b"u2", "p2", None),  # the left join's row: accounts has no readable record for u2
+        (b"u3", "p3", None),
+        (b"u4", "p4", None),
+    ]
+
+
+def _value_id(capsys, where) -> int:
+    code, out, _ = lake(capsys, where, "consume", "accounts", "-f", "%i\\n")
+    return int(out.split()[0])
+
+
+def _avro(value: dict) -> bytes:
+    """``value`` as Avro's binary encoding of ACCOUNT (two strings), with no frame."""
+
+    def text(s: str) -> bytes:
+        data = s.encode()
+        n = len(data) << 1  # zigzag of a non-negative length
+        out = bytearray()
+        while n > 0x7F:
+            out.append((n & 0x7F) | 0x80)
+            n >>= 7
+        out.append(n)
+        return bytes(out) + data
+
+    return text(value["customerId"]) + text(value["contactMailAddress"])

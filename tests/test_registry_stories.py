@@ -72,6 +72,24 @@ def account(n: int) -> dict:
     return {"customerId": f"u{n}", "contactMailAddress": f"u{n}@example.com"}
 
 
+def _produce_u2_with_v2(capsys, where, tmp_path) -> None:
+    """u2's account written with version 2 of the schema (a field added with a default)."""
+    v2 = dict(ACCOUNT, fields=[*ACCOUNT["fields"], {"name": "tier", "type": "string", "default": "basic"}])
+    (tmp_path / "v2.avsc").write_text(json.dumps(v2))
+    (tmp_path / "a.txt").write_text(f"u2;{json.dumps(dict(account(2), tier='gold'))}\n")
+    args = [
+        "produce",
+        "accounts",
+        str(tmp_path / "a.txt"),
+        "-K",
+        ";",
+        "--value-schema",
+        str(tmp_path / "v2.avsc"),
+    ]
+    code, _, err = lake(capsys, where, *args)
+    assert code == 0, err
+
+
 def test_a_backfill_into_an_avro_lookup_writes_framed_records_and_quarantines_what_does_not_fit(
     spark, tmp_path, where, capsys
 ):
@@ -208,21 +226,7 @@ def test_records_of_two_schema_versions_in_one_topic_are_both_joined(spark, tmp_
     assert lake(capsys, where, "produce", "accounts", str(tmp_path / "a.txt"), "-K", ";")[0] == 0
     code, _, err = lake(capsys, where, "run", "events_with_mail", "--once")
     assert code == 0, err
-    v2 = dict(ACCOUNT, fields=[*ACCOUNT["fields"], {"name": "tier", "type": "string", "default": "basic"}])
-    (tmp_path / "v2.avsc").write_text(json.dumps(v2))
-    (tmp_path / "a.txt").write_text(f"u2;{json.dumps(dict(account(2), tier='gold'))}\n")
-    code, _, err = lake(
-        capsys,
-        where,
-        "produce",
-        "accounts",
-        str(tmp_path / "a.txt"),
-        "-K",
-        ";",
-        "--value-schema",
-        str(tmp_path / "v2.avsc"),
-    )
-    assert code == 0, err
+    _produce_u2_with_v2(capsys, where, tmp_path)
     code, out, _ = lake(capsys, where, "consume", "accounts", "-f", "%i %s\\n")
     ids = sorted({line.split(" ", 1)[0] for line in out.splitlines()})
     assert len(ids) == 2  # a v1 record and a v2 record
@@ -596,26 +600,10 @@ def test_a_registry_outage_under_a_running_join_fails_the_batch_uncommitted_and_
 
         until(lambda: mails() == [(b"u1", "u1@example.com")], 180)
         switch.off()
-        v2 = dict(
-            ACCOUNT, fields=[*ACCOUNT["fields"], {"name": "tier", "type": "string", "default": "basic"}]
-        )
-        (tmp_path / "v2.avsc").write_text(json.dumps(v2))
-        (tmp_path / "a.txt").write_text(f"u2;{json.dumps(dict(account(2), tier='gold'))}\n")
         (tmp_path / "events.txt").write_text('u2;{"page":"cart"}\n')
         with monkeypatch.context() as direct:  # the producer writes through the registry itself
             direct.setenv("LAKE_SCHEMA_REGISTRY_URL", real)
-            produced = lake(
-                capsys,
-                where,
-                "produce",
-                "accounts",
-                str(tmp_path / "a.txt"),
-                "-K",
-                ";",
-                "--value-schema",
-                str(tmp_path / "v2.avsc"),
-            )
-            assert produced[0] == 0, produced[2]
+            _produce_u2_with_v2(capsys, where, tmp_path)
         assert lake(capsys, where, "produce", "events", str(tmp_path / "events.txt"), "-K", ";")[0] == 0
 
         until(lambda: "the micro-batch was not committed; retrying in" in _status(capsys, where), 120)

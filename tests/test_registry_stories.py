@@ -72,6 +72,14 @@ def account(n: int) -> dict:
     return {"customerId": f"u{n}", "contactMailAddress": f"u{n}@example.com"}
 
 
+def publishing(fmt: str) -> str:
+    """The pipeline with events_with_mail's changelog published in ``fmt``."""
+    return PIPELINE.replace(
+        "      mail: right.contactMailAddress\n",
+        f"      mail: right.contactMailAddress\n    publish: {{format: {fmt}}}\n",
+    )
+
+
 def _produce_u2_with_v2(capsys, where, tmp_path) -> None:
     """u2's account written with version 2 of the schema (a field added with a default)."""
     v2 = dict(ACCOUNT, fields=[*ACCOUNT["fields"], {"name": "tier", "type": "string", "default": "basic"}])
@@ -348,12 +356,7 @@ def test_a_changelog_is_registered_and_read_by_confluent_kafkas_own_deserializer
     from confluent_kafka.serialization import MessageField, SerializationContext
 
     config = Path(where[3])
-    config.write_text(
-        PIPELINE.replace(
-            "      mail: right.contactMailAddress\n",
-            f"      mail: right.contactMailAddress\n    publish: {{format: {fmt}}}\n",
-        )
-    )
+    config.write_text(publishing(fmt))
     (tmp_path / "events.txt").write_text('u1;{"page":"home"}\nu2;{"page":"cart"}\n')
     (tmp_path / "accounts.txt").write_text(f"u1;{json.dumps(account(1))}\n")
     assert lake(capsys, where, "produce", "events", str(tmp_path / "events.txt"), "-K", ";")[0] == 0
@@ -438,10 +441,7 @@ def test_a_select_change_the_registry_refuses_is_one_line_at_the_start_and_nothi
     job's start, in one line naming the subject and the registry's reason, before anything is
     written."""
     config = Path(where[3])
-    published = PIPELINE.replace(
-        "      mail: right.contactMailAddress\n",
-        "      mail: right.contactMailAddress\n    publish: {format: avro}\n",
-    )
+    published = publishing("avro")
     config.write_text(published)
     (tmp_path / "events.txt").write_text('u1;{"page":"home"}\n')
     (tmp_path / "accounts.txt").write_text(f"u1;{json.dumps(account(1))}\n")

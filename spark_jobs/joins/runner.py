@@ -461,11 +461,9 @@ def _refuse_bronze_checkpoint(checkpoint: Path, spec: JoinSpec) -> None:
         )
 
 
-# Spark's Kafka source (failOnDataLoss) when offsets it has to read are gone: deleted by retention
-# before the join read them, or moved back because the topic was deleted and created again
-# A Schema Registry that did not answer for a writer schema the job had not seen (the executors'
-# decoder, lake.formats.RegistryLookup, or the driver's client): the micro-batch failed uncommitted;
-# a continuous job starts its query again after these pauses (the last one repeated), replaying it
+# A Schema Registry that did not answer for a writer schema the job had not seen (asked by the
+# executors' decoder, lake.formats.RegistryLookup): the micro-batch failed uncommitted; a continuous
+# job starts its query again after these pauses (the last one repeated), replaying it
 OUTAGE = re.compile(r"(the Schema Registry at \S+ did not answer for schema id \d+)")
 OUTAGE_RETRY_SECONDS = (2.0, 5.0, 10.0, 30.0)
 
@@ -477,6 +475,8 @@ def registry_outage(error: Any) -> str | None:
     return found.group(1) if found else None
 
 
+# Spark's Kafka source (failOnDataLoss) when offsets it has to read are gone: deleted by retention
+# before the join read them, or moved back because the topic was deleted and created again
 DATA_LOSS = ("Some data may have been lost", "KAFKA_DATA_LOSS")
 LOSS_REASON = re.compile(r"(?:Reason: |\[KAFKA_DATA_LOSS\.\w+\]\s*)([^\n]*?)(?:\. Some data may|\\n|\n|$)")
 

@@ -76,7 +76,9 @@ def jvm_function(make: Callable[[Any], tuple[Any, Any]], *columns: Column) -> Co
     """A column of one of the product's JVM functions over ``columns``: ``make(jvm)`` gives the
     function (a Spark Java UDF of ``spark_jobs/formats/java``) and its Spark return type. The column
     is bound to the function itself, not to a registered name: it resolves in whichever session
-    evaluates it, a streaming query's own among them."""
+    evaluates it, a streaming query's own among them. ``JavaUdf.of`` binds the Java-UDF overload of
+    ``functions.udf`` at compile time: through Py4J the choice between it and the untyped Scala
+    overload (refused by Spark) follows the JVM's method order, which differs between machines."""
     from pyspark.sql import SparkSession
     from pyspark.sql.classic.column import Column as ClassicColumn
     from pyspark.sql.classic.column import _to_seq
@@ -84,7 +86,7 @@ def jvm_function(make: Callable[[Any], tuple[Any, Any]], *columns: Column) -> Co
     spark = SparkSession.getActiveSession()
     assert spark is not None, "a Spark session runs the formats' JVM functions"
     jvm: Any = spark._jvm
-    function = jvm.org.apache.spark.sql.functions.udf(*make(jvm))
+    function = jvm.lake.formats.JavaUdf.of(*make(jvm))
     return ClassicColumn(function.apply(_to_seq(spark.sparkContext, [c._jc for c in columns])))  # type: ignore[attr-defined]
 
 

@@ -36,7 +36,7 @@ class JoinKind:
         return self.keyed_by == "list"
 
 
-TABLE = JoinKind("table", ("inner", "left", "outer"), ("right", "table_every"), ("key",))
+TABLE = JoinKind("table", ("inner", "left", "outer"), ("right", "table_every"), ("key", "timestamp"))
 STREAM_TABLE = JoinKind(
     "stream-table", ("inner", "left"), ("right",), ("key", "timestamp", "partition", "offset"), events=True
 )
@@ -56,16 +56,22 @@ STREAM_STREAM = JoinKind(
     events=True,
 )
 FK = JoinKind(
-    "fk", ("inner", "left"), ("right", "foreign_key", "table_every"), ("key",), keyed_by="foreign_key"
+    "fk",
+    ("inner", "left"),
+    ("right", "foreign_key", "table_every"),
+    ("key", "timestamp"),
+    keyed_by="foreign_key",
 )
 LIST = JoinKind(
     "list",
     ("left", "inner"),
     ("right", "list", "element_id", "elements", "as", "table_every"),
-    ("key",),
+    ("key", "timestamp"),
     keyed_by="list",
 )
-DERIVE = JoinKind("derive", ("inner",), ("key", "table_every"), ("key", "master_key"), keyed_by="key")
+DERIVE = JoinKind(
+    "derive", ("inner",), ("key", "table_every"), ("key", "timestamp", "master_key"), keyed_by="key"
+)
 
 KINDS: dict[str, JoinKind] = {k.name: k for k in (TABLE, STREAM_TABLE, STREAM_STREAM, FK, LIST, DERIVE)}
 

@@ -6,9 +6,10 @@ from spark_jobs.testing import PipelineTestDriver
 
 with PipelineTestDriver("pipeline.yaml", root=tmp_path) as d:   # one Spark session, no broker
     d.pipe("products", key="p1", value={"merchant_id": "m1"}, timestamp=1000)  # value=None: tombstone
+    d.pipe("clicks", key=None, value={"page": "/"})   # key=None: a null key
     d.advance()                      # every join processes what was piped since the last advance
-    d.changes("display_products")    # [(key, value_dict_or_None), ...] emitted by that advance, in order
-    d.changelog("display_products")  # [(key, value_dict_or_None), ...] it would publish to Kafka
+    d.changes("display_products")    # [Record(key, value, timestamp), ...] emitted by that advance
+    d.changelog("display_products")  # [Record(key, value, timestamp), ...] it would publish to Kafka
     d.table("display_products")      # {key: value_dict} the result table now holds
     d.quarantined("display_products")  # [(topic[partition], offset, reason), ...] set aside by it
 ```
@@ -28,7 +29,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -43,7 +44,18 @@ from spark_jobs.seams.delta import Lake
 from spark_jobs.seams.layout import QUARANTINE
 from spark_jobs.seams.schema_registry import Registry
 
-Record = tuple[str, dict | None]
+
+class Record(NamedTuple):
+    """One output record: ``key`` (text; bytes when it is not UTF-8; None for a null key),
+    ``value`` (the row's columns as a dict; None for a delete or tombstone) and ``timestamp``
+    (epoch ms: the result's event time, as the changelog record carries it). A plain 3-tuple too:
+    ``key, value, timestamp = record``."""
+
+    key: str | bytes | None
+    value: dict | None
+    timestamp: int | None
+
+
 RECORDS_SCHEMA = pa.schema(RECORD_FIELDS)  # key, value, timestamp, partition, offset
 
 
@@ -240,12 +252,31 @@ def _encode(value: Any, what: str, codec: Codec) -> bytes | None:
         raise UserError(f"{what}: the value is not JSON-serializable ({exc})") from None
 
 
-def _raw_key(key: str | bytes) -> bytes:
-    return key if isinstance(key, bytes) else str(key).encode()
+def _raw_key(key: str | bytes | None) -> bytes | None:
+    if key is None or isinstance(key, bytes):
+        return key
+    return str(key).encode()
 
 
-def _text(key: bytes | str) -> str:
-    return key.decode() if isinstance(key, bytes) else key
+def _key_out(key: bytes | None) -> str | bytes | None:
+    """A key as the driver gives it back: text, or the bytes themselves when they are not UTF-8."""
+    if key is None:
+        return None
+    try:
+        return key.decode()
+    except UnicodeDecodeError:
+        return key
+
+
+def _text(key: bytes | str | None) -> str:
+    if key is None:
+        return "null"
+    return key.decode("utf-8", "backslashreplace") if isinstance(key, bytes) else key
+
+
+def _ms(value: Any) -> int | None:
+    """A result's timestamp (a datetime) in epoch ms."""
+    return None if value is None else int(value.timestamp() * 1000)
 
 
 class _MemoryChangelog(Changelog):
@@ -259,11 +290,11 @@ class _MemoryChangelog(Changelog):
     def has(self, tag: bytes) -> bool:
         return tag in self.tags
 
-    def send(self, keys: Any, values: Any, tag: bytes, at: Any) -> None:  # noqa: ARG002
+    def send(self, keys: Any, values: Any, stamps: Any, tag: bytes) -> None:
         self.tags.add(tag)
         self.out.extend(
-            (k.decode(), None if v is None else self.codec.decode(v))
-            for k, v in zip(keys.to_pylist(), values.to_pylist(), strict=True)
+            Record(_key_out(k), None if v is None else self.codec.decode(v), t)
+            for k, v, t in zip(keys.to_pylist(), values.to_pylist(), stamps.to_pylist(), strict=True)
         )
 
 
@@ -301,7 +332,7 @@ class PipelineTestDriver:
         self.lake = Lake(root)
         self.spark = spark or get_spark(app_name="pipeline-test-driver")
         self.formats = _formats(self.config, self.lake)
-        self._piped: dict[str, list[tuple[bytes, bytes | None, int]]] = {}
+        self._piped: dict[str, list[tuple[bytes | None, bytes | None, int]]] = {}
         self._clock = 0  # the timestamp of a record piped without one: the latest seen
         self._logs: dict[str, TopicLog] = {}  # topic -> what was piped into it, as Kafka would keep it
         self._seen: dict[tuple[str, str], np.ndarray] = {}  # (join, topic): next offset per partition
@@ -339,16 +370,18 @@ class PipelineTestDriver:
             query.stop()
 
     # --- input ------------------------------------------------------------------------------------
-    def pipe(self, topic: str, key: str | bytes, value: Any, timestamp: int | None = None) -> None:
-        """Hand one record to ``topic`` (declared in the pipeline): ``value`` a dict (JSON), str or
-        bytes, or None for a tombstone; ``timestamp`` in epoch ms (default: the latest piped)."""
+    def pipe(self, topic: str, key: str | bytes | None, value: Any, timestamp: int | None = None) -> None:
+        """Hand one record to ``topic`` (declared in the pipeline): ``key`` text (UTF-8), bytes (as
+        they are) or None (a null key: placed round-robin, as a producer does); ``value`` a dict
+        (JSON), str or bytes, or None for a tombstone; ``timestamp`` in epoch ms (default: the
+        latest piped)."""
         self.config.topic(topic)  # an unknown topic is a clear error
         if timestamp is None:
             timestamp = self._clock
         self._clock = max(self._clock, timestamp)
         what = f"topic {topic}, key {_text(key)}"
         key_codec = self.formats.codec(topic, "key")
-        raw_key = (_encode(key, what, key_codec) or b"") if key_codec.registered else _raw_key(key)
+        raw_key = _encode(key, what, key_codec) if key_codec.registered else _raw_key(key)
         encoded = _encode(value, what, self.formats.codec(topic, "value"))
         self._piped.setdefault(topic, []).append((raw_key, encoded, int(timestamp)))
 
@@ -377,8 +410,8 @@ class PipelineTestDriver:
                 self._ran[name] = query.batch_id
             self._changes[name] = self._emitted(name, before)
         for name, published in self._changelog.items():  # read by the joins downstream, next time
-            for key, value in published:
-                self.pipe(str(self.config.join(name).publish), key, value)
+            for key, value, timestamp in published:
+                self.pipe(str(self.config.join(name).publish), key, value, timestamp)
 
     def _unread(self, join: str, topic: str) -> pa.Table:
         """The records of ``topic`` that ``join`` has not read yet, in partition and offset order."""
@@ -398,14 +431,20 @@ class PipelineTestDriver:
             return []
         feed = self.lake.changes_arrow(name, 0 if before is None else before + 1)
         columns = self._value_columns(name)
+        times = self._time_columns(name)
         out: list[Record] = []
         for row in feed.to_pylist():
             change = row["_change_type"]
             if change == "update_preimage":
                 continue
-            key = _text(row["key"])
-            out.append((key, None if change == "delete" else {c: row[c] for c in columns}))
+            stamps = [row[c] for c in times if row[c] is not None]
+            value = None if change == "delete" else {c: row[c] for c in columns}
+            out.append(Record(_key_out(row["key"]), value, _ms(max(stamps)) if stamps else None))
         return out
+
+    def _time_columns(self, name: str) -> tuple[str, ...]:
+        """The result columns whose latest is a row's event time."""
+        return self.queries[name].job.time_columns
 
     def _value_columns(self, name: str) -> list[str]:
         """The result's columns besides its meta columns (the engine knows them: no table read)."""
@@ -414,14 +453,16 @@ class PipelineTestDriver:
 
     # --- output -----------------------------------------------------------------------------------
     def changes(self, join: str) -> list[Record]:
-        """The changes the last ``advance`` made to the join's result table, in order: (key, the
-        row's value columns) for an upsert or an appended event, (key, None) for a delete."""
+        """The changes the last ``advance`` made to the join's result table, in order: a
+        :class:`Record` (key, the row's value columns, its timestamp) for an upsert or an appended
+        event, (key, None, the deleted row's timestamp) for a delete."""
         self.config.join(join)
         return list(self._changes.get(join, []))
 
     def changelog(self, join: str) -> list[Record]:
         """What the last ``advance`` would have published to the join's changelog topic (joins with
-        ``publish``): (key, value as JSON) or (key, None) for a tombstone, in order."""
+        ``publish``), in order: :class:`Record` (key, the value decoded, the record's timestamp), the
+        value None for a tombstone (its timestamp: the deleting record's)."""
         if not self.config.join(join).publish:
             raise UserError(f"join {join} does not publish a changelog (set publish: true in the pipeline)")
         return list(self._changelog.get(join, []))
@@ -438,7 +479,7 @@ class PipelineTestDriver:
         run = f"test-driver-{join}:{self._ran[join]}"
         return [(r["source"], r["line"], r["reason"]) for r in rows.to_pylist() if r["run_id"] == run]
 
-    def table(self, join: str) -> dict[str, dict]:
+    def table(self, join: str) -> dict[str | bytes | None, dict]:
         """The join's result table now: key -> the row's value columns (for stream kinds, whose
         result is a log of events, the last event per key)."""
         self.config.join(join)
@@ -446,4 +487,4 @@ class PipelineTestDriver:
             return {}
         columns = self._value_columns(join)
         rows = self.lake.read_arrow(join).to_pylist()
-        return {_text(r["key"]): {c: r[c] for c in columns} for r in rows}
+        return {_key_out(r["key"]): {c: r[c] for c in columns} for r in rows}

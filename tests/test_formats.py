@@ -348,7 +348,8 @@ def test_a_protobuf_changelog_of_a_list_join_round_trips_through_the_test_driver
         )
         d.pipe("addresses", key="a1", value={"street": "Storgata 1"}, timestamp=1)
         d.advance()
-        [(key, value)] = d.changelog("people")
+        [(key, value, timestamp)] = d.changelog("people")
+    assert timestamp == 1
     assert key == "ann"
     assert (value["name"], value["age"]) == ("Ann", 40)
     assert [(e.get("street"), e["matched"]) for e in value["addresses"]] == [
@@ -382,7 +383,7 @@ def test_a_json_schema_topic_joins_and_a_json_schema_changelog_round_trips(spark
         published = sorted(d.changelog("located"), key=lambda r: r[0])
         table = d.table("located")
     assert published == [
-        ("a1", {"name": "Ann", "city": "Oslo", "zip_plus_one": 151}),
-        ("a2", {"name": "Bob", "city": None, "zip_plus_one": None}),
+        ("a1", {"name": "Ann", "city": "Oslo", "zip_plus_one": 151}, 1),
+        ("a2", {"name": "Bob", "city": None, "zip_plus_one": None}, 1),
     ]
-    assert table == {k: v for k, v in published}
+    assert table == {k: v for k, v, _ in published}

@@ -84,11 +84,14 @@ def test_a_kind_added_in_one_module_runs_through_the_test_driver_and_the_oracle(
         for key, value, ts in clicks:
             d.pipe("clicks", key=key, value=value, timestamp=ts)
         d.advance()
-        assert sorted(d.changes("clicks_log")) == [("u1", {"page": "home"}), ("u2", {"page": "cart"})]
+        assert sorted(d.changes("clicks_log")) == [
+            ("u1", {"page": "home"}, 1000),
+            ("u2", {"page": "cart"}, 2000),
+        ]
         for key, value, ts in later:
             d.pipe("clicks", key=key, value=value, timestamp=ts)
         d.advance()
-        assert d.changes("clicks_log") == [("u1", {"page": "pay"})]
+        assert d.changes("clicks_log") == [("u1", {"page": "pay"}, 4000)]
         rows = sorted(d.lake.read_arrow("clicks_log", columns=["key", "page"]).to_pylist(), key=str)
         # the oracle over the same records, placed and numbered as the driver's topic placed them
         log = TopicLog(d.config.topic("clicks"))

@@ -58,7 +58,7 @@ def test_a_failing_select_quarantines_the_record_keeps_the_result_and_the_join_g
     d.pipe("orders", key="o3", value={"n": "3"}, timestamp=1)
     d.pipe("customers", key="o3", value={"level": "gold"}, timestamp=1)  # fails on the right side
     d.advance()
-    assert d.changes("enriched") == d.changelog("enriched") == [("o1", {"n": 1, "level": 0})]
+    assert d.changes("enriched") == d.changelog("enriched") == [("o1", {"n": 1, "level": 0}, 1)]
     cast = '[CAST_INVALID_INPUT] The value \'{}\' of the type "STRING" cannot be cast to "INT" because it is malformed. Correct the value as per the syntax, or change its target type.'
     assert sorted(d.quarantined("enriched")) == sorted(
         [
@@ -78,7 +78,7 @@ def test_a_failing_select_quarantines_the_record_keeps_the_result_and_the_join_g
     d.pipe("orders", key="o1", value={"n": "one"}, timestamp=2)  # a poisoned update: o1 stays as it was
     d.pipe("customers", key="o3", value={"level": "2"}, timestamp=2)  # the right side mends o3
     d.advance()
-    assert d.changes("enriched") == [("o3", {"n": 3, "level": 2})]
+    assert d.changes("enriched") == [("o3", {"n": 3, "level": 2}, 2)]
     assert [reason.split(":")[0] for _, _, reason in d.quarantined("enriched")] == [
         "select failed on the left record of result key 'o1'"
     ]
@@ -86,7 +86,8 @@ def test_a_failing_select_quarantines_the_record_keeps_the_result_and_the_join_g
 
     d.pipe("orders", key="o3", value=None, timestamp=3)  # a delete of a row with a non-nullable column
     d.advance()
-    assert d.changes("enriched") == d.changelog("enriched") == [("o3", None)]
+    assert d.changes("enriched") == [("o3", None, 2)]  # the deleted row's time
+    assert d.changelog("enriched") == [("o3", None, 3)]  # the tombstone's: the deleting record's
     assert d.quarantined("enriched") == []
 
 
@@ -97,13 +98,13 @@ def test_a_poisoned_right_record_of_a_foreign_key_join_leaves_its_products_as_th
     d.pipe("products", key="p2", value={"title": "Saw", "merchant_id": "m1"}, timestamp=1)
     d.advance()
     assert sorted(d.changes("display")) == [
-        ("p1", {"title": "Hammer", "rating": 5}),
-        ("p2", {"title": "Saw", "rating": 5}),
+        ("p1", {"title": "Hammer", "rating": 5}, 1),
+        ("p2", {"title": "Saw", "rating": 5}, 1),
     ]
     d.pipe("merchants", key="m1", value={"rating": "five"}, timestamp=2)
     d.pipe("products", key="p3", value={"title": "Drill", "merchant_id": "m2"}, timestamp=2)
     d.advance()
-    assert d.changes("display") == [("p3", {"title": "Drill", "rating": None})]
+    assert d.changes("display") == [("p3", {"title": "Drill", "rating": None}, 2)]
     assert sorted((s, o, r.split(":")[0]) for s, o, r in d.quarantined("display")) == [
         (where("merchants", "m1"), 1, "select failed on the right record of result key 'p1'"),
         (where("merchants", "m1"), 1, "select failed on the right record of result key 'p2'"),

@@ -141,3 +141,49 @@ def result(root: Path) -> list[tuple]:
     rows = Lake(root).read_arrow("consents_with_mail").to_pylist()
     rows.sort(key=lambda r: int(r["key"][5:]))
     return [(r["key"].decode(), r["retargeter2"], r["contactMailAddress"]) for r in rows]
+
+
+def test_the_changelog_carries_each_results_event_time_read_back_from_kafka(lake, tmp_path):
+    """A published table join sends each record with its result's event time, the latest of both
+    sides' record timestamps, and a tombstone with its deleting record's: `lake produce --timestamp`,
+    `lake run --once`, then `lake consume -f '%k %T'` of the changelog."""
+    root = tmp_path / "lake"
+    day = 86_400_000
+    t0 = 1_767_225_600_000  # 2026-01-01, in the broker's accepted range (no limit into the past)
+
+    def produce_at(topic: str, lines: list[str], at: int) -> None:
+        path = tmp_path / f"{topic}-{at}.txt"
+        path.write_text("".join(line + "\n" for line in lines))
+        code, _, err = lake(root, "produce", topic, str(path), "-K", ";", "-Z", "--timestamp", str(at))
+        assert code == 0, err
+
+    produce_at(ACCOUNTS, [f"user_2;{account(2)}"], t0)  # older than the consents
+    produce_at(CONSENTS, [f"user_{n};{consent(n)}" for n in (1, 2, 3)], t0 + day)
+    produce_at(ACCOUNTS, [f"user_1;{account(1)}"], t0 + 2 * day)  # newer than the consents
+    code, _, err = lake(root, "run", "consents_with_mail", "--once")
+    assert code == 0, err
+
+    def published() -> list[tuple[str, int, bool]]:
+        code, out, err = lake(root, "consume", "consents_with_mail_changelog", "-f", "%k %T %S\n")
+        assert code == 0, err
+        rows = [line.split(" ") for line in out.splitlines() if line.startswith("user_")]
+        return sorted((k, int(t), s == "-1") for k, t, s in rows)  # %S -1: a tombstone
+
+    assert published() == [
+        ("user_1", t0 + 2 * day, False),  # the account's time, the later of the two
+        ("user_2", t0 + day, False),  # the consent's
+        ("user_3", t0 + day, False),  # no account: the consent's
+    ]
+    times = {
+        r["key"].decode(): r["timestamp"] for r in Lake(root).read_arrow("consents_with_mail").to_pylist()
+    }
+    assert {k: int(v.timestamp() * 1000) for k, v in times.items()} == {
+        "user_1": t0 + 2 * day,
+        "user_2": t0 + day,
+        "user_3": t0 + day,
+    }
+
+    produce_at(CONSENTS, ["user_3;"], t0 + 3 * day)  # -Z: an empty value is a tombstone
+    code, _, err = lake(root, "run", "consents_with_mail", "--once")
+    assert code == 0, err
+    assert published()[-1] == ("user_3", t0 + 3 * day, True)

@@ -42,41 +42,58 @@ def driver(spark, tmp_path):
 
 
 def test_the_fk_join_step_by_step_with_its_changelog_and_a_join_reading_it(driver):
+    """Every output record carries its result's event time, as Kafka Streams gives it: the latest of
+    its inputs' value times (a right tombstone's too); a changelog tombstone, its deleting record's."""
     d = driver
     d.pipe("merchants", key="m1", value={"name": "Acme"}, timestamp=1000)
     d.pipe("products", key="p1", value=product("Hammer", "m1"), timestamp=1000)
     d.pipe("products", key="p2", value=product("Saw", "m2"), timestamp=1000)  # m2 is not known yet
     d.advance()
-    first = [("p1", {"title": "Hammer", "merchant": "Acme"}), ("p2", {"title": "Saw", "merchant": None})]
+    first = [
+        ("p1", {"title": "Hammer", "merchant": "Acme"}, 1000),
+        ("p2", {"title": "Saw", "merchant": None}, 1000),
+    ]
     assert sorted(d.changes("display")) == first
     assert sorted(d.changelog("display")) == first
     assert d.changes("shelf") == []  # it sees display's changelog at the next advance
 
     d.pipe("merchants", key="m2", value={"name": "Bolt"}, timestamp=2000)
     d.advance()
-    assert d.changes("display") == d.changelog("display") == [("p2", {"title": "Saw", "merchant": "Bolt"})]
-    assert sorted(d.changes("shelf")) == [
-        ("p1", {"merchant": "Acme", "title": "Hammer"}),
-        ("p2", {"merchant": None, "title": "Saw"}),
+    assert (
+        d.changes("display") == d.changelog("display") == [("p2", {"title": "Saw", "merchant": "Bolt"}, 2000)]
+    )
+    assert sorted(d.changes("shelf")) == [  # display's changelog records of the first advance, at 1000
+        ("p1", {"merchant": "Acme", "title": "Hammer"}, 1000),
+        ("p2", {"merchant": None, "title": "Saw"}, 1000),
     ]
 
     d.pipe("products", key="p1", value=product("Hammer", "m2"), timestamp=3000)  # the foreign key moves
     d.advance()
-    assert d.changes("display") == d.changelog("display") == [("p1", {"title": "Hammer", "merchant": "Bolt"})]
-    assert d.changes("shelf") == [("p2", {"merchant": "Bolt", "title": "Saw"})]  # p1's title is unchanged
+    p1 = d.changelog("display")
+    assert d.changes("display") == p1 == [("p1", {"title": "Hammer", "merchant": "Bolt"}, 3000)]
+    assert p1[0].key == "p1" and p1[0].timestamp == 3000  # records have named fields too
+    assert sorted(d.changes("shelf")) == [
+        # p1's columns are the same, but its right record is newer: the row's time moves
+        ("p1", {"merchant": "Acme", "title": "Hammer"}, 3000),
+        ("p2", {"merchant": "Bolt", "title": "Saw"}, 2000),
+    ]
 
     d.pipe("merchants", key="m2", value=None, timestamp=4000)  # both products lose their merchant
     d.advance()
-    gone = [("p1", {"title": "Hammer", "merchant": None}), ("p2", {"title": "Saw", "merchant": None})]
+    gone = [
+        ("p1", {"title": "Hammer", "merchant": None}, 4000),
+        ("p2", {"title": "Saw", "merchant": None}, 4000),
+    ]
     assert sorted(d.changes("display")) == sorted(d.changelog("display")) == gone
 
     d.pipe("products", key="p1", value=None, timestamp=5000)
     d.pipe("products", key="ghost", value=None, timestamp=5000)  # a key the join never saw: nothing
     d.advance()
-    assert d.changes("display") == d.changelog("display") == [("p1", None)]  # a tombstone
+    assert d.changelog("display") == [("p1", None, 5000)]  # a tombstone, at its deleting record's time
+    assert d.changes("display") == [("p1", None, 4000)]  # the table's delete: the row's last time
     assert sorted(d.changes("shelf"), key=lambda c: c[0]) == [
-        ("p1", None),
-        ("p2", {"merchant": None, "title": "Saw"}),
+        ("p1", None, 3000),
+        ("p2", {"merchant": None, "title": "Saw"}, 4000),
     ]
     assert d.table("display") == {"p2": {"title": "Saw", "merchant": None}}
     assert d.table("shelf") == {"p2": {"merchant": None, "title": "Saw"}}
@@ -120,4 +137,4 @@ def test_an_inner_join_publishes_a_tombstone_for_a_deleted_key_it_never_emitted(
         d.pipe("products", key="p1", value=None, timestamp=2)
         d.advance()
         assert d.changes("display") == []  # the result never held p1
-        assert d.changelog("display") == [("p1", None)]  # as Kafka Streams' foreign-key join sends
+        assert d.changelog("display") == [("p1", None, 2)]  # as Kafka Streams' foreign-key join sends

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
-from spark_jobs.joins.batch import live
+from spark_jobs.joins.batch import live, with_since
 from spark_jobs.joins.engine import Projection
 from spark_jobs.joins.keyed import KeyedJob
 from spark_jobs.joins.state_store import StateStoreJob
@@ -23,7 +23,7 @@ class DeriveJob(KeyedJob, StateStoreJob):
     (``lake.joins.DeriveJoin``, Java), and the newest of them is the derived row."""
 
     operator = "DeriveJoin"
-    row_columns = ["key", "master_key", "left_value", "__lp", "__lo"]
+    row_columns = ["key", "timestamp", "master_key", "left_value", "__lp", "__lo"]
     tombstones_follow_left = False  # its result is keyed by the derived key, not the left topic's
 
     @staticmethod
@@ -31,12 +31,15 @@ class DeriveJob(KeyedJob, StateStoreJob):
         """derive: per derived key, the newest live master record that derives it."""
         newest = Window.partitionBy("by").orderBy(*[F.col(c).desc() for c in NEWEST])
         rows = (
-            live(left)
+            live(with_since(left))
             .filter(F.col("by").isNotNull())
             .withColumn("_rn", F.row_number().over(newest))
             .filter("_rn = 1")
             .select(
-                F.col("by").alias("key"), F.col("key").alias("master_key"), F.col("value").alias("left_value")
+                F.col("by").alias("key"),
+                F.col("since").alias("timestamp"),
+                F.col("key").alias("master_key"),
+                F.col("value").alias("left_value"),
             )
         )
         return rows, Projection(spark, codecs, spec).frame

@@ -242,6 +242,10 @@ class JoinJob:
     # The changelog is the projection's rows with ``__published`` (the stream kinds' events); the state-store
     # kinds publish the rows their operator answered instead.
     publishes_projection = True
+    # The result's columns whose latest is a row's event time, the changelog record's timestamp (as
+    # Kafka Streams gives a join result: a keyed result's ``timestamp``, its inputs' latest value time;
+    # a stream-table result's, its event's; a stream-stream pair's, the later of its two records').
+    time_columns: tuple[str, ...] = ("timestamp",)
 
     @staticmethod
     def expected(
@@ -402,13 +406,15 @@ class JoinJob:
         return _diff(desired, current, self.result_schema.names)
 
     # --- shared writes ----------------------------------------------------------------------------
-    def _publish(self, keys: pa.Array, values: pa.Array, txn: tuple[str, int], at: datetime) -> None:
-        """The batch's changes to the changelog, tagged with the batch: a replayed batch (only the
-        first after a restart can be one) whose changelog got out before the crash publishes nothing."""
+    def _publish(self, keys: pa.Array, values: pa.Array, stamps: pa.Array, txn: tuple[str, int]) -> None:
+        """The batch's changes to the changelog, each with its result's timestamp (``stamps``, epoch
+        ms), tagged with the batch: a replayed batch (only the first after a restart can be one)
+        whose changelog got out before the crash publishes nothing."""
         tag = f"{txn[0]}:{txn[1]}".encode()
         if self._replay and self.changelog.has(tag):
             return
-        self.changelog.send(keys, values, tag, at)
+        now = int(time.time() * 1000)  # a result without a time (none expected): when it is sent
+        self.changelog.send(keys, values, pc.fill_null(stamps.cast(pa.int64()), now), tag)
         faults.point("publish")
 
     def _quarantine(self, bad: pa.Table, txn: tuple[str, int], at: datetime) -> None:
@@ -516,13 +522,14 @@ class Inputs:
 
 
 class Changelog:
-    """Where a join's changelog goes: ``send`` a batch's changes tagged with the batch, ``has`` a
-    tag already gone out."""
+    """Where a join's changelog goes: ``send`` a batch's changes (keys, values: null for a
+    tombstone, and each record's timestamp in epoch ms: its result's event time) tagged with the
+    batch, ``has`` a tag already gone out."""
 
     def has(self, tag: bytes) -> bool:
         raise NotImplementedError
 
-    def send(self, keys: pa.Array, values: pa.Array, tag: bytes, at: datetime) -> None:
+    def send(self, keys: pa.Array, values: pa.Array, stamps: pa.Array, tag: bytes) -> None:
         raise NotImplementedError
 
 
@@ -567,12 +574,12 @@ class KafkaChangelog(Changelog):
         last = tail(self.cluster, self.topic, TAIL_DEPTH)
         return any(dict(m.headers() or []).get(BATCH_HEADER) == tag for m in last)
 
-    def send(self, keys: pa.Array, values: pa.Array, tag: bytes, at: datetime) -> None:
+    def send(self, keys: pa.Array, values: pa.Array, stamps: pa.Array, tag: bytes) -> None:
         if self._producer is None:
             # one running job per join: after a crash its successor aborts the open transaction
             name = producer_id(self.job.lake.root, "join", self.job.spec.name)
             self._producer = TransactionalProducer(self.cluster, self.topic, "murmur2", name)
-        self._producer.produce([(keys, values)], int(at.timestamp() * 1000), headers=[(BATCH_HEADER, tag)])
+        self._producer.produce([(keys, values, stamps.to_pylist())], headers=[(BATCH_HEADER, tag)])
 
 
 def _columns(schema: pa.Schema) -> list[tuple[str, str]]:

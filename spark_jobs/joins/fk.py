@@ -6,7 +6,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from spark_jobs.joins.batch import live, right_values
+from spark_jobs.joins.batch import live, right_versions, with_since
 from spark_jobs.joins.engine import Projection
 from spark_jobs.joins.keyed import KeyedJob
 from spark_jobs.joins.state_store import StateStoreJob
@@ -22,8 +22,15 @@ class FkJob(KeyedJob, StateStoreJob):
 
     @staticmethod
     def expected(spark, lake, config, spec: JoinSpec, left: DataFrame, right: DataFrame, codecs):
-        """fk: each live left record with the right value of the key its foreign key names."""
-        rows = live(left).select("key", F.col("value").alias("left_value"), F.col("by").alias("fk"))
-        rhs = right_values(right).withColumnRenamed("key", "fk")
-        rows = rows.join(rhs, "fk", "inner" if spec.type == "inner" else "left").drop("fk")
+        """fk: each live left record with the right value of the key its foreign key names; the
+        timestamp the latest of the left value's time and that right record's (a tombstone's too)."""
+        rows = live(with_since(left)).select(
+            "key", F.col("value").alias("left_value"), F.col("by").alias("fk"), "since"
+        )
+        rows = rows.join(right_versions(right).withColumnRenamed("key", "fk"), "fk", "left")
+        if spec.type == "inner":
+            rows = rows.filter(F.col("right_value").isNotNull())
+        rows = rows.select(
+            "key", F.greatest("since", "right_since").alias("timestamp"), "left_value", "right_value"
+        )
         return rows, Projection(spark, codecs, spec).frame

@@ -15,7 +15,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.utils import AnalysisException
 
 from spark_jobs.errors import UserError, spark_error
-from spark_jobs.joins.batch import live, right_values
+from spark_jobs.joins.batch import latest, live, right_values, with_since
 from spark_jobs.joins.engine import BatchMetrics, SideCodecs
 from spark_jobs.joins.keyed import KeyedJob
 from spark_jobs.joins.state_store import StateStoreJob
@@ -33,7 +33,9 @@ class ListProjection:
     def __init__(self, spark: SparkSession, codecs: SideCodecs, spec: JoinSpec):
         self.spark, self.spec = spark, spec
         self.codecs = codecs.values
-        rows = pa.schema([("key", pa.binary()), ("left_value", pa.binary())])
+        rows = pa.schema(
+            [("key", pa.binary()), ("timestamp", pa.timestamp("us", tz="UTC")), ("left_value", pa.binary())]
+        )
         elements = pa.schema(
             [
                 ("key", pa.binary()),
@@ -85,7 +87,7 @@ class ListProjection:
         ).selectExpr("key", "pos", "id", "matched", *exprs)
 
     def frame(self, rows: DataFrame, elements: DataFrame) -> DataFrame:
-        """``rows`` (key, left_value) and their ``elements`` (key, pos, item, id, right_value: null
+        """``rows`` (key, timestamp, left_value) and their ``elements`` (key, pos, item, id, right_value: null
         when the id has no live right record) -> the result's columns."""
         enriched = self._enriched(elements, self._element_exprs())
         if self.spec.type == "inner":
@@ -95,14 +97,16 @@ class ListProjection:
         lists = enriched.groupBy("key").agg(F.sort_array(F.collect_list(entry)).alias("__entries"))
         joined = rows.join(lists, "key", "left")
         items = F.transform("__entries", lambda x: x["e"])
-        framed = joined.select("key", self._value("left", "left_value").alias("left"), items.alias("__items"))
+        framed = joined.select(
+            "key", "timestamp", self._value("left", "left_value").alias("left"), items.alias("__items")
+        )
         element_type = framed.schema["__items"].dataType
         out = framed.selectExpr(
-            "key", *[f"({expr}) AS `{col}`" for col, expr in self.spec.select.items()], "__items"
+            "key", "timestamp", *[f"({expr}) AS `{col}`" for col, expr in self.spec.select.items()], "__items"
         )
         empty = F.expr("array()").cast(element_type)
         return out.select(
-            *[F.col(f"`{c}`") for c in ("key", *self.spec.select)],
+            *[F.col(f"`{c}`") for c in ("key", "timestamp", *self.spec.select)],
             F.coalesce(F.col("__items"), empty).alias(self.spec.list_as),
         )
 
@@ -124,7 +128,7 @@ class ListJob(KeyedJob, StateStoreJob):
     value it was joined with, so a batch looks up only added ids and ids whose right record changed."""
 
     operator = "ListJoin"
-    row_columns = ["key", "left_value", "__lp", "__lo", "items", "ids", "right_values"]
+    row_columns = ["key", "timestamp", "left_value", "__lp", "__lo", "items", "ids", "right_values"]
 
     def _result_projection(self) -> Any:
         return ListProjection(self.spark, self.codecs, self.spec)
@@ -138,25 +142,35 @@ class ListJob(KeyedJob, StateStoreJob):
             F.col("col.ids").alias("id"),
             F.col("col.right_values").alias("right_value"),
         )
-        return self.projection.frame(keys.select("key", "left_value"), elements)
+        return self.projection.frame(keys.select("key", "timestamp", "left_value"), elements)
 
     def _desired(
         self, live: pa.Table, txn: tuple[str, int], at: datetime, m: BatchMetrics
     ) -> tuple[pa.Table, pa.Array]:
-        return self._project(live.select(self.row_columns[:4]), txn, at, m, _elements(live))
+        return self._project(live.select(self.row_columns[:5]), txn, at, m, _elements(live))
 
     @staticmethod
     def expected(spark, lake, config, spec: JoinSpec, left: DataFrame, right: DataFrame, codecs):
         """list: each live left record with every element of its list and the right value it names."""
-        lhs = live(left)
+        lhs = live(with_since(left))
         elements = lhs.select("key", F.posexplode(F.arrays_zip("items", "ids")).alias("pos", "e")).select(
             "key", "pos", F.col("e.items").alias("item"), F.col("e.ids").alias("id")
         )
         elements = elements.join(right_values(right).withColumnRenamed("key", "id"), "id", "left")
-        projection = ListProjection(spark, codecs, spec)
-        return lhs.select("key", F.col("value").alias("left_value")), lambda some: projection.frame(
-            some, elements
+        # the row's timestamp: the latest of the left value's time and its ids' right records' (a
+        # right tombstone's too: it made the element unmatched)
+        rights = latest(with_since(right)).select(F.col("key").alias("id"), F.col("since").alias("__rs"))
+        times = (
+            lhs.select("key", "since", F.explode_outer(F.array_distinct("ids")).alias("id"))
+            .join(rights, "id", "left")
+            .groupBy("key")
+            .agg(F.greatest(F.max("since"), F.max("__rs")).alias("__ts"))
         )
+        rows = lhs.join(times, "key").select(
+            "key", F.col("__ts").alias("timestamp"), F.col("value").alias("left_value")
+        )
+        projection = ListProjection(spark, codecs, spec)
+        return rows, lambda some: projection.frame(some, elements)
 
 
 def _elements(rows: pa.Table) -> pa.Table:

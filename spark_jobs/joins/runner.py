@@ -495,6 +495,12 @@ def _user_error(error: Any, spec: JoinSpec, cluster: Cluster) -> str | None:
             f"join {spec.name}: topic {' and '.join(gone)} was deleted from Kafka while the join read it; "
             f"it stopped. When the topic is back (a new topic: its offsets start over), rerun with --reset"
         )
+    if "STATE_STORE_" in text and "SCHEMA" in text and "NOT_COMPATIBLE" in text:
+        return (
+            f"join {spec.name}: its state in {spec.name}'s checkpoint has another shape than this "
+            f"release keeps (written by an earlier release); rebuild it from the topics: "
+            f"lake run {spec.name} --once --reset"
+        )
     if any(sign in text for sign in DATA_LOSS):
         found = LOSS_REASON.search(text)
         what = f" ({found.group(1).strip().rstrip('.')})" if found and found.group(1).strip() else ""

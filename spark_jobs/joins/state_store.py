@@ -43,6 +43,18 @@ OPERATOR_COUNTS = {
     "elements_kept": "elements_kept",
 }
 CHUNK_KEYS = 100_000  # the driver's pass recomputes this many result keys at a time (bounded memory)
+DEAD = pa.schema([("key", pa.binary()), ("ts", pa.int64())])  # the changelog's tombstones
+
+
+def _dead(keys: pa.Array, rows: pa.Table) -> pa.Table:
+    """Tombstones for ``keys``, each with its deleting record's time (epoch ms) from ``rows`` (the
+    operator's rows that are not live: ``key``, ``timestamp``)."""
+    if not len(keys):
+        return DEAD.empty_table()
+    times = rows["timestamp"].combine_chunks().cast(pa.timestamp("us", tz="UTC"))
+    ms = pc.divide(times.cast(pa.int64()), 1000)
+    found = pc.take(ms, pc.index_in(keys, rows["key"].combine_chunks()))
+    return pa.table({"key": keys, "ts": found.cast(pa.int64())}, schema=DEAD)
 
 
 class StateStoreJob(JoinJob):
@@ -54,7 +66,7 @@ class StateStoreJob(JoinJob):
 
     operator: str  # the Java operator: lake.joins.<operator>.apply(records, join type)
     # the operator's columns that ``select`` is evaluated over (besides live, changed, left_deleted)
-    row_columns = ["key", "left_value", "__lp", "__lo", "right_value", "__rp", "__ro"]
+    row_columns = ["key", "timestamp", "left_value", "__lp", "__lo", "right_value", "__rp", "__ro"]
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
@@ -69,6 +81,8 @@ class StateStoreJob(JoinJob):
         valid = prepared.filter(F.col("reason").isNull()).drop("reason")
         operator = getattr(self.spark._jvm.lake.joins, self.operator)  # type: ignore[union-attr]
         joined = DataFrame(operator.apply(valid._jdf, self.spec.type), self.spark)
+        # the operator's result timestamp (microseconds) as the result's ``timestamp``
+        joined = joined.withColumn("timestamp", F.timestamp_micros("ts")).drop("ts")
         invalid = prepared.filter(F.col("reason").isNotNull())
         return joined.unionByName(invalid, allowMissingColumns=True)
 
@@ -112,7 +126,7 @@ class StateStoreJob(JoinJob):
                     if self.spec.publish:  # first: the topic is where a change is seen soonest
                         live = live.persist()  # published, then written: select evaluated once
                         with m.phases("publish"):
-                            self._publish_answers(live, keys, n_live < changed, txn, at)
+                            self._publish_answers(live, keys, n_live < changed, txn)
                     # parked for the table's next catch-up; a first load (nothing to merge) goes in
                     park = self.table_every and (self.behind.waiting or not self._result_empty)
                     try:
@@ -180,13 +194,14 @@ class StateStoreJob(JoinJob):
         if self.behind.waiting:  # the diff below is against the result: bring it up to date first
             self.fold()
         parts = -(-affected // CHUNK_KEYS)
-        changes, answered, left_deleted = [], [], []
+        changes, answered, left_deleted, times = [], [], [], []
         for part in range(parts):
             chunk = keys if parts == 1 else keys.filter(F.pmod(F.xxhash64("key"), F.lit(parts)) == part)
             chunk_rows = chunk.toArrow()
             desired, failed = self._desired(chunk_rows.filter(chunk_rows["live"]), txn, at, m)
             answered.append(desired)
             changes.append(self._changes(desired, _without(chunk_rows["key"].combine_chunks(), failed)))
+            times.append(chunk_rows.filter(pc.invert(chunk_rows["live"])).select(["key", "timestamp"]))
             if self.tombstones_follow_left:
                 left_deleted.append(chunk_rows.filter(chunk_rows["left_deleted"])["key"].combine_chunks())
         if self.spec.publish and not self._published:  # a batch publishes once, before its write
@@ -197,7 +212,7 @@ class StateStoreJob(JoinJob):
                 else self._records_schema.empty_table()
             )
             gone = pa.concat_arrays([c.deletes for c in changes] + left_deleted)
-            self._send(upserts, pc.unique(gone) if len(gone) else gone, txn, at)
+            self._send(upserts, _dead(pc.unique(gone) if len(gone) else gone, pa.concat_tables(times)), txn)
         return self._write_changes(changes, txn)
 
     def _desired(
@@ -221,19 +236,19 @@ class StateStoreJob(JoinJob):
         return self.lake.merge(self.spec.name, rows, ["key"], delete_column="__delete", txn=txn)
 
     # --- the changelog ----------------------------------------------------------------------------
-    _records_schema = pa.schema([("key", pa.binary()), ("v", pa.binary())])
+    _records_schema = pa.schema([("key", pa.binary()), ("v", pa.binary()), ("ts", pa.int64())])
 
     def _publish_answers(
-        self, live: DataFrame, keys: DataFrame, some_dead: bool, txn: tuple[str, int], at: datetime
+        self, live: DataFrame, keys: DataFrame, some_dead: bool, txn: tuple[str, int]
     ) -> None:
         """Publish the batch's answers before the result is written, so that the topic shows a change
         one Delta commit sooner: every live row the operator answered (as JSON; a left update whose
         row did not change is published again, as Kafka Streams' foreign-key join does), then a
         tombstone for every key that lost its row: each left key the batch deleted (also when the
         result held nothing for it, as Kafka Streams does) and each other key the result holds."""
-        dead = pa.array([], pa.binary())
+        dead = DEAD.empty_table()
         if some_dead:
-            gone = keys.filter(~F.col("live")).select("key", "left_deleted").toArrow()
+            gone = keys.filter(~F.col("live")).select("key", "left_deleted", "timestamp").toArrow()
             keys_gone = gone["key"].combine_chunks()
             follow = gone["left_deleted"].combine_chunks()
             if not self.tombstones_follow_left:
@@ -246,27 +261,32 @@ class StateStoreJob(JoinJob):
             if len(live_behind) or len(dead_behind):
                 held = _without(pa.concat_arrays([held, live_behind]), dead_behind)
                 held = pc.unique(held)
-            dead = pa.concat_arrays([keys_gone.filter(follow), held])
-        self._send(self._changelog_records(live), dead, txn, at)
+            dead = _dead(pa.concat_arrays([keys_gone.filter(follow), held]), gone)
+        self._send(self._changelog_records(live), dead, txn)
 
     def _changelog_records(self, rows: DataFrame) -> pa.Table:
-        """``key`` and ``v`` (the row's select columns as the changelog's record) of result rows, by key."""
+        """``key``, ``v`` (the row's select columns as the changelog's record) and ``ts`` (its
+        timestamp, epoch ms) of result rows, by key."""
         meta = set(self.spec.join_kind.meta_columns)
         columns = [F.col(f"`{c}`") for c in self.result_schema.names if c not in meta]
         assert self.publish_value is not None  # a job that publishes
         record = self.publish_value(F.struct(*columns))
-        out = rows.select("key", record.alias("v")).toArrow()
-        return out.sort_by([("key", "ascending")]) if out.num_rows else self._records_schema.empty_table()
+        out = rows.select("key", record.alias("v"), F.unix_millis("timestamp").alias("ts")).toArrow()
+        if not out.num_rows:
+            return self._records_schema.empty_table()
+        return out.cast(self._records_schema).sort_by([("key", "ascending")])
 
-    def _send(self, upserts: pa.Table, dead: pa.Array, txn: tuple[str, int], at: datetime) -> None:
-        """The batch's changelog: the upserts, then a tombstone per ``dead`` key (in key order)."""
+    def _send(self, upserts: pa.Table, dead: pa.Table, txn: tuple[str, int]) -> None:
+        """The batch's changelog: the upserts, then a tombstone per ``dead`` key (``key``, ``ts``;
+        in key order), each record with its result's timestamp."""
         self._published = True
-        if not upserts.num_rows and not len(dead):
+        if not upserts.num_rows and not dead.num_rows:
             return
-        dead = dead.take(pc.sort_indices(dead)) if len(dead) else dead
-        keys = pa.concat_arrays([upserts["key"].combine_chunks(), dead])
-        values = pa.concat_arrays([upserts["v"].combine_chunks(), pa.nulls(len(dead), pa.binary())])
-        self._publish(keys, values, txn, at)
+        dead = dead.sort_by([("key", "ascending")]) if dead.num_rows else dead
+        keys = pa.concat_arrays([upserts["key"].combine_chunks(), dead["key"].combine_chunks()])
+        values = pa.concat_arrays([upserts["v"].combine_chunks(), pa.nulls(dead.num_rows, pa.binary())])
+        stamps = pa.concat_arrays([upserts["ts"].combine_chunks(), dead["ts"].combine_chunks()])
+        self._publish(keys, values, stamps, txn)
 
     def _count_commit(self, version: int | None, m: BatchMetrics) -> None:
         """The batch's upserted and deleted rows, from its result commit's operation metrics."""

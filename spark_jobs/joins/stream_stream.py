@@ -26,6 +26,8 @@ class StreamStreamJob(StreamJob):
     whose window is still open, with whether they have been paired yet (overwritten when they
     change)."""
 
+    time_columns = ("left_timestamp", "right_timestamp")
+
     @classmethod
     def _kind_tables(cls, spec: JoinSpec) -> dict[str, pa.Schema]:
         return _stream_tables(spec) | {

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
@@ -218,21 +219,28 @@ class StreamJob(JoinJob):
                 (self.lake.commit(self.spec.name, version).metrics or {}).get("numOutputRows", 0)
             )
         if published is not None and len(published[0]):
-            self._publish(published[0], published[1], txn, at)
+            self._publish(*published, txn)
 
-    def _events_published(self, rows: DataFrame, order: list[str]) -> tuple[pa.Array, pa.Array]:
-        """The events' keys and their select columns as the changelog's records, in ``order``."""
+    def _events_published(self, rows: DataFrame, order: list[str]) -> tuple[pa.Array, pa.Array, pa.Array]:
+        """The events' keys, their select columns as the changelog's records, and their times
+        (epoch ms), in ``order``."""
         out = self.projection.frame(rows)
         columns = [F.col(f"`{c}`") for c in self.spec.select]
         assert self.publish_value is not None  # a job that publishes
         record = self.publish_value(F.struct(*columns))
         sorted_rows = out.orderBy(*[F.col(c).asc_nulls_last() for c in order])
-        table = sorted_rows.select("key", record.alias("v")).toArrow()
-        return table["key"].combine_chunks().cast(pa.binary()), table["v"].combine_chunks().cast(pa.binary())
+        times = [F.col(c) for c in self.time_columns]
+        ms = F.unix_millis(F.greatest(*times) if len(times) > 1 else times[0]).alias("ts")
+        table = sorted_rows.select("key", record.alias("v"), ms).toArrow()
+        return (
+            table["key"].combine_chunks().cast(pa.binary()),
+            table["v"].combine_chunks().cast(pa.binary()),
+            table["ts"].combine_chunks().cast(pa.int64()),
+        )
 
     def _append_on_driver(
         self, rows: DataFrame, order: list[str], txn: tuple[str, int], at: datetime, m: BatchMetrics
-    ) -> tuple[int | None, tuple[pa.Array, pa.Array] | None]:
+    ) -> tuple[int | None, tuple[pa.Array, pa.Array, pa.Array] | None]:
         """The driver's pass of a batch whose ``select`` failed on some record: the failing rows are
         bisected out and quarantined, the rest appended."""
         arrow = conform(_arrow(rows), _rows_schema(rows.columns), f"join {self.spec.name}")
@@ -242,7 +250,10 @@ class StreamJob(JoinJob):
         version = self.lake.append(self.spec.name, _without_published(out), txn=txn) if out.num_rows else None
         published = None
         if self.spec.publish:
-            published = (out["key"].combine_chunks(), out[PUBLISHED].combine_chunks())
+            times = [out[c].combine_chunks().cast(TS).cast(pa.int64()) for c in self.time_columns]
+            latest = pc.max_element_wise(*times, skip_nulls=True) if len(times) > 1 else times[0]
+            ms = pc.divide(latest, 1000)
+            published = (out["key"].combine_chunks(), out[PUBLISHED].combine_chunks(), ms)
         return version, published
 
 

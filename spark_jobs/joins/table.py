@@ -5,7 +5,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from spark_jobs.joins.batch import live, right_values
+from spark_jobs.joins.batch import latest, right_versions, with_since
 from spark_jobs.joins.engine import Projection
 from spark_jobs.joins.state_store import StateStoreJob
 from spark_jobs.seams.config import JoinSpec
@@ -21,7 +21,16 @@ class TableJob(StateStoreJob):
 
     @staticmethod
     def expected(spark, lake, config, spec: JoinSpec, left: DataFrame, right: DataFrame, codecs):
-        """table: both sides' latest live values per key, joined."""
-        how = {"inner": "inner", "left": "left", "outer": "full"}[spec.type]
-        lhs = live(left).select("key", F.col("value").alias("left_value"))
-        return lhs.join(right_values(right), "key", how), Projection(spark, codecs, spec).frame
+        """table: both sides' latest live values per key, joined; the timestamp the latest of both
+        sides' value times (a tombstone's too)."""
+        lhs = latest(with_since(left)).select("key", F.col("value").alias("left_value"), "since")
+        rows = lhs.join(right_versions(right), "key", "full")
+        has_left, has_right = F.col("left_value").isNotNull(), F.col("right_value").isNotNull()
+        keep = {"inner": has_left & has_right, "left": has_left, "outer": has_left | has_right}[spec.type]
+        rows = rows.filter(keep).select(
+            "key",
+            F.greatest("since", "right_since").alias("timestamp"),
+            "left_value",
+            "right_value",
+        )
+        return rows, Projection(spark, codecs, spec).frame

@@ -617,7 +617,7 @@ def _send(
     for i, (key, value) in enumerate(zip(keys.to_pylist(), values.to_pylist(), strict=True)):
         if stamps is not None:  # per-record timestamps and headers (a copy of another topic's records)
             extra["timestamp"] = stamps[i]
-            extra["headers"] = heads[i] if heads is not None and heads[i] else None
+            extra["headers"] = heads[i] if heads is not None and heads[i] else headers
         while True:
             try:
                 send(topic, value, key, **extra)

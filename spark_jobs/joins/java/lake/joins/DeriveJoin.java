@@ -48,6 +48,7 @@ public final class DeriveJoin {
           .add("left_value", DataTypes.BinaryType)
           .add("__lp", DataTypes.IntegerType)
           .add("__lo", DataTypes.LongType)
+          .add("ts", DataTypes.LongType) // the newest holder's value time; a delete's: the release's
           .add("live", DataTypes.BooleanType)
           .add("changed", DataTypes.BooleanType)
           .add("left_deleted", DataTypes.BooleanType)
@@ -82,6 +83,7 @@ public final class DeriveJoin {
       int n = 0;
       int nullKey = 0;
       boolean changed = false;
+      Long released = null; // the latest value time of the batch's records that released the key
       while (rows.hasNext()) {
         Row r = rows.next(); // route, op, key, value, ts, partition, offset, left_deleted, n, n_null
         n += r.getInt(8);
@@ -89,17 +91,18 @@ public final class DeriveJoin {
         if (derived == null) continue; // only counts: the null group keeps no state
         int op = r.getInt(1);
         if (op == FkJoin.SUBSCRIBE) {
-          Row version = RowFactory.create(r.get(3), r.getLong(4), r.getInt(5), r.getLong(6));
+          Row version = RowFactory.create(r.get(3), r.getLong(4), r.getInt(5), r.getLong(6), r.get(10));
           holders.updateValue((byte[]) r.get(2), version);
           changed = true;
         } else if (op == FkJoin.UNSUBSCRIBE) {
           holders.removeKey((byte[]) r.get(2));
           changed = true;
+          if (!r.isNullAt(10)) released = released == null ? r.getLong(10) : Math.max(released, r.getLong(10));
         }
       }
       List<Row> out = new ArrayList<>(2);
       if (n > 0 || nullKey > 0) {
-        out.add(RowFactory.create(null, null, null, null, null, false, false, false, n, 0, nullKey));
+        out.add(RowFactory.create(null, null, null, null, null, null, false, false, false, n, 0, nullKey));
       }
       if (changed) {
         byte[] master = null;
@@ -119,6 +122,7 @@ public final class DeriveJoin {
                 newest == null ? null : newest.get(0),
                 newest == null ? null : newest.get(2),
                 newest == null ? null : newest.get(3),
+                newest == null ? released : TableJoin.since(newest),
                 newest != null,
                 true,
                 false,

@@ -69,7 +69,8 @@ public final class FkJoin {
           .add("offset", DataTypes.LongType)
           .add("left_deleted", DataTypes.BooleanType)
           .add("n", DataTypes.IntegerType)
-          .add("n_null", DataTypes.IntegerType);
+          .add("n_null", DataTypes.IntegerType)
+          .add("since", DataTypes.LongType); // the version's value time (TableJoin.VERSION)
 
   /** A left key's accepted version with its foreign key. */
   static final StructType LEFT =
@@ -78,7 +79,8 @@ public final class FkJoin {
           .add("ts", DataTypes.LongType)
           .add("partition", DataTypes.IntegerType)
           .add("offset", DataTypes.LongType)
-          .add("fk", DataTypes.BinaryType);
+          .add("fk", DataTypes.BinaryType)
+          .add("since", DataTypes.LongType);
 
   public static final StructType OUTPUT = TableJoin.OUTPUT.add("n_null", DataTypes.IntegerType);
 
@@ -105,7 +107,8 @@ public final class FkJoin {
                 "offset",
                 "false AS left_deleted",
                 "1 AS n",
-                "0 AS n_null");
+                "0 AS n_null",
+                "CAST(NULL AS BIGINT) AS since");
     return ops.union(right)
         .groupByKey((MapFunction<Row, byte[]>) r -> (byte[]) r.get(0), Encoders.BINARY())
         .transformWithState(
@@ -144,24 +147,23 @@ public final class FkJoin {
     @Override
     public scala.collection.Iterator<Row> handleInputRows(
         byte[] key, scala.collection.Iterator<Row> rows, TimerValues timers) {
-      Row best = null;
-      int n = 0;
+      List<Row> versions = new ArrayList<>();
       int nullFk = 0;
       while (rows.hasNext()) {
         Row r = rows.next(); // key, value, ts, partition, offset, by
-        n++;
         if (!r.isNullAt(1) && r.isNullAt(5)) nullFk++;
-        Row version = RowFactory.create(r.get(1), r.getLong(2), r.getInt(3), r.getLong(4), r.get(5));
-        if (TableJoin.newer(version, best)) best = version;
+        versions.add(RowFactory.create(r.get(1), r.getLong(2), r.getInt(3), r.getLong(4), r.get(5), null));
       }
+      int n = versions.size();
       Row old = left.exists() ? left.get() : null;
+      Row best = TableJoin.advance(old, versions);
       List<Row> out = new ArrayList<>(2);
-      if (TableJoin.newer(best, old)) {
+      if (best != old) {
         left.update(best);
       }
       // a newer record with the same value (so the same foreign key) changes no joined row; for
       // derive it may (the newest holder of a derived key wins)
-      if (TableJoin.newer(best, old) && (derive || !TableJoin.sameValue(best, old))) {
+      if (best != old && (derive || !TableJoin.sameVersion(best, old))) {
         boolean wasLive = TableJoin.live(old);
         byte[] oldFk = wasLive ? (byte[]) old.get(4) : null;
         byte[] fk = TableJoin.live(best) ? (byte[]) best.get(4) : null;
@@ -194,7 +196,8 @@ public final class FkJoin {
           version == null ? null : version.get(3),
           leftDeleted,
           0,
-          0);
+          0,
+          TableJoin.since(version));
     }
 
     private static Row withCounts(Row op, int n, int nullFk) {
@@ -231,29 +234,30 @@ public final class FkJoin {
         byte[] fk, scala.collection.Iterator<Row> rows, TimerValues timers) {
       List<Row> answers = new ArrayList<>();
       List<Row> subscribed = new ArrayList<>();
-      Row bestRight = null;
+      List<Row> deleted = new ArrayList<>(); // (key, tombstone version, left_deleted)
+      List<Row> rights = new ArrayList<>();
       int nLeft = 0;
       int nRight = 0;
       int nullFk = 0;
       while (rows.hasNext()) {
-        Row r = rows.next(); // route, op, key, value, ts, partition, offset, left_deleted, n, n_null
+        Row r = rows.next(); // route, op, key, value, ts, partition, offset, left_deleted, n, n_null, since
         int op = r.getInt(1);
         nullFk += r.getInt(9);
         if (op == RIGHT) {
           nRight += r.getInt(8);
-          Row version = RowFactory.create(r.get(3), r.getLong(4), r.getInt(5), r.getLong(6));
-          if (TableJoin.newer(version, bestRight)) bestRight = version;
+          rights.add(RowFactory.create(r.get(3), r.getLong(4), r.getInt(5), r.getLong(6), null));
           continue;
         }
         nLeft += r.getInt(8);
         byte[] key = (byte[]) r.get(2);
         if (op == DELETE) {
           if (fk != null) subscribers.removeKey(key);
-          answers.add(answer(key, null, null, r.getBoolean(7)));
+          Row tombstone = RowFactory.create(null, r.getLong(4), r.getInt(5), r.getLong(6), r.get(10));
+          deleted.add(RowFactory.create(key, tombstone, r.getBoolean(7)));
         } else if (op == UNSUBSCRIBE) {
           subscribers.removeKey(key);
         } else if (op == SUBSCRIBE) {
-          Row version = RowFactory.create(r.get(3), r.getLong(4), r.getInt(5), r.getLong(6));
+          Row version = RowFactory.create(r.get(3), r.getLong(4), r.getInt(5), r.getLong(6), r.get(10));
           if (fk == null) {
             answers.add(answer(key, version, null, false)); // nothing to join with, no state
           } else {
@@ -265,12 +269,15 @@ public final class FkJoin {
       Row current = null;
       boolean rightChanged = false;
       if (fk != null) {
-        current = right.exists() ? right.get() : null;
-        if (bestRight != null && TableJoin.newer(bestRight, current)) {
-          rightChanged = !TableJoin.sameValue(bestRight, current); // the same value: no answer
-          current = bestRight;
+        Row old = right.exists() ? right.get() : null;
+        current = TableJoin.advance(old, rights);
+        if (current != old) {
+          rightChanged = !TableJoin.sameVersion(current, old); // the same value: no answer
           right.update(current);
         }
+      }
+      for (Row d : deleted) {
+        answers.add(answer((byte[]) d.get(0), d.getStruct(1), current, d.getBoolean(2)));
       }
       if (nLeft > 0 || nRight > 0 || nullFk > 0) {
         answers.add(counts(nLeft, nRight, nullFk));
@@ -285,18 +292,23 @@ public final class FkJoin {
           answers, subscribers.iterator(), (key, left) -> answer(key, left, value, false));
     }
 
-    /** A left key's joined row after the batch ({@code left} null: the left key is deleted). */
+    /**
+     * A left key's joined row after the batch ({@code left} a tombstone: the left key is deleted),
+     * with the right side's version of its foreign key (null: none).
+     */
     private Row answer(byte[] key, Row left, Row right, boolean leftDeleted) {
       boolean live = TableJoin.live(left) && (!inner || TableJoin.live(right));
       boolean matched = TableJoin.live(right);
+      boolean hasLeft = TableJoin.live(left);
       return RowFactory.create(
           key,
           TableJoin.value(left),
           matched ? right.get(0) : null,
-          left == null ? null : left.get(2),
-          left == null ? null : left.get(3),
+          hasLeft ? left.get(2) : null,
+          hasLeft ? left.get(3) : null,
           matched ? right.get(2) : null,
           matched ? right.get(3) : null,
+          TableJoin.resultTs(live, left, right),
           live,
           true,
           leftDeleted,
@@ -307,7 +319,7 @@ public final class FkJoin {
 
     private static Row counts(int nLeft, int nRight, int nullFk) {
       return RowFactory.create(
-          null, null, null, null, null, null, null, false, false, false, nLeft, nRight, nullFk);
+          null, null, null, null, null, null, null, null, false, false, false, nLeft, nRight, nullFk);
     }
   }
 }

@@ -69,7 +69,8 @@ public final class ListJoin {
           .add("n_left", DataTypes.IntegerType)
           .add("n_right", DataTypes.IntegerType)
           .add("items", DataTypes.createArrayType(DataTypes.StringType))
-          .add("ids", DataTypes.createArrayType(DataTypes.BinaryType));
+          .add("ids", DataTypes.createArrayType(DataTypes.BinaryType))
+          .add("since", DataTypes.LongType); // ROW, ELEMENT: the version's value time
 
   static final StructType LEFT =
       new StructType()
@@ -78,9 +79,12 @@ public final class ListJoin {
           .add("partition", DataTypes.IntegerType)
           .add("offset", DataTypes.LongType)
           .add("items", DataTypes.createArrayType(DataTypes.StringType))
-          .add("ids", DataTypes.createArrayType(DataTypes.BinaryType));
+          .add("ids", DataTypes.createArrayType(DataTypes.BinaryType))
+          .add("since", DataTypes.LongType);
 
-  static final StructType CACHED = new StructType().add("value", DataTypes.BinaryType);
+  /** An element's right value as last answered, and its value time (null: no right record). */
+  static final StructType CACHED =
+      new StructType().add("value", DataTypes.BinaryType).add("since", DataTypes.LongType);
 
   public static final StructType OUTPUT =
       new StructType()
@@ -91,6 +95,7 @@ public final class ListJoin {
           .add("items", DataTypes.createArrayType(DataTypes.StringType))
           .add("ids", DataTypes.createArrayType(DataTypes.BinaryType))
           .add("right_values", DataTypes.createArrayType(DataTypes.BinaryType))
+          .add("ts", DataTypes.LongType) // the left value time and its elements' right ones, the latest
           .add("live", DataTypes.BooleanType)
           .add("changed", DataTypes.BooleanType)
           .add("left_deleted", DataTypes.BooleanType)
@@ -133,7 +138,8 @@ public final class ListJoin {
                 "0 AS n_left",
                 "1 AS n_right",
                 "CAST(NULL AS array<string>) AS items",
-                "CAST(NULL AS array<binary>) AS ids");
+                "CAST(NULL AS array<binary>) AS ids",
+                "CAST(NULL AS BIGINT) AS since");
     return memberships
         .union(right)
         .groupByKey((MapFunction<Row, byte[]>) r -> (byte[]) r.get(0), Encoders.BINARY())
@@ -155,9 +161,10 @@ public final class ListJoin {
       int nLeft,
       int nRight,
       Object items,
-      Object ids) {
+      Object ids,
+      Object since) {
     return RowFactory.create(
-        route, op, key, id, value, ts, partition, offset, leftDeleted, nLeft, nRight, items, ids);
+        route, op, key, id, value, ts, partition, offset, leftDeleted, nLeft, nRight, items, ids, since);
   }
 
   /** The distinct non-null ids of a list version (none for a tombstone or no version). */
@@ -183,19 +190,18 @@ public final class ListJoin {
     @Override
     public scala.collection.Iterator<Row> handleInputRows(
         byte[] key, scala.collection.Iterator<Row> rows, TimerValues timers) {
-      Row best = null;
-      int n = 0;
+      List<Row> versions = new ArrayList<>();
       while (rows.hasNext()) {
         Row r = rows.next(); // key, value, ts, partition, offset, items, ids
-        n++;
-        Row version =
-            RowFactory.create(r.get(1), r.getLong(2), r.getInt(3), r.getLong(4), r.get(5), r.get(6));
-        if (TableJoin.newer(version, best)) best = version;
+        versions.add(
+            RowFactory.create(r.get(1), r.getLong(2), r.getInt(3), r.getLong(4), r.get(5), r.get(6), null));
       }
+      int n = versions.size();
       Row old = left.exists() ? left.get() : null;
+      Row best = TableJoin.advance(old, versions);
       List<Row> out = new ArrayList<>();
-      if (!TableJoin.newer(best, old)) {
-        out.add(op(null, COUNT, key, null, null, null, null, null, false, n, 0, null, null));
+      if (best == old) {
+        out.add(op(null, COUNT, key, null, null, null, null, null, false, n, 0, null, null, null));
         return CollectionConverters.asScala(out.iterator());
       }
       left.update(best);
@@ -203,12 +209,12 @@ public final class ListJoin {
       Set<ByteKey> after = ids(best);
       for (ByteKey id : before) {
         if (!after.contains(id)) {
-          out.add(op(id.bytes, UNSUBSCRIBE, key, id.bytes, null, null, null, null, false, 0, 0, null, null));
+          out.add(op(id.bytes, UNSUBSCRIBE, key, id.bytes, null, null, null, null, false, 0, 0, null, null, null));
         }
       }
       for (ByteKey id : after) {
         if (!before.contains(id)) {
-          out.add(op(id.bytes, SUBSCRIBE, key, id.bytes, null, null, null, null, false, 0, 0, null, null));
+          out.add(op(id.bytes, SUBSCRIBE, key, id.bytes, null, null, null, null, false, 0, 0, null, null, null));
         }
       }
       // a tombstone for a live row, or for a key never seen (forwarded, as Kafka Streams does); a
@@ -216,7 +222,7 @@ public final class ListJoin {
       boolean deleted = !TableJoin.live(best) && (old == null || TableJoin.live(old));
       out.add(
           op(null, ROW, key, null, best.get(0), best.get(1), best.get(2), best.get(3), deleted, n, 0,
-              best.get(4), best.get(5)));
+              best.get(4), best.get(5), best.get(6)));
       return CollectionConverters.asScala(out.iterator());
     }
   }
@@ -239,7 +245,7 @@ public final class ListJoin {
         byte[] id, scala.collection.Iterator<Row> rows, TimerValues timers) {
       List<Row> out = new ArrayList<>();
       List<byte[]> added = new ArrayList<>();
-      Row bestRight = null;
+      List<Row> rights = new ArrayList<>();
       int nRight = 0;
       while (rows.hasNext()) {
         Row r = rows.next();
@@ -248,40 +254,40 @@ public final class ListJoin {
         if (id == null) { // rows and counts, on to the left key's group
           out.add(
               op(key, op, key, null, r.get(4), r.get(5), r.get(6), r.get(7), r.getBoolean(8),
-                  r.getInt(9), 0, r.get(11), r.get(12)));
+                  r.getInt(9), 0, r.get(11), r.get(12), r.get(13)));
         } else if (op == RIGHT) {
           nRight++;
-          Row version = RowFactory.create(r.get(4), r.getLong(5), r.getInt(6), r.getLong(7));
-          if (TableJoin.newer(version, bestRight)) bestRight = version;
+          rights.add(RowFactory.create(r.get(4), r.getLong(5), r.getInt(6), r.getLong(7), null));
         } else if (op == SUBSCRIBE) {
           holders.updateValue(key, true);
           added.add(key);
         } else if (op == UNSUBSCRIBE) {
           holders.removeKey(key);
-          out.add(op(key, RETRACT, key, id, null, null, null, null, false, 0, 0, null, null));
+          out.add(op(key, RETRACT, key, id, null, null, null, null, false, 0, 0, null, null, null));
         }
       }
       if (id == null) return CollectionConverters.asScala(out.iterator());
       if (nRight > 0) {
-        out.add(op(null, COUNT, null, null, null, null, null, null, false, 0, nRight, null, null));
+        out.add(op(null, COUNT, null, null, null, null, null, null, false, 0, nRight, null, null, null));
       }
-      Row current = right.exists() ? right.get() : null;
-      boolean changed = bestRight != null && TableJoin.newer(bestRight, current);
+      Row old = right.exists() ? right.get() : null;
+      Row current = TableJoin.advance(old, rights);
+      boolean changed = current != old;
       if (changed) {
-        current = bestRight;
         right.update(current);
       }
-      Object value = TableJoin.value(current);
+      Row version = current;
       if (!changed) {
-        for (byte[] key : added) out.add(element(key, id, value));
+        for (byte[] key : added) out.add(element(key, id, version));
         return CollectionConverters.asScala(out.iterator());
       }
       // the right record changed: every holder (the new ones among them), streamed from the store
-      return TableJoin.fanOut(out, holders.iterator(), (key, held) -> element(key, id, value));
+      return TableJoin.fanOut(out, holders.iterator(), (key, held) -> element(key, id, version));
     }
 
-    private static Row element(byte[] key, byte[] id, Object value) {
-      return op(key, ELEMENT, key, id, value, null, null, null, false, 0, 0, null, null);
+    private static Row element(byte[] key, byte[] id, Row right) {
+      return op(key, ELEMENT, key, id, TableJoin.value(right), null, null, null, false, 0, 0, null, null,
+          TableJoin.since(right));
     }
   }
 
@@ -306,6 +312,7 @@ public final class ListJoin {
       int retracted = 0;
       boolean changed = false;
       boolean deleted = false;
+      Long deletedAt = null; // the value time of the batch's tombstone of the row
       while (rows.hasNext()) {
         Row r = rows.next();
         int op = r.getInt(1);
@@ -317,13 +324,16 @@ public final class ListJoin {
           deleted = r.getBoolean(8);
           if (r.isNullAt(4)) {
             row.clear();
+            deletedAt = r.isNullAt(13) ? null : r.getLong(13);
           } else {
-            row.update(RowFactory.create(r.get(4), r.get(5), r.get(6), r.get(7), r.get(11), r.get(12)));
+            row.update(
+                RowFactory.create(
+                    r.get(4), r.get(5), r.get(6), r.get(7), r.get(11), r.get(12), r.get(13)));
           }
         } else if (op == ELEMENT) {
           changed = true;
           joined++;
-          cache.updateValue((byte[]) r.get(3), RowFactory.create(r.get(4)));
+          cache.updateValue((byte[]) r.get(3), RowFactory.create(r.get(4), r.get(13)));
         } else if (op == RETRACT) {
           changed = true;
           retracted++;
@@ -335,18 +345,22 @@ public final class ListJoin {
         if (nLeft > 0 || nRight > 0) {
           out.add(
               RowFactory.create(
-                  null, null, null, null, null, null, null, false, false, false, nLeft, nRight, 0, 0, 0));
+                  null, null, null, null, null, null, null, null, false, false, false, nLeft, nRight, 0,
+                  0, 0));
         }
         return CollectionConverters.asScala(out.iterator());
       }
       Row current = row.exists() ? row.get() : null;
       List<Object> values = new ArrayList<>();
       int kept = 0;
+      Long ts = deletedAt;
       if (current != null) {
         kept = Math.max(0, ids(current).size() - joined);
+        ts = TableJoin.since(current);
         for (Object id : current.getList(5)) {
           Row cached = id == null ? null : cache.getValue((byte[]) id);
           values.add(cached == null ? null : cached.get(0));
+          if (cached != null && !cached.isNullAt(1)) ts = Math.max(ts, cached.getLong(1));
         }
       }
       out.add(
@@ -358,6 +372,7 @@ public final class ListJoin {
               current == null ? null : current.get(4),
               current == null ? null : current.get(5),
               current == null ? null : CollectionConverters.asScala(values).toSeq(),
+              ts,
               current != null,
               true,
               deleted,

@@ -1,6 +1,7 @@
 package lake.joins;
 
 import java.sql.Timestamp;
+import java.util.ArrayList;
 import java.util.Collections;
 import java.util.Iterator;
 import java.util.List;
@@ -38,13 +39,18 @@ import scala.jdk.javaapi.CollectionConverters;
 public final class TableJoin extends StatefulProcessor<byte[], Row, Row> {
   private static final long serialVersionUID = 1L;
 
-  /** A side's accepted version of a key. */
+  /**
+   * A side's accepted version of a key. {@code since} (the last field of every version struct): the
+   * timestamp of the record that gave the side its current value; a later record with the same value
+   * changes nothing, not even that (as Kafka Streams' tables drop an idempotent update).
+   */
   static final StructType VERSION =
       new StructType()
           .add("value", DataTypes.BinaryType)
           .add("ts", DataTypes.LongType) // microseconds
           .add("partition", DataTypes.IntegerType)
-          .add("offset", DataTypes.LongType);
+          .add("offset", DataTypes.LongType)
+          .add("since", DataTypes.LongType);
 
   public static final StructType OUTPUT =
       new StructType()
@@ -55,6 +61,7 @@ public final class TableJoin extends StatefulProcessor<byte[], Row, Row> {
           .add("__lo", DataTypes.LongType)
           .add("__rp", DataTypes.IntegerType)
           .add("__ro", DataTypes.LongType)
+          .add("ts", DataTypes.LongType) // the result's timestamp (microseconds): resultTs
           .add("live", DataTypes.BooleanType)
           .add("changed", DataTypes.BooleanType)
           .add("left_deleted", DataTypes.BooleanType)
@@ -89,10 +96,8 @@ public final class TableJoin extends StatefulProcessor<byte[], Row, Row> {
   @Override
   public scala.collection.Iterator<Row> handleInputRows(
       byte[] key, scala.collection.Iterator<Row> rows, TimerValues timers) {
-    Row bestLeft = null;
-    Row bestRight = null;
-    int nLeft = 0;
-    int nRight = 0;
+    List<Row> lefts = new ArrayList<>();
+    List<Row> rights = new ArrayList<>();
     while (rows.hasNext()) {
       Row r = rows.next();
       Row version =
@@ -100,29 +105,18 @@ public final class TableJoin extends StatefulProcessor<byte[], Row, Row> {
               r.getAs("value"),
               micros(r.getAs("timestamp")),
               r.<Integer>getAs("partition"),
-              r.<Long>getAs("offset"));
-      if ("left".equals(r.getAs("side"))) {
-        nLeft++;
-        if (newer(version, bestLeft)) bestLeft = version;
-      } else {
-        nRight++;
-        if (newer(version, bestRight)) bestRight = version;
-      }
+              r.<Long>getAs("offset"),
+              null);
+      ("left".equals(r.getAs("side")) ? lefts : rights).add(version);
     }
     Row oldLeft = left.exists() ? left.get() : null;
     Row oldRight = right.exists() ? right.get() : null;
-    Row newLeft = oldLeft;
-    Row newRight = oldRight;
-    if (bestLeft != null && newer(bestLeft, oldLeft)) {
-      newLeft = bestLeft;
-      left.update(newLeft);
-    }
-    if (bestRight != null && newer(bestRight, oldRight)) {
-      newRight = bestRight;
-      right.update(newRight);
-    }
+    Row newLeft = advance(oldLeft, lefts);
+    Row newRight = advance(oldRight, rights);
+    if (newLeft != oldLeft) left.update(newLeft);
+    if (newRight != oldRight) right.update(newRight);
     // a newer record with the same value (a producer's retry, a replayed backfill) changes no row
-    boolean changed = !sameValue(newLeft, oldLeft) || !sameValue(newRight, oldRight);
+    boolean changed = !sameVersion(newLeft, oldLeft) || !sameVersion(newRight, oldRight);
     boolean leftDeleted = newLeft != oldLeft && !live(newLeft) && live(oldLeft);
     Row out =
         RowFactory.create(
@@ -133,11 +127,12 @@ public final class TableJoin extends StatefulProcessor<byte[], Row, Row> {
             newLeft == null ? null : newLeft.get(3),
             newRight == null ? null : newRight.get(2),
             newRight == null ? null : newRight.get(3),
+            resultTs(joined(newLeft, newRight), newLeft, newRight),
             joined(newLeft, newRight),
             changed,
             leftDeleted,
-            nLeft,
-            nRight);
+            lefts.size(),
+            rights.size());
     return CollectionConverters.asScala(Collections.singletonList(out).iterator());
   }
 
@@ -163,6 +158,57 @@ public final class TableJoin extends StatefulProcessor<byte[], Row, Row> {
   /** True when both versions hold the same value (a tombstone and nothing yet are the same). */
   static boolean sameValue(Row a, Row b) {
     return java.util.Arrays.equals((byte[]) value(a), (byte[]) value(b));
+  }
+
+  /**
+   * True when both versions hold the same value since the same time (a tombstone and nothing yet are
+   * the same: neither shows a value).
+   */
+  static boolean sameVersion(Row a, Row b) {
+    return sameValue(a, b) && (value(a) == null || java.util.Objects.equals(since(a), since(b)));
+  }
+
+  /** When a version's value began (null: no version). */
+  static Long since(Row version) {
+    return version == null ? null : version.getLong(version.length() - 1);
+  }
+
+  /**
+   * The version after {@code old} (null: none yet) once a batch's {@code records} of one side are
+   * applied in (timestamp, offset, partition) order: the newest, with the time its value began (an
+   * older record than the accepted version is late and changes nothing). Returns {@code old} itself
+   * when nothing is newer. Records are version rows whose last field ({@code since}) is filled here.
+   */
+  static Row advance(Row old, List<Row> records) {
+    records.sort((a, b) -> newer(a, b) ? 1 : newer(b, a) ? -1 : 0);
+    Row current = old;
+    for (Row r : records) {
+      if (!newer(r, current)) continue;
+      long began = current != null && sameValue(r, current) ? since(current) : r.getLong(1);
+      Object[] fields = new Object[r.length()];
+      for (int i = 0; i < fields.length; i++) fields[i] = r.get(i);
+      fields[fields.length - 1] = began;
+      current = RowFactory.create(fields);
+    }
+    return current;
+  }
+
+  /**
+   * A result's timestamp (microseconds; null when no side has a version), as Kafka Streams gives
+   * a join result: a live row's is the largest of its sides' value times (a side's tombstone
+   * counts: it made that side null); a deleted row's is its deleting record's, the latest of the
+   * sides that are tombstones.
+   */
+  static Long resultTs(boolean live, Row... versions) {
+    Long out = null;
+    Long any = null;
+    for (Row v : versions) {
+      Long t = since(v);
+      if (t == null) continue;
+      any = any == null ? t : Math.max(any, t);
+      if (live || !live(v)) out = out == null ? t : Math.max(out, t);
+    }
+    return out == null ? any : out;
   }
 
   /** True when {@code a} comes after {@code b} (null: nothing yet) by (timestamp, offset, partition). */

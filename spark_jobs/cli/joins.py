@@ -205,6 +205,7 @@ def status_line(config, row: dict) -> str:
     parts.append(
         f"last batch {row['last_batch_at']}: {row['last_batch_in']} in, {row['last_batch_out']} out, "
         f"{row['last_batch_ms']} ms, {row['pending']} pending"
+        + (f", {row['skipped']} skipped (null key)" if row.get("skipped") else "")
         if row["last_batch_at"]
         else "no batch yet"
     )

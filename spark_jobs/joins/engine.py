@@ -86,6 +86,7 @@ class BatchMetrics:
     input_right: int = 0
     quarantined: int = 0
     ignored: int = 0
+    skipped: int = 0  # stream kinds: null-key records their join type drops (KIP-962)
     affected_keys: int = 0
     upserted: int = 0
     deleted: int = 0
@@ -106,6 +107,8 @@ class BatchMetrics:
         )
         if self.null_keys:
             text += f", null key {self.null_keys}"
+        if self.skipped:
+            text += f", skipped {self.skipped} (null key)"
         if self.elements_joined or self.elements_retracted or self.elements_kept:
             text += (
                 f", elements joined {self.elements_joined}, retracted {self.elements_retracted}, "
@@ -208,13 +211,15 @@ def side_records(frame: DataFrame, side: str) -> DataFrame:
     return frame.select(F.lit(side).alias("side"), *RECORD_COLUMNS)
 
 
-def prepare(frame: DataFrame, codecs: SideCodecs) -> DataFrame:
+def prepare(frame: DataFrame, codecs: SideCodecs, null_key_sides: tuple[str, ...] = ()) -> DataFrame:
     """Add ``reason`` (why a record goes to quarantine, else null: a null key, a key or value its
     codec cannot decode) to a batch of both topics' records (``side``, ``key``, ``value``,
     ``timestamp``, ``partition``, ``offset``), and make ``key`` the logical key the join compares (a
-    Schema Registry framed key decoded: the same key framed or plain is one key)."""
+    Schema Registry framed key decoded: the same key framed or plain is one key). A null key on a
+    side of ``null_key_sides`` (a stream join's streams: KIP-962) is an event, not a fault."""
     key, value, side = F.col("key"), F.col("value"), F.col("side")
-    reason = F.when(key.isNull(), F.lit("null key"))
+    streams = side.isin(*null_key_sides) if null_key_sides else F.lit(False)
+    reason = F.when(key.isNull() & ~streams, F.lit("null key"))
     for name in codecs.keys:
         reason = reason.when((side == name) & codecs.keys[name].problem(key).isNotNull(), F.concat(
             F.lit("key: "), codecs.keys[name].problem(key)
@@ -246,6 +251,9 @@ class JoinJob:
     # Kafka Streams gives a join result: a keyed result's ``timestamp``, its inputs' latest value time;
     # a stream-table result's, its event's; a stream-stream pair's, the later of its two records').
     time_columns: tuple[str, ...] = ("timestamp",)
+    # The sides whose records are events that may have a null key (KIP-962: a stream join's streams);
+    # elsewhere a null key cannot be stored by key and the record is quarantined, as Kafka drops it.
+    null_key_sides: tuple[str, ...] = ()
 
     @staticmethod
     def expected(
@@ -377,7 +385,7 @@ class JoinJob:
 
     def _prepared(self, frame: DataFrame) -> DataFrame:
         """The batch with ``reason`` (and, for the kinds that need them, the left records' keys)."""
-        return prepare(frame, self.codecs)
+        return prepare(frame, self.codecs, self.null_key_sides)
 
     def _project(
         self, rows: pa.Table, txn: tuple[str, int], at: datetime, m: BatchMetrics, elements: Any = None

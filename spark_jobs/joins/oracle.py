@@ -39,11 +39,13 @@ SAMPLE = 10
 Records = Callable[[str], DataFrame]  # a declared topic -> its records (Spark's Kafka columns)
 
 
-def _records(codecs: SideCodecs, frame: DataFrame, side: str, keys: LeftKeys | None = None) -> DataFrame:
-    """A topic's valid records (as the engine accepts them); with ``keys``, the left records' foreign /
-    derived key (``by``) or list (``items``, ``ids``)."""
+def _records(
+    codecs: SideCodecs, frame: DataFrame, side: str, keys: LeftKeys | None = None, null_keys: tuple = ()
+) -> DataFrame:
+    """A topic's valid records (as the engine accepts them: a null key only on ``null_keys``' sides);
+    with ``keys``, the left records' foreign / derived key (``by``) or list (``items``, ``ids``)."""
     df = side_records(frame, side)
-    df = prepare(df, SideCodecs({side: codecs.keys[side]}, {side: codecs.values[side]}))
+    df = prepare(df, SideCodecs({side: codecs.keys[side]}, {side: codecs.values[side]}), null_keys)
     if keys is not None:
         df = keys.add(df)
     return df.filter(F.col("reason").isNull()).drop("reason", "side")
@@ -108,9 +110,14 @@ def expected_rows(
     spec = config.join(name)
     codecs = SideCodecs.of(formats or Formats(config, lake.root), spec)
     keys = LeftKeys(spark, codecs, spec) if spec.join_kind.keyed_by else None
+    streams = JOBS[spec.kind].null_key_sides
     left = _learnt(codecs, records(spec.left), "left")
-    left = _records(codecs, left, "left", keys)
-    right = _records(codecs, _learnt(codecs, records(spec.right), "right"), "right") if spec.right else None
+    left = _records(codecs, left, "left", keys, streams)
+    right = (
+        _records(codecs, _learnt(codecs, records(spec.right), "right"), "right", None, streams)
+        if spec.right
+        else None
+    )
     rows, project = JOBS[spec.kind].expected(spark, lake, config, spec, left, right, codecs)
     found = guarded_frame(project, rows)
     table = conform(found.output, lake.schema(spec.name), f"oracle of {spec.name}")

@@ -288,6 +288,7 @@ class _Batches:
                     "in": metrics.input_left + metrics.input_right,
                     "out": metrics.upserted + metrics.deleted + metrics.appended,
                     "pending": metrics.pending,
+                    "skipped": metrics.skipped,
                     "offsets": read,
                     "parked": parked,
                 },
@@ -586,6 +587,7 @@ def status(lake: Lake, config: PipelineConfig) -> list[dict[str, Any]]:
         row["last_batch_out"] = last.get("out")
         row["last_batch_ms"] = last.get("duration_ms")
         row["pending"] = last.get("pending")
+        row["skipped"] = last.get("skipped") or 0  # KIP-962: null-key records the join type drops
         # result rows on the changelog but not yet in the table: a running job's latest count; a
         # stopped one folded them in at its stop (a killed one leaves them for its next run)
         row["table_behind"] = (

@@ -27,6 +27,9 @@ class StreamStreamJob(StreamJob):
     change)."""
 
     time_columns = ("left_timestamp", "right_timestamp")
+    # KIP-962: an event with a null key pairs with nothing; it leaves at once, emitted unmatched by the
+    # sides the join type keeps (left: the left's; outer: both), skipped (counted) otherwise
+    null_key_sides = ("left", "right")
 
     @classmethod
     def _kind_tables(cls, spec: JoinSpec) -> dict[str, pa.Schema]:
@@ -46,6 +49,7 @@ class StreamStreamJob(StreamJob):
     ) -> None:
         name, window = self.spec.name, int(self.spec.window_ms or 0) * 1000  # microseconds
         m.ignored = totals["left"].tombstones + totals["right"].tombstones
+        m.skipped = sum(totals[side].null_keys for side in SIDES if not self._keeps(side))
         new = {
             side: sides[side]
             .filter(F.col("value").isNotNull())
@@ -110,9 +114,10 @@ def _side_rows(
         .withColumn("__hit", F.lit(True))
     )
     hit = (F.col("partition") == F.col("__p")) & (F.col("offset") == F.col("__o"))
-    expires = F.lit(False)
+    expires = F.col("key").isNull()  # a null key pairs with nothing: its window is closed at once
     if watermark is not None:
-        expires = F.unix_micros("timestamp") + F.lit(window_us) < F.unix_micros(F.lit(watermark))
+        closed = F.unix_micros("timestamp") + F.lit(window_us) < F.unix_micros(F.lit(watermark))
+        expires = expires | closed
     return (
         old.unionByName(new)
         .join(hits, hit, "left")
@@ -199,21 +204,19 @@ def _expected_pairs(lake: Any, spec: JoinSpec, left: DataFrame, right: DataFrame
     ]
     result = pairs.select(*out)
     progress = lake.read_arrow(join_table(spec.name, "progress"), columns=["watermark"])  # the last batch's
-    if spec.type != "inner" and progress.num_rows:
-        last = progress["watermark"][0].as_py()
-        if last is not None:
-            sides = [("left", lhs, rhs)] + ([("right", rhs, lhs)] if spec.type == "outer" else [])
-            for side, mine, other in sides:
-                o = "right" if side == "left" else "left"
-                near = (
-                    F.abs(F.unix_micros(f"{side}_timestamp") - F.unix_micros(f"{o}_timestamp")) <= window_us
-                )
-                lonely = mine.join(other, (F.col(f"{side}_key") == F.col(f"{o}_key")) & near, "left_anti")
-                expired = F.unix_micros(f"{side}_timestamp") + window_us < F.lit(int(last.timestamp() * 1e6))
-                lonely = lonely.filter(expired)
-                for c in ("key", "timestamp", "partition", "offset", "value"):
-                    lonely = lonely.withColumn(
-                        f"{o}_{c}", F.lit(None).cast(mine.schema[f"{side}_{c}"].dataType)
-                    )
-                result = result.unionByName(lonely.select(*out))
+    last = progress["watermark"][0].as_py() if progress.num_rows else None
+    if spec.type != "inner":
+        sides = [("left", lhs, rhs)] + ([("right", rhs, lhs)] if spec.type == "outer" else [])
+        for side, mine, other in sides:
+            o = "right" if side == "left" else "left"
+            near = F.abs(F.unix_micros(f"{side}_timestamp") - F.unix_micros(f"{o}_timestamp")) <= window_us
+            lonely = mine.join(other, (F.col(f"{side}_key") == F.col(f"{o}_key")) & near, "left_anti")
+            expired = F.col(f"{side}_key").isNull()  # KIP-962: a null key's event leaves at once
+            if last is not None:
+                closed = F.unix_micros(f"{side}_timestamp") + window_us < F.lit(int(last.timestamp() * 1e6))
+                expired = expired | closed
+            lonely = lonely.filter(expired)
+            for c in ("key", "timestamp", "partition", "offset", "value"):
+                lonely = lonely.withColumn(f"{o}_{c}", F.lit(None).cast(mine.schema[f"{side}_{c}"].dataType))
+            result = result.unionByName(lonely.select(*out))
     return result

@@ -22,7 +22,13 @@ class StreamTableJob(StreamJob):
     """stream-table: each left event with the right side's value as of its timestamp.
 
     State (Delta tables the job owns): ``__right_history``, every right record (appended), and
-    ``__waiting``, the events still waiting for the right side (overwritten when it changes)."""
+    ``__waiting``, the events still waiting for the right side (overwritten when it changes).
+
+    A left event with a null key (KIP-962) is decided at once: a left join emits it unmatched, an
+    inner join skips it (counted); a right record with a null key cannot update the table and is
+    quarantined."""
+
+    null_key_sides = ("left",)
 
     @classmethod
     def _kind_tables(cls, spec: JoinSpec) -> dict[str, pa.Schema]:
@@ -45,6 +51,8 @@ class StreamTableJob(StreamJob):
     ) -> None:
         name = self.spec.name
         m.ignored = totals["left"].tombstones
+        if self.spec.type == "inner":  # a null key matches nothing: an inner join skips the event
+            m.skipped = totals["left"].null_keys
         if totals["right"].valid:
             self.lake.append(join_table(name, "right_history"), sides["right"], txn=txn)
         events = sides["left"].filter(F.col("value").isNotNull()).withColumn("__old", F.lit(False))
@@ -55,6 +63,7 @@ class StreamTableJob(StreamJob):
             ready = F.col("timestamp") < F.lit(decision["watermark"])
         else:
             ready = F.lit(False)
+        ready = ready | F.col("key").isNull()  # no table record can ever match a null key
         # each event once (a replay may see it in the batch and among the pending ones)
         candidates = (
             events.unionByName(pending)

@@ -89,13 +89,14 @@ class StreamJob(JoinJob):
                 F.count(F.lit(1)).alias("n"),
                 F.count_if(~valid).alias("bad"),
                 F.count_if(valid & F.col("value").isNull()).alias("tombstones"),
+                F.count_if(valid & F.col("value").isNotNull() & F.col("key").isNull()).alias("null_keys"),
                 F.max("offset").alias("offset_max"),
                 F.max("timestamp").alias("timestamp_max"),
             )
         )
         totals = {side: Counts() for side in ("left", "right")}
         for r in grouped.to_pylist():
-            totals[r["side"]].add(r["n"], r["bad"], r["tombstones"])
+            totals[r["side"]].add(r["n"], r["bad"], r["tombstones"], r["null_keys"])
         m.input_left, m.input_right = totals["left"].records, totals["right"].records
         m.quarantined = totals["left"].bad + totals["right"].bad
         if m.quarantined:
@@ -259,16 +260,18 @@ class StreamJob(JoinJob):
 
 @dataclass
 class Counts:
-    """A side's records in a batch: all, quarantined, and valid tombstones."""
+    """A side's records in a batch: all, quarantined, valid tombstones, and events with a null key."""
 
     records: int = 0
     bad: int = 0
     tombstones: int = 0
+    null_keys: int = 0
 
-    def add(self, records: int, bad: int, tombstones: int) -> None:
+    def add(self, records: int, bad: int, tombstones: int, null_keys: int = 0) -> None:
         self.records += records
         self.bad += bad
         self.tombstones += tombstones
+        self.null_keys += null_keys
 
     @property
     def valid(self) -> int:

@@ -92,6 +92,7 @@ JOIN_METRICS_SCHEMA = pa.schema(
         ("elements_joined", pa.int64()),  # list: elements looked up in the right table (added, updated)
         ("elements_retracted", pa.int64()),  # list: elements removed from their lists
         ("elements_kept", pa.int64()),  # list: elements of recomputed rows reused without a lookup
+        ("skipped", pa.int64()),  # stream kinds: null-key records the join type drops (KIP-962)
     ]
 )
 

@@ -38,7 +38,11 @@ class JoinKind:
 
 TABLE = JoinKind("table", ("inner", "left", "outer"), ("right", "table_every"), ("key", "timestamp"))
 STREAM_TABLE = JoinKind(
-    "stream-table", ("inner", "left"), ("right",), ("key", "timestamp", "partition", "offset"), events=True
+    "stream-table",
+    ("inner", "left"),
+    ("right", "grace"),
+    ("key", "timestamp", "partition", "offset"),
+    events=True,
 )
 STREAM_STREAM = JoinKind(
     "stream-stream",

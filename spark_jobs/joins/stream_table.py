@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import pyarrow as pa
@@ -24,6 +24,10 @@ class StreamTableJob(StreamJob):
     State (Delta tables the job owns): ``__right_history``, every right record (appended), and
     ``__waiting``, the events still waiting for the right side (overwritten when it changes).
 
+    With ``grace`` (KIP-923) an event waits until the stream's time (the largest left timestamp read)
+    is at least its timestamp plus the grace, so a table update that arrives out of order within the
+    grace still counts; without it, until the right side has passed its timestamp or read all it has.
+
     A left event with a null key (KIP-962) is decided at once: a left join emits it unmatched, an
     inner join skips it (counted); a right record with a null key cannot update the table and is
     quarantined."""
@@ -38,7 +42,12 @@ class StreamTableJob(StreamJob):
         }
 
     def _watermark(self, decision: dict[str, Any], maxima: dict[str, Any]) -> Any:  # noqa: ARG002
-        return maxima["right"]  # later right records are not older
+        """Without ``grace``: the right side's largest timestamp (its later records are not older).
+        With it: the stream's time less the grace (an event at or before it is decided, KIP-923)."""
+        if self.spec.grace_ms is None:
+            return maxima["right"]
+        stream_time = maxima["left"]
+        return None if stream_time is None else stream_time - timedelta(milliseconds=self.spec.grace_ms)
 
     def _batch(
         self,
@@ -57,10 +66,13 @@ class StreamTableJob(StreamJob):
             self.lake.append(join_table(name, "right_history"), sides["right"], txn=txn)
         events = sides["left"].filter(F.col("value").isNotNull()).withColumn("__old", F.lit(False))
         pending = self._state(join_table(name, "waiting"), RECORD_COLUMNS).withColumn("__old", F.lit(True))
-        if decision["right_caught_up"]:
+        watermark = decision.get("watermark")
+        if self.spec.grace_ms is not None:  # the stream's time alone decides (a --once run holds the rest)
+            ready = F.col("timestamp") <= F.lit(watermark) if watermark is not None else F.lit(False)
+        elif decision["right_caught_up"]:
             ready = F.lit(True)
-        elif decision.get("watermark") is not None:
-            ready = F.col("timestamp") < F.lit(decision["watermark"])
+        elif watermark is not None:
+            ready = F.col("timestamp") < F.lit(watermark)
         else:
             ready = F.lit(False)
         ready = ready | F.col("key").isNull()  # no table record can ever match a null key

@@ -187,6 +187,9 @@ class JoinSpec:
     # the changelog's value format: json, or a Schema Registry format whose schema the product derives
     # from the select and registers under the changelog topic's value subject
     publish_format: str = "json"
+    # stream-table: hold each event until the stream's time (its largest event timestamp read) has
+    # passed the event's timestamp by this much (KIP-923); None: decide once the table side has
+    grace_ms: int | None = None
 
     @property
     def job(self) -> str:
@@ -701,6 +704,7 @@ def _join(
         else (None, {}, "elements")
     )
     table_every, publish, publish_format = _publish_settings(doc, path, name, spec, topics)
+    grace = window_ms(doc, (*path, "grace"), spec["grace"]) if "grace" in spec else None
     return JoinSpec(
         name,
         kind,
@@ -717,6 +721,7 @@ def _join(
         list_as,
         table_every,
         publish_format,
+        grace,
     )
 
 

@@ -138,3 +138,60 @@ def test_an_inner_join_publishes_a_tombstone_for_a_deleted_key_it_never_emitted(
         d.advance()
         assert d.changes("display") == []  # the result never held p1
         assert d.changelog("display") == [("p1", None, 2)]  # as Kafka Streams' foreign-key join sends
+
+
+CHAINED_PIPELINE = """
+pipeline: driver-chained-test
+topics:
+  accounts: {partitions: 2}
+  plans: {partitions: 2}
+  events: {partitions: 2}
+joins:
+  mail:                   # publishes each account's mail at the account record's time
+    kind: table
+    left: accounts
+    right: plans
+    type: left
+    select: {mail: left.mail, plan: right.name}
+    publish: true
+  events_with_mail:       # reads mail's changelog as of each event's time
+    kind: stream-table
+    left: events
+    right: mail_changelog
+    type: left
+    select: {page: left.page, mail: right.mail}
+"""
+
+
+def test_a_stream_table_join_of_another_joins_changelog_answers_in_event_time(spark, tmp_path):
+    """Events replayed late (their timestamps older than the processing) join the first join's
+    changelog as of their own time: the changelog carries the results' event times, not the times
+    its micro-batches ran."""
+    (tmp_path / "pipeline.yaml").write_text(CHAINED_PIPELINE)
+    with PipelineTestDriver(tmp_path / "pipeline.yaml", root=tmp_path / "lake", spark=spark) as d:
+        d.pipe("accounts", key="u1", value={"mail": "old@example.com"}, timestamp=1_000)
+        d.advance()
+        assert d.changelog("mail") == [("u1", {"mail": "old@example.com", "plan": None}, 1_000)]
+        d.pipe("accounts", key="u1", value={"mail": "new@example.com"}, timestamp=3_000)
+        d.advance()
+        assert d.changelog("mail") == [("u1", {"mail": "new@example.com", "plan": None}, 3_000)]
+        # a replay of the events of that time, processed after both account versions
+        d.pipe("events", key="u1", value={"page": "/a"}, timestamp=2_000)
+        d.pipe("events", key="u1", value={"page": "/b"}, timestamp=4_000)
+        d.advance()
+        assert sorted(d.changes("events_with_mail"), key=lambda r: r.timestamp) == [
+            ("u1", {"page": "/a", "mail": "old@example.com"}, 2_000),
+            ("u1", {"page": "/b", "mail": "new@example.com"}, 4_000),
+        ]
+
+
+def test_a_bytes_key_is_piped_as_its_bytes_and_comes_back_as_them(driver):
+    d = driver
+    d.pipe("merchants", key="m1", value={"name": "Acme"}, timestamp=1_000)
+    d.pipe("products", key=b"\xff\x01", value=product("Hammer", "m1"), timestamp=2_000)  # not UTF-8
+    d.pipe("products", key=b"p2", value=product("Saw", "m1"), timestamp=2_000)
+    d.advance()
+    assert sorted(d.changelog("display"), key=lambda r: isinstance(r.key, bytes)) == [
+        ("p2", {"title": "Saw", "merchant": "Acme"}, 2_000),  # UTF-8 bytes: text
+        (b"\xff\x01", {"title": "Hammer", "merchant": "Acme"}, 2_000),
+    ]

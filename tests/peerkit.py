@@ -157,11 +157,13 @@ def topic_results(cluster: Cluster, spec: TopicSpec) -> dict[str, dict]:
 
 
 def table_results(lake: Lake, table: str) -> dict[str, dict]:
-    """A join's result table keyed like the topics: every column but the key, as a dict."""
+    """A join's result table keyed like the topics: its select columns (all but ``key`` and
+    ``timestamp``), as a dict."""
     if not lake.exists(table):
         return {}
     rows = lake.read_arrow(table).to_pylist()
-    return {r["key"].decode(): clean({c: v for c, v in r.items() if c != "key"}) for r in rows}
+    meta = ("key", "timestamp")
+    return {r["key"].decode(): clean({c: v for c, v in r.items() if c not in meta}) for r in rows}
 
 
 def differences(ours: dict[str, dict], peer: dict[str, dict], limit: int = 5) -> list[str]:

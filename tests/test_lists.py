@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
 from joinkit import (
     KEYED_PIPELINE,
@@ -173,6 +175,7 @@ joins:
     assert rows == [
         {
             "key": b"ann",
+            "timestamp": datetime.fromtimestamp(T0 / 1000, UTC),  # the person's and the addresses'
             "name": "Ann",
             "elements": [
                 {"id": "7", "matched": True, "kind": "home", "city": "Oslo"},

@@ -481,10 +481,12 @@ class PipelineTestDriver:
 
     def table(self, join: str) -> dict[str | bytes | None, dict]:
         """The join's result table now: key -> the row's value columns (for stream kinds, whose
-        result is a log of events, the last event per key)."""
+        result is a log of events, the latest event per key by its time)."""
         self.config.join(join)
         if not self.lake.exists(join):
             return {}
         columns = self._value_columns(join)
+        times = self._time_columns(join)
         rows = self.lake.read_arrow(join).to_pylist()
+        rows.sort(key=lambda r: max((_ms(r[c]) or 0 for c in times), default=0))  # the latest wins
         return {_key_out(r["key"]): {c: r[c] for c in columns} for r in rows}

@@ -274,9 +274,10 @@ def _text(key: bytes | str | None) -> str:
     return key.decode("utf-8", "backslashreplace") if isinstance(key, bytes) else key
 
 
-def _ms(value: Any) -> int | None:
-    """A result's timestamp (a datetime) in epoch ms."""
-    return None if value is None else int(value.timestamp() * 1000)
+def _event_ms(row: dict, times: tuple[str, ...]) -> int | None:
+    """A result row's event time in epoch ms: the latest of its ``times`` columns (None: none set)."""
+    stamps = [row[c] for c in times if row[c] is not None]
+    return int(max(stamps).timestamp() * 1000) if stamps else None
 
 
 class _MemoryChangelog(Changelog):
@@ -437,9 +438,8 @@ class PipelineTestDriver:
             change = row["_change_type"]
             if change == "update_preimage":
                 continue
-            stamps = [row[c] for c in times if row[c] is not None]
             value = None if change == "delete" else {c: row[c] for c in columns}
-            out.append(Record(_key_out(row["key"]), value, _ms(max(stamps)) if stamps else None))
+            out.append(Record(_key_out(row["key"]), value, _event_ms(row, times)))
         return out
 
     def _time_columns(self, name: str) -> tuple[str, ...]:
@@ -488,5 +488,5 @@ class PipelineTestDriver:
         columns = self._value_columns(join)
         times = self._time_columns(join)
         rows = self.lake.read_arrow(join).to_pylist()
-        rows.sort(key=lambda r: max((_ms(r[c]) or 0 for c in times), default=0))  # the latest wins
+        rows.sort(key=lambda r: _event_ms(r, times) or 0)  # the latest wins
         return {_key_out(r["key"]): {c: r[c] for c in columns} for r in rows}

@@ -276,13 +276,12 @@ public final class ListJoin {
       if (changed) {
         right.update(current);
       }
-      Row version = current;
       if (!changed) {
-        for (byte[] key : added) out.add(element(key, id, version));
+        for (byte[] key : added) out.add(element(key, id, current));
         return CollectionConverters.asScala(out.iterator());
       }
       // the right record changed: every holder (the new ones among them), streamed from the store
-      return TableJoin.fanOut(out, holders.iterator(), (key, held) -> element(key, id, version));
+      return TableJoin.fanOut(out, holders.iterator(), (key, held) -> element(key, id, current));
     }
 
     private static Row element(byte[] key, byte[] id, Row right) {

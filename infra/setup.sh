@@ -132,13 +132,13 @@ build_jar() {
 }
 
 # The join operators (spark_jobs/joins/java): Spark's state operators of the joins are Java (a Python
-# stateful processor pays a Python call and state-server round trips per key), built against the
-# jars of the installed pyspark, so nothing more is fetched.
+# stateful processor pays a Python call and state-server round trips per key), and the changelog's
+# writer on the executors, built against the jars of the installed pyspark and the locked Kafka client.
 command -v javac >/dev/null 2>&1 || apt_install openjdk-17-jdk-headless "javac is missing (it builds the join operators)" \
   || die "javac (a JDK 17+) is needed to build the join operators. Install it, e.g. 'sudo apt-get install openjdk-17-jdk-headless', then rerun."
 spark_jars=$(.venv/bin/python -c 'import os, pyspark; print(os.path.join(pyspark.__path__[0], "jars"))')
-build_jar "join operators" spark_jobs/joins/java build/jvm/lake-joins.jar "$spark_jars/*" \
-  "$(.venv/bin/python -c 'import pyspark; print(pyspark.__version__)')"
+build_jar "join operators" spark_jobs/joins/java build/jvm/lake-joins.jar "$spark_jars/*:.jvm/spark/*" \
+  "$(.venv/bin/python -c 'import pyspark; print(pyspark.__version__)') $(cat .jvm/.stamp)"
 # The record formats' decoders (spark_jobs/formats/java): Schema Registry framed Avro and Protobuf
 # records decoded on the executors, against pyspark's jars and the locked protobuf-java.
 build_jar "record format decoders" spark_jobs/formats/java build/jvm/formats/lake-formats.jar \

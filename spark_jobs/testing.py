@@ -34,6 +34,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyspark.sql import functions as F
 
 from spark_jobs.errors import UserError
 from spark_jobs.formats import Codec, Formats
@@ -288,14 +289,16 @@ class _MemoryChangelog(Changelog):
         self.tags: set[bytes] = set()
         self.codec = codec  # the changelog's values: JSON, or a registry format's framed records
 
-    def has(self, tag: bytes) -> bool:
-        return tag in self.tags
-
-    def send(self, keys: Any, values: Any, stamps: Any, tag: bytes) -> None:
+    def send(self, records: Any, tag: bytes, may_be_sent: bool, order: Any = ()) -> None:
+        if may_be_sent and tag in self.tags:
+            return
+        # in ``order``, else the upserts then the tombstones, each in key order (as a test expects them)
+        sort = [F.col(c) for c in order] or [F.col("v").isNull(), F.col("key")]
+        rows = records.orderBy(*sort).select("key", "v", "ts").collect()
         self.tags.add(tag)
         self.out.extend(
-            Record(_key_out(k), None if v is None else self.codec.decode(v), t)
-            for k, v, t in zip(keys.to_pylist(), values.to_pylist(), stamps.to_pylist(), strict=True)
+            Record(_key_out(r.key), None if r.v is None else self.codec.decode(bytes(r.v)), r.ts)
+            for r in rows
         )
 
 

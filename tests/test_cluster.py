@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 from airflowkit import ALL_MAILS, Airflow, demo_topics, mails, output, ran, running, wait_for
 
-from spark_jobs.seams.config import bundled_config_path
+from spark_jobs.seams.config import bundled_config_path, load_config
+from spark_jobs.seams.kafka import connect, read
 from spark_jobs.seams.session import submit_conf
 
 pytestmark = pytest.mark.slow
@@ -68,7 +69,10 @@ def test_a_join_submitted_to_the_standalone_cluster_runs_on_its_workers(cluster,
     conf = [arg for key, value in submit_conf().items() for arg in ("--conf", f"{key}={value}")]
     submit = Path(sys.executable).with_name("spark-submit")
     done = subprocess.run(
-        [str(submit), "--master", MASTER, "--name", "cluster-join", "--conf", "spark.cores.max=2", *conf, APP]
+        [str(submit), "--master", MASTER, "--name", "cluster-join", "--conf", "spark.cores.max=2", *conf]
+        # each executor that starts publishing the changelog dies as kill -9 would, once its open
+        # transaction has a record on the broker (lake.joins.ChangelogWriter): Spark runs the task again
+        + ["--conf", "spark.executorEnv.LAKE_KILL_AT=publish-open", APP]
         + ["run", "consents_with_mail", "--once", "--root", str(root)],
         capture_output=True,
         text=True,
@@ -84,6 +88,13 @@ def test_a_join_submitted_to_the_standalone_cluster_runs_on_its_workers(cluster,
     )
     # the demo's accounts topic lacks user_9 and user_10 until it is backfilled
     assert mails(af.lake, "consents_with_mail") == {**ALL_MAILS, "user_9": None, "user_10": None}
+    # every result went to the changelog once: the retried tasks fenced the killed ones' transactions
+    config = load_config(bundled_config_path())
+    kafka = connect(config, root)
+    published = [m for batch in read(kafka, config.topic("consents_with_mail_changelog")) for m in batch]
+    assert sorted(m.key().decode() for m in published) == sorted(ALL_MAILS)
+    # the killed executors were replaced: more executors ran than the two the application asked for
+    assert len(list(cluster.glob("worker*/app-*/*/stderr"))) > 2
     assert apps("completedapps") == {"cluster-join": "FINISHED"}
     # its executors ran in the workers' JVMs (one work folder per application and worker)
     app_dirs = sorted(p.parent.name for p in cluster.glob("worker*/app-*/*/stderr"))

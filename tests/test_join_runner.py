@@ -303,6 +303,39 @@ def test_kill_9_at_every_commit_point_loses_and_doubles_nothing(spark, setup):
         assert len(runs) == len(set(runs)), f"a batch's changelog records went out twice: {tags}"
 
 
+@pytest.mark.slow
+def test_kill_9_in_the_middle_of_a_first_loads_publish_publishes_every_result_once(spark, setup):
+    """The executors publish the changelog, one Kafka transaction per partition. A first load killed
+    (SIGKILL, its Spark and its driver) while a partition's transaction is open with a record on the
+    broker, then killed again once partition 0's transaction committed and the other's perhaps not:
+    the run after publishes every result exactly once. The committed partition is not sent again, the
+    open transactions' records are never seen by a read_committed reader, and the result table equals
+    the batch join."""
+    cfg, lake, opts = setup
+    produce(lake, cfg, "L", [(f"k{i:03}", f"v{i}", T0) for i in range(300)])
+    produce(lake, cfg, "R", [(f"k{i:03}", f"r{i}", T0) for i in range(0, 300, 3)])
+    for point in ("publish-open", "publish-part"):
+        proc = _start(opts, LAKE_KILL_AT=point)
+        try:
+            assert proc.wait(timeout=240) == -signal.SIGKILL, f"{point}: {proc.stderr.read()[-2000:]}"
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        if point == "publish-open":
+            assert changelog(lake, cfg, "t_left_changelog") == []  # nothing committed
+    committed = [r for r in changelog(lake, cfg, "t_left_changelog") if r["partition"] == 0]
+    assert committed and {r["batch"] for r in committed} == {committed[0]["batch"]}
+    run_join(spark, lake, cfg, "t_left", once=True)  # replays the first load's batch
+    want = model_table(topic_history(lake, "L"), topic_history(lake, "R"), "left")
+    assert len(want) == 300
+    assert result_rows(lake, "t_left") == want
+    records = changelog(lake, cfg, "t_left_changelog")
+    assert [r for r in records if r["partition"] == 0] == committed  # not sent again
+    assert sorted(r["key"] for r in records) == [f"k{i:03}".encode() for i in range(300)]  # each once
+    published = sorted((r["key"].decode(), *json.loads(r["value"]).values()) for r in records)
+    assert published == want
+
+
 def test_a_replaced_topic_asks_for_reset_and_reset_rebuilds(spark, setup, capsys):
     cfg, lake, opts = setup
     produce(lake, cfg, "L", [(f"k{i}", "x", T0) for i in range(8)])

@@ -28,7 +28,7 @@ batch's first commit and reused on replay."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -48,7 +48,7 @@ from spark_jobs.joins.poison import Guarded, fails, guarded
 from spark_jobs.runtime.profile import Phases
 from spark_jobs.seams.config import JoinSpec, PipelineConfig, TopicSpec
 from spark_jobs.seams.delta import Lake, conform
-from spark_jobs.seams.kafka import Cluster, TransactionalProducer, connect, ensure_topics, producer_id, tail
+from spark_jobs.seams.kafka import Cluster, connect, forget_publishers, producer_id, publish_frame
 from spark_jobs.seams.layout import former_pending_table, join_table
 from spark_jobs.seams.session import arrow_frame
 from spark_jobs.seams.system_tables import (
@@ -70,8 +70,6 @@ RECORD_FIELDS = [
 ]
 RECORD_COLUMNS = [name for name, _ in RECORD_FIELDS]
 PUBLISHED = "__published"  # a projection's rows as the changelog's records (Projection.apply)
-BATCH_HEADER = "lake.batch"  # on every changelog record: "<query id>:<batch id>" that published it
-TAIL_DEPTH = 8  # records read back per changelog partition to recognize a replayed batch
 # join_metrics is appended at most this often (and when the job stops): a Delta commit per micro-batch
 # for a row of counters would cost as much as the batch's result write. A continuous run appends them
 # between micro-batches (spark_jobs.joins.runner); a micro-batch does only when they are this many
@@ -304,6 +302,7 @@ class JoinJob:
         self._quarantined: list[pa.Table] = []  # the batch's quarantine rows (written once, at its end)
         self._last_batch: int | None = None  # the last batch this process started (None: none yet)
         self._replay = True  # the batch in progress may be a replay (the first after a (re)start)
+        self._publishing: bytes | None = None  # the tag of the last batch whose publish started
         self._metric_rows: list[dict[str, Any]] = []  # not yet in join_metrics
         self._metrics_flushed = time.monotonic()
         # where the changelog goes (spark_jobs.testing's driver keeps it in memory instead of Kafka)
@@ -414,15 +413,17 @@ class JoinJob:
         return _diff(desired, current, self.result_schema.names)
 
     # --- shared writes ----------------------------------------------------------------------------
-    def _publish(self, keys: pa.Array, values: pa.Array, stamps: pa.Array, txn: tuple[str, int]) -> None:
-        """The batch's changes to the changelog, each with its result's timestamp (``stamps``, epoch
-        ms), tagged with the batch: a replayed batch (only the first after a restart can be one)
-        whose changelog got out before the crash publishes nothing."""
-        tag = f"{txn[0]}:{txn[1]}".encode()
-        if self._replay and self.changelog.has(tag):
-            return
+    def _publish(self, records: DataFrame, txn: tuple[str, int], order: Sequence[str] = ()) -> None:
+        """The batch's changes to the changelog (``key``, ``v``: null for a tombstone, ``ts``: the
+        result's timestamp in epoch ms), each partition's in ``order``, tagged with the batch: a
+        replayed batch (only the first after a restart can be one) sends nothing that got out before
+        the crash."""
         now = int(time.time() * 1000)  # a result without a time (none expected): when it is sent
-        self.changelog.send(keys, values, pc.fill_null(stamps.cast(pa.int64()), now), tag)
+        records = records.withColumn("ts", F.coalesce(F.col("ts").cast("long"), F.lit(now)))
+        tag = f"{txn[0]}:{txn[1]}".encode()
+        # tried before in this batch (a select failed in it): some partitions may have gone out
+        tried, self._publishing = self._publishing == tag, tag
+        self.changelog.send(records, tag, self._replay or tried, order)
         faults.point("publish")
 
     def _quarantine(self, bad: pa.Table, txn: tuple[str, int], at: datetime) -> None:
@@ -530,14 +531,12 @@ class Inputs:
 
 
 class Changelog:
-    """Where a join's changelog goes: ``send`` a batch's changes (keys, values: null for a
-    tombstone, and each record's timestamp in epoch ms: its result's event time) tagged with the
-    batch, ``has`` a tag already gone out."""
+    """Where a join's changelog goes: ``send`` a batch's changes (a DataFrame of ``key``, ``v``: null
+    for a tombstone, ``ts``: each record's timestamp in epoch ms, its result's event time; sent in
+    ``order`` per key, else in any) tagged with the batch; with ``may_be_sent`` (a replay), what
+    already went out under the tag is not sent again."""
 
-    def has(self, tag: bytes) -> bool:
-        raise NotImplementedError
-
-    def send(self, keys: pa.Array, values: pa.Array, stamps: pa.Array, tag: bytes) -> None:
+    def send(self, records: DataFrame, tag: bytes, may_be_sent: bool, order: Sequence[str] = ()) -> None:
         raise NotImplementedError
 
 
@@ -557,37 +556,29 @@ def adopt_former_names(
 
 
 class KafkaChangelog(Changelog):
-    """The changelog topic on Kafka: one transaction per batch, murmur2 like the left topic, every
-    record with the batch in a header."""
+    """The changelog topic on Kafka, written by the executors (:func:`publish_frame`): per batch, one
+    transaction per partition, murmur2 like the left topic, every record with the batch in a header."""
 
     def __init__(self, job: JoinJob):
         self.job = job
         self._cluster: Cluster | None = None  # connected on first use
-        self._producer: TransactionalProducer | None = None  # kept open from batch to batch
 
     @property
     def cluster(self) -> Cluster:
         if self._cluster is None:
             self._cluster = connect(self.job.config, self.job.lake.root)
+            # producers an earlier job of this join left in this process were fenced by later ones
+            forget_publishers(self.job.spark, self.transactional_id)
         return self._cluster
 
     @property
-    def topic(self) -> TopicSpec:
-        return self.job.config.topic(self.job.spec.publish or "")
+    def transactional_id(self) -> str:
+        """The join's (one running job per join: a restarted one fences its predecessor's tasks)."""
+        return producer_id(self.job.lake.root, "join", self.job.spec.name)
 
-    def has(self, tag: bytes) -> bool:
-        """Each batch is one transaction and nothing else writes the topic, so a batch that got out
-        has records among the last few of at least one partition."""
-        ensure_topics(self.cluster, [self.topic])
-        last = tail(self.cluster, self.topic, TAIL_DEPTH)
-        return any(dict(m.headers() or []).get(BATCH_HEADER) == tag for m in last)
-
-    def send(self, keys: pa.Array, values: pa.Array, stamps: pa.Array, tag: bytes) -> None:
-        if self._producer is None:
-            # one running job per join: after a crash its successor aborts the open transaction
-            name = producer_id(self.job.lake.root, "join", self.job.spec.name)
-            self._producer = TransactionalProducer(self.cluster, self.topic, "murmur2", name)
-        self._producer.produce([(keys, values, stamps.to_pylist())], headers=[(BATCH_HEADER, tag)])
+    def send(self, records: DataFrame, tag: bytes, may_be_sent: bool, order: Sequence[str] = ()) -> None:
+        topic = self.job.config.topic(self.job.spec.publish or "")
+        publish_frame(self.cluster, topic, records, self.transactional_id, tag, may_be_sent, order)
 
 
 def _columns(schema: pa.Schema) -> list[tuple[str, str]]:

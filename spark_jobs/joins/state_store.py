@@ -126,7 +126,7 @@ class StateStoreJob(JoinJob):
                     if self.spec.publish:  # first: the topic is where a change is seen soonest
                         live = live.persist()  # published, then written: select evaluated once
                         with m.phases("publish"):
-                            self._publish_answers(live, keys, n_live < changed, txn)
+                            self._publish_answers(live, keys, n_live > 0, n_live < changed, txn)
                     # parked for the table's next catch-up; a first load (nothing to merge) goes in
                     park = self.table_every and (self.behind.waiting or not self._result_empty)
                     try:
@@ -206,11 +206,7 @@ class StateStoreJob(JoinJob):
                 left_deleted.append(chunk_rows.filter(chunk_rows["left_deleted"])["key"].combine_chunks())
         if self.spec.publish and not self._published:  # a batch publishes once, before its write
             rows = pa.concat_tables(answered)
-            upserts = (
-                self._changelog_records(self.lake.frame(rows))
-                if rows.num_rows
-                else self._records_schema.empty_table()
-            )
+            upserts = self._changelog_records(self.lake.frame(rows)) if rows.num_rows else None
             gone = pa.concat_arrays([c.deletes for c in changes] + left_deleted)
             self._send(upserts, _dead(pc.unique(gone) if len(gone) else gone, pa.concat_tables(times)), txn)
         return self._write_changes(changes, txn)
@@ -236,10 +232,8 @@ class StateStoreJob(JoinJob):
         return self.lake.merge(self.spec.name, rows, ["key"], delete_column="__delete", txn=txn)
 
     # --- the changelog ----------------------------------------------------------------------------
-    _records_schema = pa.schema([("key", pa.binary()), ("v", pa.binary()), ("ts", pa.int64())])
-
     def _publish_answers(
-        self, live: DataFrame, keys: DataFrame, some_dead: bool, txn: tuple[str, int]
+        self, live: DataFrame, keys: DataFrame, some_live: bool, some_dead: bool, txn: tuple[str, int]
     ) -> None:
         """Publish the batch's answers before the result is written, so that the topic shows a change
         one Delta commit sooner: every live row the operator answered (as JSON; a left update whose
@@ -262,31 +256,28 @@ class StateStoreJob(JoinJob):
                 held = _without(pa.concat_arrays([held, live_behind]), dead_behind)
                 held = pc.unique(held)
             dead = _dead(pa.concat_arrays([keys_gone.filter(follow), held]), gone)
-        self._send(self._changelog_records(live), dead, txn)
+        self._send(self._changelog_records(live) if some_live else None, dead, txn)
 
-    def _changelog_records(self, rows: DataFrame) -> pa.Table:
+    def _changelog_records(self, rows: DataFrame) -> DataFrame:
         """``key``, ``v`` (the row's select columns as the changelog's record) and ``ts`` (its
-        timestamp, epoch ms) of result rows, by key."""
+        timestamp, epoch ms) of result rows."""
         meta = set(self.spec.join_kind.meta_columns)
         columns = [F.col(f"`{c}`") for c in self.result_schema.names if c not in meta]
         assert self.publish_value is not None  # a job that publishes
         record = self.publish_value(F.struct(*columns))
-        out = rows.select("key", record.alias("v"), F.unix_millis("timestamp").alias("ts")).toArrow()
-        if not out.num_rows:
-            return self._records_schema.empty_table()
-        return out.cast(self._records_schema).sort_by([("key", "ascending")])
+        return rows.select("key", record.alias("v"), F.unix_millis("timestamp").alias("ts"))
 
-    def _send(self, upserts: pa.Table, dead: pa.Table, txn: tuple[str, int]) -> None:
-        """The batch's changelog: the upserts, then a tombstone per ``dead`` key (``key``, ``ts``;
-        in key order), each record with its result's timestamp."""
+    def _send(self, upserts: DataFrame | None, dead: pa.Table, txn: tuple[str, int]) -> None:
+        """The batch's changelog: the upserts and a tombstone per ``dead`` key (``key``, ``ts``), each
+        record with its result's timestamp, published by the executors (a key has one record in a
+        batch, so their order does not matter)."""
+        records = upserts
+        if dead.num_rows:
+            tombstones = self.lake.frame(dead).select("key", F.lit(None).cast("binary").alias("v"), "ts")
+            records = tombstones if records is None else records.unionByName(tombstones)
+        if records is not None:
+            self._publish(records, txn)
         self._published = True
-        if not upserts.num_rows and not dead.num_rows:
-            return
-        dead = dead.sort_by([("key", "ascending")]) if dead.num_rows else dead
-        keys = pa.concat_arrays([upserts["key"].combine_chunks(), dead["key"].combine_chunks()])
-        values = pa.concat_arrays([upserts["v"].combine_chunks(), pa.nulls(dead.num_rows, pa.binary())])
-        stamps = pa.concat_arrays([upserts["ts"].combine_chunks(), dead["ts"].combine_chunks()])
-        self._publish(keys, values, stamps, txn)
 
     def _count_commit(self, version: int | None, m: BatchMetrics) -> None:
         """The batch's upserted and deleted rows, from its result commit's operation metrics."""

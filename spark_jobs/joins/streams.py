@@ -29,6 +29,7 @@ from spark_jobs.seams.config import JoinSpec
 from spark_jobs.seams.delta import conform
 from spark_jobs.seams.layout import join_table
 
+SEQ = "__seq"  # a published event's place in its batch's order
 STATE_SCHEMA = pa.schema(RECORD_FIELDS)
 BAD_SCHEMA = pa.schema([("side", pa.string()), *RECORD_FIELDS, ("reason", pa.string())])
 # the columns naming the records a row was computed from (spark_jobs.joins.poison)
@@ -211,20 +212,20 @@ class StreamJob(JoinJob):
                     raise
                 self.log(f"join {self.spec.name} batch {txn[1]}: select failed on some record; finding it")
                 version, published = self._append_on_driver(rows, order, txn, at, m)
+            if version is None and self._replay:  # a replayed batch whose commit is in already
+                version = self.lake.committed_version(self.spec.name, txn)
+            if version is not None:
+                m.appended = int(
+                    (self.lake.commit(self.spec.name, version).metrics or {}).get("numOutputRows", 0)
+                )
+            if published is not None and m.appended:
+                self._publish(published, txn, [SEQ])
         finally:
             rows.unpersist()
-        if version is None and self._replay:  # a replayed batch whose commit is in already
-            version = self.lake.committed_version(self.spec.name, txn)
-        if version is not None:
-            m.appended = int(
-                (self.lake.commit(self.spec.name, version).metrics or {}).get("numOutputRows", 0)
-            )
-        if published is not None and len(published[0]):
-            self._publish(*published, txn)
 
-    def _events_published(self, rows: DataFrame, order: list[str]) -> tuple[pa.Array, pa.Array, pa.Array]:
-        """The events' keys, their select columns as the changelog's records, and their times
-        (epoch ms), in ``order``."""
+    def _events_published(self, rows: DataFrame, order: list[str]) -> DataFrame:
+        """The events' keys, their select columns as the changelog's records, their times (epoch
+        ms), and their place in ``order`` (``SEQ``)."""
         out = self.projection.frame(rows)
         columns = [F.col(f"`{c}`") for c in self.spec.select]
         assert self.publish_value is not None  # a job that publishes
@@ -232,16 +233,12 @@ class StreamJob(JoinJob):
         sorted_rows = out.orderBy(*[F.col(c).asc_nulls_last() for c in order])
         times = [F.col(c) for c in self.time_columns]
         ms = F.unix_millis(F.greatest(*times) if len(times) > 1 else times[0]).alias("ts")
-        table = sorted_rows.select("key", record.alias("v"), ms).toArrow()
-        return (
-            table["key"].combine_chunks().cast(pa.binary()),
-            table["v"].combine_chunks().cast(pa.binary()),
-            table["ts"].combine_chunks().cast(pa.int64()),
-        )
+        events = sorted_rows.select("key", record.alias("v"), ms)
+        return events.withColumn(SEQ, F.monotonically_increasing_id())  # after a sort: in its order
 
     def _append_on_driver(
         self, rows: DataFrame, order: list[str], txn: tuple[str, int], at: datetime, m: BatchMetrics
-    ) -> tuple[int | None, tuple[pa.Array, pa.Array, pa.Array] | None]:
+    ) -> tuple[int | None, DataFrame | None]:
         """The driver's pass of a batch whose ``select`` failed on some record: the failing rows are
         bisected out and quarantined, the rest appended."""
         arrow = conform(_arrow(rows), _rows_schema(rows.columns), f"join {self.spec.name}")
@@ -250,11 +247,11 @@ class StreamJob(JoinJob):
             out = out.sort_by([(c, "ascending") for c in order])
         version = self.lake.append(self.spec.name, _without_published(out), txn=txn) if out.num_rows else None
         published = None
-        if self.spec.publish:
+        if self.spec.publish and out.num_rows:
             times = [out[c].combine_chunks().cast(TS).cast(pa.int64()) for c in self.time_columns]
             latest = pc.max_element_wise(*times, skip_nulls=True) if len(times) > 1 else times[0]
-            ms = pc.divide(latest, 1000)
-            published = (out["key"].combine_chunks(), out[PUBLISHED].combine_chunks(), ms)
+            events = {"key": out["key"], "v": out[PUBLISHED], "ts": pc.divide(latest, 1000)}
+            published = self.lake.frame(pa.table({**events, SEQ: pa.array(np.arange(out.num_rows))}))
         return version, published
 
 

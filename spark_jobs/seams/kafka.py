@@ -574,6 +574,78 @@ def _riding_failover(call: Callable[[float], Any], budget: float = TIMEOUT_S * 4
             time.sleep(0.5)
 
 
+def publish_frame(
+    cluster: Cluster,
+    spec: TopicSpec,
+    records: Any,  # a Spark DataFrame: key, v (null: a tombstone), ts (epoch ms) and the order columns
+    transactional_id: str,
+    tag: bytes,
+    may_be_sent: bool,
+    order: Sequence[str] = (),
+) -> Delivered:
+    """Publish a Spark DataFrame's records to a declared topic from the executors, exactly once per
+    ``tag``: one Kafka transaction per partition of the topic, written by the one task that holds that
+    partition's records (murmur2 of the key, as Kafka's producer places them), with the transactional
+    id ``<transactional_id>-<partition>``: a task that replaces another fences it. With
+    ``may_be_sent`` (a replay), or in a retried task, a partition whose last records carry ``tag``
+    already got them and is skipped. Each partition's records go in ``order`` (else any). Visible to
+    ``read_committed`` readers when this returns. The writer is ``lake.joins.ChangelogWriter``."""
+    from py4j.protocol import Py4JJavaError
+    from pyspark.sql import DataFrame
+
+    started = time.perf_counter()
+    name = cluster.topic(spec.name)
+    ensure_topics(cluster, [spec])
+    topic_id = topic_ids(cluster, [name]).get(name, "")
+    conf = {k.removeprefix("kafka."): v for k, v in cluster.spark_options().items()}
+    conf.pop("fetch.max.wait.ms", None)  # the consumer's: the producer would warn of it
+    conf.update({"transaction.timeout.ms": str(TRANSACTION_TIMEOUT_MS), "linger.ms": "5"})
+    conf.setdefault("batch.size", "262144")
+    spark = records.sparkSession
+    writer = spark._jvm.lake.joins.ChangelogWriter  # type: ignore[union-attr]
+    try:
+        sent = DataFrame(
+            writer.publish(
+                records._jdf,
+                conf,
+                name,
+                topic_id,
+                spec.partitions,
+                transactional_id,
+                tag.decode(),
+                may_be_sent,
+                ",".join(order),
+            ),
+            spark,
+        ).collect()
+    except Py4JJavaError as exc:
+        raise cluster.error(f"cannot publish to {name}", _java_reason(exc)) from None
+    result = Delivered(name, per_partition=[0] * spec.partitions)
+    last = [-1] * spec.partitions
+    for row in sent:
+        result.per_partition[row.partition] = row.records
+        if not row.already_sent:
+            last[row.partition] = row.last_offset
+    result.records = sum(result.per_partition)
+    _await_visible(cluster, spec, last)
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+def _java_reason(exc: Any) -> str:
+    """The innermost cause's message of a Java exception that reached Python (a failed Spark job)."""
+    cause = exc.java_exception
+    while cause.getCause() is not None:
+        cause = cause.getCause()
+    return f"{cause.getClass().getSimpleName()}: {cause.getMessage()}"
+
+
+def forget_publishers(spark: Any, transactional_id: str) -> None:
+    """Close the executors' kept producers of :func:`publish_frame` under ``transactional_id`` (in
+    this process: a local Spark's executors; a cluster's close theirs when their application ends)."""
+    spark._jvm.lake.joins.ChangelogWriter.forget(transactional_id)
+
+
 def producer_id(root: Path, *names: str) -> str:
     """A transactional id that is the same every time one writer of a lake root on this host runs
     (e.g. ``("join", "consents_enriched")``, or a topic and a producer slot), and differs between
@@ -719,9 +791,3 @@ def read(
         raise cluster.error(f"reading {name}", exc) from None
     finally:
         consumer.close()
-
-
-def tail(cluster: Cluster, spec: TopicSpec, depth: int) -> list[Message]:
-    """The committed records among the last ``depth`` offsets of every partition (the end offsets
-    count transaction markers too)."""
-    return [m for batch in read(cluster, spec, lambda low, high: max(low, high - depth)) for m in batch]

@@ -53,7 +53,10 @@ class TableBehind:
         self.lake.create(self.table, pending_schema(self.result), change_feed=False, description=(
             f"result rows of join {self.join} not yet in its table (lake run --table-every)"
         ))  # fmt: skip
-        version = self.lake.append(self.table, rows.withColumn(BATCH, F.lit(txn[1]).cast("long")), txn=txn)
+        # the batch id as data (a one-row broadcast), not a literal: Spark writes a literal into the
+        # stage's generated code, and a new literal every batch would compile that code anew each time
+        batch = F.broadcast(self.lake.frame(pa.table({BATCH: pa.array([txn[1]], pa.int64())})))
+        version = self.lake.append(self.table, rows.crossJoin(batch), txn=txn)
         if version is not None:
             self.parked += int((self.lake.commit(self.table, version).metrics or {}).get("numOutputRows", 0))
         self.waiting = True

@@ -48,7 +48,15 @@ from spark_jobs.joins.poison import Guarded, fails, guarded
 from spark_jobs.runtime.profile import Phases
 from spark_jobs.seams.config import JoinSpec, PipelineConfig, TopicSpec
 from spark_jobs.seams.delta import Lake, conform
-from spark_jobs.seams.kafka import Cluster, connect, forget_publishers, producer_id, publish_frame
+from spark_jobs.seams.kafka import (
+    Cluster,
+    connect,
+    ensure_topics,
+    forget_publishers,
+    producer_id,
+    publish_frame,
+    topic_ids,
+)
 from spark_jobs.seams.layout import former_pending_table, join_table
 from spark_jobs.seams.session import arrow_frame
 from spark_jobs.seams.system_tables import (
@@ -418,8 +426,9 @@ class JoinJob:
         result's timestamp in epoch ms), each partition's in ``order``, tagged with the batch: a
         replayed batch (only the first after a restart can be one) sends nothing that got out before
         the crash."""
-        now = int(time.time() * 1000)  # a result without a time (none expected): when it is sent
-        records = records.withColumn("ts", F.coalesce(F.col("ts").cast("long"), F.lit(now)))
+        # a record without a time (none expected) gets its producer's clock; no literal of the moment
+        # here, which would make every batch's plan new code for Spark to compile
+        records = records.withColumn("ts", F.col("ts").cast("long"))
         tag = f"{txn[0]}:{txn[1]}".encode()
         # tried before in this batch (a select failed in it): some partitions may have gone out
         tried, self._publishing = self._publishing == tag, tag
@@ -562,6 +571,7 @@ class KafkaChangelog(Changelog):
     def __init__(self, job: JoinJob):
         self.job = job
         self._cluster: Cluster | None = None  # connected on first use
+        self._topic_id: str | None = None  # the changelog topic's, asked on first use
 
     @property
     def cluster(self) -> Cluster:
@@ -578,7 +588,14 @@ class KafkaChangelog(Changelog):
 
     def send(self, records: DataFrame, tag: bytes, may_be_sent: bool, order: Sequence[str] = ()) -> None:
         topic = self.job.config.topic(self.job.spec.publish or "")
-        publish_frame(self.cluster, topic, records, self.transactional_id, tag, may_be_sent, order)
+        if self._topic_id is None:  # created when missing, once per job
+            ensure_topics(self.cluster, [topic])
+            self._topic_id = topic_ids(self.cluster, [self.cluster.topic(topic.name)]).get(
+                self.cluster.topic(topic.name), ""
+            )
+        publish_frame(
+            self.cluster, topic, records, self.transactional_id, tag, may_be_sent, order, self._topic_id
+        )
 
 
 def _columns(schema: pa.Schema) -> list[tuple[str, str]]:

@@ -39,7 +39,9 @@ and ``LAKE_PROFILE=1``: the profile of each workload (where its time goes, from 
 ``spark_jobs.runtime.profile``) is printed after the table. At the end the final result per key of the peer must equal the product's
 result table and its changelog topic (the first differing keys are printed otherwise). Run with
 ``make bench-peer``; PEER_PRODUCTS and PEER_PERSONS set the sizes, PEER_TRIGGER the product's trigger,
-PEER_TABLE_EVERY its ``--table-every`` (default 5 s).
+PEER_TABLE_EVERY its ``--table-every`` (default 5 s). With PEER_JFR=<folder>, the product's JVM
+records with Java Flight Recorder there, and each workload's profile is printed
+(``jfr_profile.py``: JIT and GC CPU, what the Java samples were doing, the hottest methods).
 """
 
 from __future__ import annotations
@@ -78,6 +80,7 @@ BIG = min(10_000, ADDRESSES - 1)  # the long list: a0 .. a<BIG-1>, then + a<BIG>
 ADDRESS_UPDATES = min(1000, ADDRESSES)
 TRIGGER = os.environ.get("PEER_TRIGGER", "0.1")
 TABLE_EVERY = os.environ.get("PEER_TABLE_EVERY", "5")
+JFR = os.environ.get("PEER_JFR")  # a folder: the product's JVM records a flight recording there
 TIMEOUT = 900
 
 PIPELINE = """
@@ -546,9 +549,16 @@ def profile(batches: list[Batch], windows: list[tuple[float, float]], join: str)
 
 def start_lake(log: Path, root: Path, config_path: Path, *args: str) -> subprocess.Popen:
     out = log.open("wb")  # lives as long as the job
+    env = {**os.environ, "LAKE_PROFILE": "1"}
+    if JFR:  # the job's JVM records with Java Flight Recorder into JFR/<log name>.jfr
+        Path(JFR).mkdir(parents=True, exist_ok=True)
+        recording = Path(JFR).resolve() / f"{log.stem}.jfr"
+        env["JAVA_TOOL_OPTIONS"] = (
+            f"-XX:StartFlightRecording=filename={recording},settings=profile,dumponexit=true"
+        )
     return subprocess.Popen(
         [sys.executable, "-m", "spark_jobs.cli", "--root", str(root), "--config", str(config_path), *args],
-        stdout=out, stderr=out, start_new_session=True, env={**os.environ, "LAKE_PROFILE": "1"},
+        stdout=out, stderr=out, start_new_session=True, env=env,
     )  # fmt: skip
 
 
@@ -653,6 +663,12 @@ def _run_product(
         flush=True,
     )
     finals[f"{name} changelog"] = published
+    if JFR:  # the job's JVM, per workload: JIT and GC CPU, and what its Java samples were doing
+        import jfr_profile
+
+        recording = jfr_profile.read(Path(JFR).resolve() / f"{logs[0].stem}.jfr")
+        spans = {f"{name}: {w}": jfr_profile.window(recording, s) for w, s in workload.windows.items()}
+        print(f"\nthe product's JVM, {name} (Java Flight Recorder)\n" + jfr_profile.table(spans), flush=True)
     batches = read_batches(*logs)
     return {
         f"{name}: {workload_name}": profile(batches, windows, f"join_{work.join}")

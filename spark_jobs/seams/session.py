@@ -155,7 +155,16 @@ def spark_conf(master: str | None = None, app_name: str = "lake") -> dict[str, s
         # batch commits the changed keys' changelog, not a snapshot of the whole store
         "spark.sql.streaming.stateStore.providerClass": ROCKSDB,
         "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
-        "spark.driver.memory": os.environ.get("LAKE_DRIVER_MEMORY", "4g"),
+        # Memory sized to the work (docs/benchmarks.md, "Memory"): the state is in RocksDB, off the
+        # heap, so the heap holds a micro-batch's rows, not the state. The fk join's first load of
+        # 1,000,000 products (one batch of 1,100,000 records) peaked at 0.87 GB live after a GC: 2 GB
+        # is 2.3x that. RocksDB's memtables and block cache are one budget for all the state
+        # stores of the process (each store would otherwise take up to 2 x 64 MB of memtables).
+        "spark.driver.memory": os.environ.get("LAKE_DRIVER_MEMORY", "2g"),
+        "spark.sql.streaming.stateStore.rocksdb.boundedMemoryUsage": "true",
+        "spark.sql.streaming.stateStore.rocksdb.maxMemoryUsageMB": os.environ.get(
+            "LAKE_STATE_MEMORY_MB", "500"
+        ),
         "spark.pyspark.python": sys.executable,
         "spark.executorEnv.PYSPARK_PYTHON": sys.executable,
     }

@@ -590,12 +590,10 @@ class KafkaChangelog(Changelog):
         topic = self.job.config.topic(self.job.spec.publish or "")
         if self._topic_id is None:  # created when missing, once per job
             ensure_topics(self.cluster, [topic])
-            self._topic_id = topic_ids(self.cluster, [self.cluster.topic(topic.name)]).get(
-                self.cluster.topic(topic.name), ""
-            )
-        publish_frame(
-            self.cluster, topic, records, self.transactional_id, tag, may_be_sent, order, self._topic_id
-        )
+            name = self.cluster.topic(topic.name)
+            self._topic_id = topic_ids(self.cluster, [name]).get(name, "")
+        tid = self.transactional_id
+        publish_frame(self.cluster, topic, records, tid, tag, may_be_sent, self._topic_id, order)
 
 
 def _columns(schema: pa.Schema) -> list[tuple[str, str]]:

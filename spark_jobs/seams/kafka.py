@@ -581,8 +581,8 @@ def publish_frame(
     transactional_id: str,
     tag: bytes,
     may_be_sent: bool,
+    topic_id: str,
     order: Sequence[str] = (),
-    topic_id: str | None = None,
 ) -> Delivered:
     """Publish a Spark DataFrame's records to a declared topic from the executors, exactly once per
     ``tag``: one Kafka transaction per partition of the topic, written by the one task that holds that
@@ -590,17 +590,14 @@ def publish_frame(
     id ``<transactional_id>-<partition>``: a task that replaces another fences it. With
     ``may_be_sent`` (a replay), or in a retried task, a partition whose last records carry ``tag``
     already got them and is skipped. Each partition's records go in ``order`` (else any). Visible to
-    ``read_committed`` readers when this returns. ``topic_id``: the topic's (:func:`topic_ids`) when
-    the caller knows it exists (a writer that publishes again and again asks once); else it is
-    created when missing and asked. The writer is ``lake.joins.ChangelogWriter``."""
+    ``read_committed`` readers when this returns. ``topic_id``: the existing topic's
+    (:func:`topic_ids`; a writer that publishes again and again asks once), so that the executors'
+    producers of a recreated topic are new ones. The writer is ``lake.joins.ChangelogWriter``."""
     from py4j.protocol import Py4JJavaError
     from pyspark.sql import DataFrame
 
     started = time.perf_counter()
     name = cluster.topic(spec.name)
-    if topic_id is None:
-        ensure_topics(cluster, [spec])
-        topic_id = topic_ids(cluster, [name]).get(name, "")
     conf = {k.removeprefix("kafka."): v for k, v in cluster.spark_options().items()}
     conf.pop("fetch.max.wait.ms", None)  # the consumer's: the producer would warn of it
     conf.update({"transaction.timeout.ms": str(TRANSACTION_TIMEOUT_MS), "linger.ms": "5"})

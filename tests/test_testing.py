@@ -99,6 +99,28 @@ def test_the_fk_join_step_by_step_with_its_changelog_and_a_join_reading_it(drive
     assert d.table("shelf") == {"p2": {"merchant": None, "title": "Saw"}}
 
 
+def test_a_steady_micro_batch_compiles_no_new_code(driver, spark):
+    """Spark compiles a class per distinct piece of generated code and caches it (per class loader);
+    a join's batches run the same plans, so once they ran, a batch of the same shape compiles nothing.
+    With Spark's default cache of 100 classes every batch compiled its ~145 again (the JIT then
+    never settles: docs/benchmarks.md, "The profile of a record's cost")."""
+    compiled = spark._jvm.org.apache.spark.metrics.source.CodegenMetrics.METRIC_COMPILATION_TIME()
+    d = driver
+    d.pipe("merchants", key="m1", value={"name": "Acme"})
+    per_batch = []
+    for wave in range(4):
+        for i in range(20):
+            d.pipe("products", key=f"p{i}", value=product(f"t{wave}", "m1"))
+        before = compiled.getCount()
+        d.advance()
+        per_batch.append(compiled.getCount() - before)
+    assert per_batch[0] > 0 and per_batch[-1] == 0, per_batch
+    assert len(d.changelog("display")) == 20 and d.table("display")["p7"] == {
+        "title": "t3",
+        "merchant": "Acme",
+    }
+
+
 def test_an_advance_with_nothing_piped_changes_nothing_and_names_are_checked(driver):
     d = driver
     d.advance()

@@ -39,6 +39,7 @@ from spark_jobs.seams.layout import Layout
 
 DEFAULT_MASTER = "local[2]"
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+CODEGEN_CACHE = 2000  # compiled plan classes kept (a join batch's ~145, many joins, Delta's own)
 # Settings spark-submit decides for a submitted application; a session built inside one keeps them.
 DEPLOY_KEYS = ("spark.master", "spark.app.name", "spark.driver.memory", "spark.driver.extraJavaOptions")
 LOG_KEEP_BYTES = 20_000_000  # a JVM log past this size is moved to <log>.1 when the next JVM starts
@@ -151,6 +152,12 @@ def spark_conf(master: str | None = None, app_name: str = "lake") -> dict[str, s
         "spark.executor.extraJavaOptions": f"{log4j} {jvm}",
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.sql.streaming.stopGracefullyOnShutdown": "true",
+        # Spark keeps the classes it compiles for a plan's code in a cache of 100 by default, per
+        # class loader (the driver's and the executors'). A join's micro-batch runs about 145
+        # distinct ones (its operator's stage, the counts, select, the changelog, Delta's MERGE
+        # and log replay), so with 100 every batch compiled them all again: 133 compilations per
+        # batch of a small fk join, none with room for them (docs/benchmarks.md, "The profile")
+        "spark.sql.codegen.cache.maxEntries": str(CODEGEN_CACHE),
         # the joins keep their state in Spark's state store (transformWithState needs RocksDB); a
         # batch commits the changed keys' changelog, not a snapshot of the whole store
         "spark.sql.streaming.stateStore.providerClass": ROCKSDB,

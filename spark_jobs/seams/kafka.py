@@ -599,7 +599,6 @@ def publish_frame(
     started = time.perf_counter()
     name = cluster.topic(spec.name)
     conf = {k.removeprefix("kafka."): v for k, v in cluster.spark_options().items()}
-    conf.pop("fetch.max.wait.ms", None)  # the consumer's: the producer would warn of it
     conf.update({"transaction.timeout.ms": str(TRANSACTION_TIMEOUT_MS), "linger.ms": "5"})
     conf.setdefault("batch.size", "262144")
     spark = records.sparkSession

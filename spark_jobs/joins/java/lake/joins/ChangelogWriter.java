@@ -14,9 +14,11 @@ import java.util.Map;
 import java.util.Set;
 import java.util.concurrent.Future;
 
+import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.clients.producer.KafkaProducer;
+import org.apache.kafka.clients.producer.ProducerConfig;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.clients.producer.RecordMetadata;
 import org.apache.kafka.common.KafkaException;
@@ -233,7 +235,7 @@ public final class ChangelogWriter {
         PRODUCERS.remove(id).producer.close(Duration.ZERO);
       }
     }
-    Map<String, Object> settings = new HashMap<>(conf);
+    Map<String, Object> settings = known(conf, ProducerConfig.configNames());
     settings.put("transactional.id", id);
     settings.put("enable.idempotence", "true");
     settings.put("acks", "all");
@@ -257,14 +259,24 @@ public final class ChangelogWriter {
     }
   }
 
-  /** Whether a committed record among the last offsets of the partition carries {@code tag}. */
-  static boolean sent(Map<String, String> conf, String topic, int partition, byte[] tag) {
+  /**
+   * The settings of {@code conf} that a client with the settings {@code names} takes: the cluster's
+   * settings hold a consumer's ({@code fetch.max.wait.ms}) and a producer's ({@code linger.ms},
+   * {@code transaction.timeout.ms}), and a client logs every setting it does not know.
+   */
+  static Map<String, Object> known(Map<String, String> conf, Set<String> names) {
     Map<String, Object> settings = new HashMap<>();
     for (Map.Entry<String, String> e : conf.entrySet()) {
-      if (!e.getKey().startsWith("linger.") && !e.getKey().startsWith("batch.")) {
+      if (names.contains(e.getKey())) {
         settings.put(e.getKey(), e.getValue());
       }
     }
+    return settings;
+  }
+
+  /** Whether a committed record among the last offsets of the partition carries {@code tag}. */
+  static boolean sent(Map<String, String> conf, String topic, int partition, byte[] tag) {
+    Map<String, Object> settings = known(conf, ConsumerConfig.configNames());
     settings.put("isolation.level", "read_committed");
     settings.put("enable.auto.commit", "false");
     settings.put("key.deserializer", ByteArrayDeserializer.class.getName());

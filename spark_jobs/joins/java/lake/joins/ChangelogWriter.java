@@ -235,7 +235,8 @@ public final class ChangelogWriter {
         PRODUCERS.remove(id).producer.close(Duration.ZERO);
       }
     }
-    Map<String, Object> settings = known(conf, ProducerConfig.configNames());
+    Map<String, Object> settings =
+        forClient(conf, ProducerConfig.configNames(), ConsumerConfig.configNames());
     settings.put("transactional.id", id);
     settings.put("enable.idempotence", "true");
     settings.put("acks", "all");
@@ -260,14 +261,17 @@ public final class ChangelogWriter {
   }
 
   /**
-   * The settings of {@code conf} that a client with the settings {@code names} takes: the cluster's
-   * settings hold a consumer's ({@code fetch.max.wait.ms}) and a producer's ({@code linger.ms},
-   * {@code transaction.timeout.ms}), and a client logs every setting it does not know.
+   * The settings of {@code conf} for a client whose own settings are {@code mine}: without those
+   * only the other client knows ({@code others}). The cluster's settings hold a consumer's ({@code
+   * fetch.max.wait.ms}) and a producer's ({@code linger.ms}, {@code transaction.timeout.ms}), which
+   * the other client would log as unknown; a setting neither knows (a security plugin's) stays, as
+   * plugins read the client's settings.
    */
-  static Map<String, Object> known(Map<String, String> conf, Set<String> names) {
+  static Map<String, Object> forClient(
+      Map<String, String> conf, Set<String> mine, Set<String> others) {
     Map<String, Object> settings = new HashMap<>();
     for (Map.Entry<String, String> e : conf.entrySet()) {
-      if (names.contains(e.getKey())) {
+      if (mine.contains(e.getKey()) || !others.contains(e.getKey())) {
         settings.put(e.getKey(), e.getValue());
       }
     }
@@ -276,7 +280,8 @@ public final class ChangelogWriter {
 
   /** Whether a committed record among the last offsets of the partition carries {@code tag}. */
   static boolean sent(Map<String, String> conf, String topic, int partition, byte[] tag) {
-    Map<String, Object> settings = known(conf, ConsumerConfig.configNames());
+    Map<String, Object> settings =
+        forClient(conf, ConsumerConfig.configNames(), ProducerConfig.configNames());
     settings.put("isolation.level", "read_committed");
     settings.put("enable.auto.commit", "false");
     settings.put("key.deserializer", ByteArrayDeserializer.class.getName());

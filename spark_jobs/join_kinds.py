@@ -16,7 +16,9 @@ class JoinKind:
     name: str
     types: tuple[str, ...]  # the join types it takes; the first is the default
     settings: tuple[str, ...]  # the settings it takes besides kind, left, type, select and publish
-    meta_columns: tuple[str, ...]  # columns every result carries besides select's (select may not use them)
+    # columns every result carries besides select's (select may not use them): its key, its time, and
+    # where it came from (the partition and offset of the input records it was computed from)
+    meta_columns: tuple[str, ...]
     keyed_by: str | None = None  # the setting whose expression keys the left records (fk, derive, list)
     events: bool = False  # the result is an append-only log of events, not a table keyed by `key`
 
@@ -36,12 +38,17 @@ class JoinKind:
         return self.keyed_by == "list"
 
 
-TABLE = JoinKind("table", ("inner", "left", "outer"), ("right", "table_every"), ("key", "timestamp"))
+# a keyed result's provenance: the record each side's value came from (null: that side has no value)
+SOURCES = ("left_partition", "left_offset", "right_partition", "right_offset")
+
+TABLE = JoinKind(
+    "table", ("inner", "left", "outer"), ("right", "table_every"), ("key", "timestamp", *SOURCES)
+)
 STREAM_TABLE = JoinKind(
     "stream-table",
     ("inner", "left"),
     ("right", "grace"),
-    ("key", "timestamp", "partition", "offset"),
+    ("key", "timestamp", "partition", "offset", "right_partition", "right_offset"),
     events=True,
 )
 STREAM_STREAM = JoinKind(
@@ -63,18 +70,23 @@ FK = JoinKind(
     "fk",
     ("inner", "left"),
     ("right", "foreign_key", "table_every"),
-    ("key", "timestamp"),
+    ("key", "timestamp", *SOURCES),
     keyed_by="foreign_key",
 )
 LIST = JoinKind(
     "list",
     ("left", "inner"),
     ("right", "list", "element_id", "elements", "as", "table_every"),
-    ("key", "timestamp"),
+    # element_sources: per list position, its id and its right record's partition and offset
+    ("key", "timestamp", "left_partition", "left_offset", "element_sources"),
     keyed_by="list",
 )
 DERIVE = JoinKind(
-    "derive", ("inner",), ("key", "table_every"), ("key", "timestamp", "master_key"), keyed_by="key"
+    "derive",
+    ("inner",),
+    ("key", "table_every"),
+    ("key", "timestamp", "master_key", "left_partition", "left_offset"),
+    keyed_by="key",
 )
 
 KINDS: dict[str, JoinKind] = {k.name: k for k in (TABLE, STREAM_TABLE, STREAM_STREAM, FK, LIST, DERIVE)}

@@ -14,6 +14,7 @@ import time
 from decimal import Decimal
 from pathlib import Path
 
+from spark_jobs.join_kinds import KINDS
 from spark_jobs.seams.config import TopicSpec
 from spark_jobs.seams.delta import Lake
 from spark_jobs.seams.kafka import Cluster, read
@@ -157,12 +158,12 @@ def topic_results(cluster: Cluster, spec: TopicSpec) -> dict[str, dict]:
 
 
 def table_results(lake: Lake, table: str) -> dict[str, dict]:
-    """A join's result table keyed like the topics: its select columns (all but ``key`` and
-    ``timestamp``), as a dict."""
+    """A join's result table keyed like the topics: its select columns (all but its meta columns:
+    key, timestamp, provenance), as a dict."""
     if not lake.exists(table):
         return {}
     rows = lake.read_arrow(table).to_pylist()
-    meta = ("key", "timestamp")
+    meta = {c for kind in KINDS.values() for c in kind.meta_columns}
     return {r["key"].decode(): clean({c: v for c, v in r.items() if c not in meta}) for r in rows}
 
 

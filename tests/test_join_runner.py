@@ -114,8 +114,8 @@ def test_run_once_resumes_where_it_stopped_and_status_and_audit_see_it(spark, se
     )
     # tamper with the result: the audit names the key and exits 1
     row = next(r for r in lake.read_arrow("t_left").to_pylist() if r["key"] == b"b")
-    tampered = {"key": [b"b"], "timestamp": [row["timestamp"]], "lv": ["b1"], "rv": ["wrong"]}
-    lake.merge("t_left", pa.table(tampered, schema=lake.schema("t_left")), ["key"])
+    tampered = {**row, "rv": "wrong"}
+    lake.merge("t_left", pa.Table.from_pylist([tampered], schema=lake.schema("t_left")), ["key"])
     assert main(["audit", "t_left", *opts]) == 1
     out = capsys.readouterr().out
     assert "DIFFERENT for 1 key(s), e.g. b" in out and "wrong" in out

@@ -176,6 +176,12 @@ joins:
         {
             "key": b"ann",
             "timestamp": datetime.fromtimestamp(T0 / 1000, UTC),  # the person's and the addresses'
+            "left_partition": 0,  # the person's record, and each address's (8 has none)
+            "left_offset": 0,
+            "element_sources": [
+                {"id": "7", "partition": 0, "offset": 0},
+                {"id": "8", "partition": None, "offset": None},
+            ],
             "name": "Ann",
             "elements": [
                 {"id": "7", "matched": True, "kind": "home", "city": "Oslo"},

@@ -23,7 +23,7 @@ class DeriveJob(KeyedJob, StateStoreJob):
     (``lake.joins.DeriveJoin``, Java), and the newest of them is the derived row."""
 
     operator = "DeriveJoin"
-    row_columns = ["key", "timestamp", "master_key", "left_value", "__lp", "__lo"]
+    row_columns = ["key", "timestamp", "master_key", "left_value", "left_partition", "left_offset"]
     tombstones_follow_left = False  # its result is keyed by the derived key, not the left topic's
 
     @staticmethod
@@ -40,6 +40,8 @@ class DeriveJob(KeyedJob, StateStoreJob):
                 F.col("since").alias("timestamp"),
                 F.col("key").alias("master_key"),
                 F.col("value").alias("left_value"),
+                F.col("from_partition").alias("left_partition"),
+                F.col("from_offset").alias("left_offset"),
             )
         )
         return rows, Projection(spark, codecs, spec).frame

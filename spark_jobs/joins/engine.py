@@ -333,6 +333,13 @@ class JoinJob:
             for column in required:
                 self.spark.sql(f"ALTER TABLE {table} ALTER COLUMN `{column}` DROP NOT NULL")
             existing = self.lake.schema(self.spec.name)
+        missing = [c for c in self.spec.join_kind.meta_columns if c not in existing.names]
+        if missing:  # written by a release before results kept their provenance
+            raise UserError(
+                f"join {self.spec.name}: the result table has no {', '.join(missing)} (written by an "
+                f"earlier release, before results kept the input records they came from); rebuild it "
+                f"from the topics: lake run {self.spec.name} --once --reset"
+            )
         if _columns(existing) != _columns(self.result_schema):
             raise UserError(
                 f"join {self.spec.name}: the result table's columns ({', '.join(existing.names)}) differ "
@@ -481,8 +488,8 @@ class JoinJob:
                     "run_id": f"{txn[0]}:{txn[1]}",
                     "run_time": at,
                     "job": self.spec.job,
-                    "source": f"{topic}[{record.get(f'__{side[0]}p')}]",
-                    "line": record.get(f"__{side[0]}o"),
+                    "source": f"{topic}[{record.get(f'{side}_partition')}]",
+                    "line": record.get(f"{side}_offset"),
                     "raw_hex": value.hex() if value is not None else "",
                     "reason": f"select failed on the {side} record of result key '{key}': {error}",
                 }

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from spark_jobs.joins.batch import live, right_versions, with_since
+from spark_jobs.joins.batch import left_sources, live, right_versions, with_since
 from spark_jobs.joins.engine import Projection
 from spark_jobs.joins.keyed import KeyedJob
 from spark_jobs.joins.state_store import StateStoreJob
@@ -24,13 +24,21 @@ class FkJob(KeyedJob, StateStoreJob):
     def expected(spark, lake, config, spec: JoinSpec, left: DataFrame, right: DataFrame, codecs):
         """fk: each live left record with the right value of the key its foreign key names; the
         timestamp the latest of the left value's time and that right record's (a tombstone's too)."""
-        rows = live(with_since(left)).select(
-            "key", F.col("value").alias("left_value"), F.col("by").alias("fk"), "since"
+        lhs = live(with_since(left))
+        rows = lhs.select(
+            "key", F.col("value").alias("left_value"), F.col("by").alias("fk"), "since", *left_sources(lhs)
         )
         rows = rows.join(right_versions(right).withColumnRenamed("key", "fk"), "fk", "left")
         if spec.type == "inner":
             rows = rows.filter(F.col("right_value").isNotNull())
         rows = rows.select(
-            "key", F.greatest("since", "right_since").alias("timestamp"), "left_value", "right_value"
+            "key",
+            F.greatest("since", "right_since").alias("timestamp"),
+            "left_value",
+            "right_value",
+            "left_partition",
+            "left_offset",
+            "right_partition",
+            "right_offset",
         )
         return rows, Projection(spark, codecs, spec).frame

@@ -15,7 +15,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.utils import AnalysisException
 
 from spark_jobs.errors import UserError, spark_error
-from spark_jobs.joins.batch import latest, live, right_values, with_since
+from spark_jobs.joins.batch import latest, left_sources, live, right_versions, with_since
 from spark_jobs.joins.engine import BatchMetrics, SideCodecs
 from spark_jobs.joins.keyed import KeyedJob
 from spark_jobs.joins.state_store import StateStoreJob
@@ -26,15 +26,24 @@ from spark_jobs.seams.session import arrow_frame
 
 # --- the list join's projection --------------------------------------------------------------------
 class ListProjection:
-    """A list join's result: ``key``, ``select`` over ``left``, and the enriched list: per element
-    ``id``, ``matched`` and ``elements`` over ``element`` (the element: a JSON object's fields, or the
-    scalar as text) and ``right``; inner joins leave unmatched elements out. Lists keep their order."""
+    """A list join's result: ``key``, ``timestamp``, where it came from (``left_partition``,
+    ``left_offset``, and ``element_sources``: per list position its id and its right record's
+    partition and offset, null when unmatched), ``select`` over ``left``, and the enriched list: per
+    element ``id``, ``matched`` and ``elements`` over ``element`` (the element: a JSON object's
+    fields, or the scalar as text) and ``right``; inner joins leave unmatched elements out. Lists keep
+    their order."""
 
     def __init__(self, spark: SparkSession, codecs: SideCodecs, spec: JoinSpec):
         self.spark, self.spec = spark, spec
         self.codecs = codecs.values
         rows = pa.schema(
-            [("key", pa.binary()), ("timestamp", pa.timestamp("us", tz="UTC")), ("left_value", pa.binary())]
+            [
+                ("key", pa.binary()),
+                ("timestamp", pa.timestamp("us", tz="UTC")),
+                ("left_value", pa.binary()),
+                ("left_partition", pa.int32()),
+                ("left_offset", pa.int64()),
+            ]
         )
         elements = pa.schema(
             [
@@ -43,6 +52,8 @@ class ListProjection:
                 ("item", pa.string()),
                 ("id", pa.binary()),
                 ("right_value", pa.binary()),
+                ("right_partition", pa.int32()),
+                ("right_offset", pa.int64()),
             ]
         )
         self.row_schema, self.element_schema = rows, elements
@@ -84,30 +95,52 @@ class ListProjection:
             F.col("right_value").isNotNull().alias("matched"),
             element.alias("element"),
             self._value("right", "right_value").alias("right"),
-        ).selectExpr("key", "pos", "id", "matched", *exprs)
+            F.struct(
+                F.col("id").cast("string").alias("id"),
+                F.col("right_partition").alias("partition"),
+                F.col("right_offset").alias("offset"),
+            ).alias("__source"),
+        ).selectExpr("key", "pos", "id", "matched", "__source", *exprs)
 
     def frame(self, rows: DataFrame, elements: DataFrame) -> DataFrame:
-        """``rows`` (key, timestamp, left_value) and their ``elements`` (key, pos, item, id, right_value: null
-        when the id has no live right record) -> the result's columns."""
+        """``rows`` (key, timestamp, left_value, left_partition, left_offset) and their ``elements``
+        (key, pos, item, id, right_value, right_partition, right_offset: null when the id has no live
+        right record) -> the result's columns."""
         enriched = self._enriched(elements, self._element_exprs())
-        if self.spec.type == "inner":
-            enriched = enriched.filter("matched")
         fields = ["id", "matched", *self.spec.elements]
-        entry = F.struct(F.col("pos"), F.struct(*[F.col(f"`{c}`") for c in fields]).alias("e"))
+        entry = F.struct(
+            F.col("pos"),
+            F.struct(*[F.col(f"`{c}`") for c in fields]).alias("e"),
+            F.col("__source").alias("s"),
+        )
         lists = enriched.groupBy("key").agg(F.sort_array(F.collect_list(entry)).alias("__entries"))
         joined = rows.join(lists, "key", "left")
-        items = F.transform("__entries", lambda x: x["e"])
+        kept: Any = "__entries"
+        if self.spec.type == "inner":  # unmatched elements left out (their sources stay)
+            kept = F.filter("__entries", lambda x: x["e"]["matched"])
         framed = joined.select(
-            "key", "timestamp", self._value("left", "left_value").alias("left"), items.alias("__items")
+            "key",
+            "timestamp",
+            "left_partition",
+            "left_offset",
+            self._value("left", "left_value").alias("left"),
+            F.transform(kept, lambda x: x["e"]).alias("__items"),
+            F.transform("__entries", lambda x: x["s"]).alias("__sources"),
         )
         element_type = framed.schema["__items"].dataType
+        source_type = framed.schema["__sources"].dataType
+        meta = ["key", "timestamp", "left_partition", "left_offset"]
         out = framed.selectExpr(
-            "key", "timestamp", *[f"({expr}) AS `{col}`" for col, expr in self.spec.select.items()], "__items"
+            *meta,
+            "__sources",
+            *[f"({expr}) AS `{col}`" for col, expr in self.spec.select.items()],
+            "__items",
         )
-        empty = F.expr("array()").cast(element_type)
         return out.select(
-            *[F.col(f"`{c}`") for c in ("key", "timestamp", *self.spec.select)],
-            F.coalesce(F.col("__items"), empty).alias(self.spec.list_as),
+            *meta,
+            F.coalesce(F.col("__sources"), F.expr("array()").cast(source_type)).alias("element_sources"),
+            *[F.col(f"`{c}`") for c in self.spec.select],
+            F.coalesce(F.col("__items"), F.expr("array()").cast(element_type)).alias(self.spec.list_as),
         )
 
     def apply(self, rows: pa.Table, elements: pa.Table) -> pa.Table:
@@ -128,21 +161,36 @@ class ListJob(KeyedJob, StateStoreJob):
     value it was joined with, so a batch looks up only added ids and ids whose right record changed."""
 
     operator = "ListJoin"
-    row_columns = ["key", "timestamp", "left_value", "__lp", "__lo", "items", "ids", "right_values"]
+    row_columns = [
+        "key",
+        "timestamp",
+        "left_value",
+        "left_partition",
+        "left_offset",
+        "items",
+        "ids",
+        "right_values",
+        "right_partitions",
+        "right_offsets",
+    ]
 
     def _result_projection(self) -> Any:
         return ListProjection(self.spark, self.codecs, self.spec)
 
     def result_frame(self, keys: DataFrame) -> DataFrame:
-        entries = F.posexplode(F.arrays_zip("items", "ids", "right_values"))
+        entries = F.posexplode(
+            F.arrays_zip("items", "ids", "right_values", "right_partitions", "right_offsets")
+        )
         elements = keys.select("key", entries).select(
             "key",
             F.col("pos").cast("long").alias("pos"),
             F.col("col.items").alias("item"),
             F.col("col.ids").alias("id"),
             F.col("col.right_values").alias("right_value"),
+            F.col("col.right_partitions").alias("right_partition"),
+            F.col("col.right_offsets").alias("right_offset"),
         )
-        return self.projection.frame(keys.select("key", "timestamp", "left_value"), elements)
+        return self.projection.frame(keys.select(*self.row_columns[:5]), elements)
 
     def _desired(
         self, live: pa.Table, txn: tuple[str, int], at: datetime, m: BatchMetrics
@@ -156,7 +204,8 @@ class ListJob(KeyedJob, StateStoreJob):
         elements = lhs.select("key", F.posexplode(F.arrays_zip("items", "ids")).alias("pos", "e")).select(
             "key", "pos", F.col("e.items").alias("item"), F.col("e.ids").alias("id")
         )
-        elements = elements.join(right_values(right).withColumnRenamed("key", "id"), "id", "left")
+        matched = right_versions(right).filter(F.col("right_value").isNotNull()).drop("right_since")
+        elements = elements.join(matched.withColumnRenamed("key", "id"), "id", "left")
         # the row's timestamp: the latest of the left value's time and its ids' right records' (a
         # right tombstone's too: it made the element unmatched)
         rights = latest(with_since(right)).select(F.col("key").alias("id"), F.col("since").alias("__rs"))
@@ -167,7 +216,7 @@ class ListJob(KeyedJob, StateStoreJob):
             .agg(F.greatest(F.max("since"), F.max("__rs")).alias("__ts"))
         )
         rows = lhs.join(times, "key").select(
-            "key", F.col("__ts").alias("timestamp"), F.col("value").alias("left_value")
+            "key", F.col("__ts").alias("timestamp"), F.col("value").alias("left_value"), *left_sources(lhs)
         )
         projection = ListProjection(spark, codecs, spec)
         return rows, lambda some: projection.frame(some, elements)
@@ -188,5 +237,7 @@ def _elements(rows: pa.Table) -> pa.Table:
             "item": pc.list_flatten(items),
             "id": pc.list_flatten(rows["ids"].combine_chunks()),
             "right_value": pc.list_flatten(rows["right_values"].combine_chunks()),
+            "right_partition": pc.list_flatten(rows["right_partitions"].combine_chunks()),
+            "right_offset": pc.list_flatten(rows["right_offsets"].combine_chunks()),
         }
     )

@@ -11,8 +11,8 @@ Only data errors count (SQLSTATE class 22, and 'P0001' raised by ``raise_error``
 an environmental failure (a lost executor, a full disk) is no record's fault and fails the batch as
 before, so Spark retries it.
 
-Each kind hands over rows that name the records they were computed from: ``__lp``/``__lo`` (the
-left record's partition and offset) and ``__rp``/``__ro`` (the right one's, null when there is none).
+Each kind hands over rows that name the records they were computed from: ``left_partition`` /
+``left_offset`` and ``right_partition`` / ``right_offset`` (null when there is none).
 """
 
 from __future__ import annotations

@@ -66,7 +66,16 @@ class StateStoreJob(JoinJob):
 
     operator: str  # the Java operator: lake.joins.<operator>.apply(records, join type)
     # the operator's columns that ``select`` is evaluated over (besides live, changed, left_deleted)
-    row_columns = ["key", "timestamp", "left_value", "__lp", "__lo", "right_value", "__rp", "__ro"]
+    row_columns = [
+        "key",
+        "timestamp",
+        "left_value",
+        "left_partition",
+        "left_offset",
+        "right_value",
+        "right_partition",
+        "right_offset",
+    ]
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)

@@ -16,7 +16,6 @@ from spark_jobs.seams.config import JoinSpec
 from spark_jobs.seams.layout import join_table
 
 SIDES = ("left", "right")
-BLAME = {"__lp": "left_partition", "__lo": "left_offset", "__rp": "right_partition", "__ro": "right_offset"}
 
 
 class StreamStreamJob(StreamJob):
@@ -80,7 +79,6 @@ class StreamStreamJob(StreamJob):
                 for side in filter(self._keeps, SIDES):
                     closed = rows[side].filter(F.col("__expires") & ~F.col("matched"))
                     out_rows = out_rows.unionByName(_unmatched(closed, side))
-                out_rows = out_rows.withColumns({blame: F.col(source) for blame, source in BLAME.items()})
                 self._append_events(out_rows, list(STREAM_STREAM.meta_columns[1:]), txn, at, m)
                 m.affected_keys = m.appended
             for side in SIDES:

@@ -126,11 +126,12 @@ class StreamTableJob(StreamJob):
         )
         rows = best.select(
             *base.columns,
-            F.col("partition").alias("__lp"),
-            F.col("offset").alias("__lo"),
+            F.col("partition").alias("left_partition"),
+            F.col("offset").alias("left_offset"),
             F.col("__r.__rv").alias("right_value"),
-            F.col("__r.__hp").alias("__rp"),
-            F.col("__r.__ho").alias("__ro"),
+            # the matched right record (null: none, or a tombstone: no value to show)
+            F.when(F.col("__r.__rv").isNotNull(), F.col("__r.__hp")).alias("right_partition"),
+            F.when(F.col("__r.__rv").isNotNull(), F.col("__r.__ho")).alias("right_offset"),
         )
         if self.spec.type == "inner":
             rows = rows.filter(F.col("right_value").isNotNull())
@@ -157,6 +158,8 @@ class StreamTableJob(StreamJob):
                 F.col("l.offset").alias("offset"),
                 F.col("l.value").alias("left_value"),
                 F.col("r.value").alias("right_value"),
+                F.when(F.col("r.value").isNotNull(), F.col("r.partition")).alias("right_partition"),
+                F.when(F.col("r.value").isNotNull(), F.col("r.offset")).alias("right_offset"),
             )
         )
         if spec.type == "inner":

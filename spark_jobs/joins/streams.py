@@ -33,7 +33,6 @@ SEQ = "__seq"  # a published event's place in its batch's order
 STATE_SCHEMA = pa.schema(RECORD_FIELDS)
 BAD_SCHEMA = pa.schema([("side", pa.string()), *RECORD_FIELDS, ("reason", pa.string())])
 # the columns naming the records a row was computed from (spark_jobs.joins.poison)
-BLAME_TYPES = {"__lp": pa.int32(), "__lo": pa.int64(), "__rp": pa.int32(), "__ro": pa.int64()}
 BUFFER_SCHEMA = pa.schema([*RECORD_FIELDS, ("matched", pa.bool_())])
 # Per side and partition: the next offset and the largest timestamp read so far; and on every row
 # the batch that wrote it and its decision (has a side read all its topic holds? the watermark), so
@@ -288,8 +287,6 @@ def _rows_schema(columns: list[str]) -> pa.Schema:
     """The Arrow schema of a kind's rows before ``select`` (meta columns, values, blame columns)."""
 
     def kind(column: str) -> pa.DataType:
-        if column in BLAME_TYPES:
-            return BLAME_TYPES[column]
         return pa.binary() if column.endswith("value") else _meta_type(column)
 
     return pa.schema([(c, kind(c)) for c in columns])

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from spark_jobs.joins.batch import latest, right_versions, with_since
+from spark_jobs.joins.batch import latest, left_sources, right_versions, with_since
 from spark_jobs.joins.engine import Projection
 from spark_jobs.joins.state_store import StateStoreJob
 from spark_jobs.seams.config import JoinSpec
@@ -23,7 +23,8 @@ class TableJob(StateStoreJob):
     def expected(spark, lake, config, spec: JoinSpec, left: DataFrame, right: DataFrame, codecs):
         """table: both sides' latest live values per key, joined; the timestamp the latest of both
         sides' value times (a tombstone's too)."""
-        lhs = latest(with_since(left)).select("key", F.col("value").alias("left_value"), "since")
+        lhs = latest(with_since(left))
+        lhs = lhs.select("key", F.col("value").alias("left_value"), "since", *left_sources(lhs))
         rows = lhs.join(right_versions(right), "key", "full")
         has_left, has_right = F.col("left_value").isNotNull(), F.col("right_value").isNotNull()
         keep = {"inner": has_left & has_right, "left": has_left, "outer": has_left | has_right}[spec.type]
@@ -32,5 +33,9 @@ class TableJob(StateStoreJob):
             F.greatest("since", "right_since").alias("timestamp"),
             "left_value",
             "right_value",
+            "left_partition",
+            "left_offset",
+            "right_partition",
+            "right_offset",
         )
         return rows, Projection(spark, codecs, spec).frame

@@ -34,8 +34,8 @@ import scala.jdk.javaapi.CollectionConverters;
  *       moving away. A derived key nobody holds any more is answered with a delete.
  * </ol>
  *
- * <p>Output: {@code key} (the derived key), {@code master_key}, {@code left_value}, {@code __lp},
- * {@code __lo}, {@code live}, {@code changed}, {@code left_deleted} (always false: the result is not
+ * <p>Output: {@code key} (the derived key), {@code master_key}, {@code left_value}, {@code left_partition},
+ * {@code left_offset}, {@code live}, {@code changed}, {@code left_deleted} (always false: the result is not
  * keyed like the master topic), {@code n_left}, {@code n_right}, {@code n_null}.
  */
 public final class DeriveJoin {
@@ -46,8 +46,8 @@ public final class DeriveJoin {
           .add("key", DataTypes.BinaryType)
           .add("master_key", DataTypes.BinaryType)
           .add("left_value", DataTypes.BinaryType)
-          .add("__lp", DataTypes.IntegerType)
-          .add("__lo", DataTypes.LongType)
+          .add("left_partition", DataTypes.IntegerType) // the holder's record (provenance)
+          .add("left_offset", DataTypes.LongType)
           .add("ts", DataTypes.LongType) // the newest holder's value time; a delete's: the release's
           .add("live", DataTypes.BooleanType)
           .add("changed", DataTypes.BooleanType)
@@ -85,13 +85,13 @@ public final class DeriveJoin {
       boolean changed = false;
       Long released = null; // the latest value time of the batch's records that released the key
       while (rows.hasNext()) {
-        Row r = rows.next(); // route, op, key, value, ts, partition, offset, left_deleted, n, n_null
+        Row r = rows.next(); // FkJoin.OPS
         n += r.getInt(8);
         nullKey += r.getInt(9);
         if (derived == null) continue; // only counts: the null group keeps no state
         int op = r.getInt(1);
         if (op == FkJoin.SUBSCRIBE) {
-          Row version = RowFactory.create(r.get(3), r.getLong(4), r.getInt(5), r.getLong(6), r.get(10));
+          Row version = FkJoin.Responses.version(r.get(3), r);
           holders.updateValue((byte[]) r.get(2), version);
           changed = true;
         } else if (op == FkJoin.UNSUBSCRIBE) {
@@ -120,8 +120,8 @@ public final class DeriveJoin {
                 derived,
                 master,
                 newest == null ? null : newest.get(0),
-                newest == null ? null : newest.get(2),
-                newest == null ? null : newest.get(3),
+                TableJoin.fromPartition(newest),
+                TableJoin.fromOffset(newest),
                 newest == null ? released : TableJoin.since(newest),
                 newest != null,
                 true,

@@ -70,7 +70,9 @@ public final class FkJoin {
           .add("left_deleted", DataTypes.BooleanType)
           .add("n", DataTypes.IntegerType)
           .add("n_null", DataTypes.IntegerType)
-          .add("since", DataTypes.LongType); // the version's value time (TableJoin.VERSION)
+          .add("since", DataTypes.LongType) // the version's value time (TableJoin.VERSION)
+          .add("from_partition", DataTypes.IntegerType) // the record that gave it its value
+          .add("from_offset", DataTypes.LongType);
 
   /** A left key's accepted version with its foreign key. */
   static final StructType LEFT =
@@ -80,6 +82,8 @@ public final class FkJoin {
           .add("partition", DataTypes.IntegerType)
           .add("offset", DataTypes.LongType)
           .add("fk", DataTypes.BinaryType)
+          .add("from_partition", DataTypes.IntegerType)
+          .add("from_offset", DataTypes.LongType)
           .add("since", DataTypes.LongType);
 
   public static final StructType OUTPUT = TableJoin.OUTPUT.add("n_null", DataTypes.IntegerType);
@@ -108,7 +112,9 @@ public final class FkJoin {
                 "false AS left_deleted",
                 "1 AS n",
                 "0 AS n_null",
-                "CAST(NULL AS BIGINT) AS since");
+                "CAST(NULL AS BIGINT) AS since",
+                "CAST(NULL AS INT) AS from_partition",
+                "CAST(NULL AS BIGINT) AS from_offset");
     return ops.union(right)
         .groupByKey((MapFunction<Row, byte[]>) r -> (byte[]) r.get(0), Encoders.BINARY())
         .transformWithState(
@@ -152,7 +158,9 @@ public final class FkJoin {
       while (rows.hasNext()) {
         Row r = rows.next(); // key, value, ts, partition, offset, by
         if (!r.isNullAt(1) && r.isNullAt(5)) nullFk++;
-        versions.add(RowFactory.create(r.get(1), r.getLong(2), r.getInt(3), r.getLong(4), r.get(5), null));
+        versions.add(
+            RowFactory.create(
+                r.get(1), r.getLong(2), r.getInt(3), r.getLong(4), r.get(5), null, null, null));
       }
       int n = versions.size();
       Row old = left.exists() ? left.get() : null;
@@ -197,7 +205,9 @@ public final class FkJoin {
           leftDeleted,
           0,
           0,
-          TableJoin.since(version));
+          TableJoin.since(version),
+          TableJoin.fromPartition(version),
+          TableJoin.fromOffset(version));
     }
 
     private static Row withCounts(Row op, int n, int nullFk) {
@@ -240,24 +250,25 @@ public final class FkJoin {
       int nRight = 0;
       int nullFk = 0;
       while (rows.hasNext()) {
-        Row r = rows.next(); // route, op, key, value, ts, partition, offset, left_deleted, n, n_null, since
+        Row r = rows.next(); // OPS: route, op, key, value, ts, partition, offset, ..., since, from_*
         int op = r.getInt(1);
         nullFk += r.getInt(9);
         if (op == RIGHT) {
           nRight += r.getInt(8);
-          rights.add(RowFactory.create(r.get(3), r.getLong(4), r.getInt(5), r.getLong(6), null));
+          rights.add(
+              RowFactory.create(r.get(3), r.getLong(4), r.getInt(5), r.getLong(6), null, null, null));
           continue;
         }
         nLeft += r.getInt(8);
         byte[] key = (byte[]) r.get(2);
         if (op == DELETE) {
           if (fk != null) subscribers.removeKey(key);
-          Row tombstone = RowFactory.create(null, r.getLong(4), r.getInt(5), r.getLong(6), r.get(10));
+          Row tombstone = version(null, r);
           deleted.add(RowFactory.create(key, tombstone, r.getBoolean(7)));
         } else if (op == UNSUBSCRIBE) {
           subscribers.removeKey(key);
         } else if (op == SUBSCRIBE) {
-          Row version = RowFactory.create(r.get(3), r.getLong(4), r.getInt(5), r.getLong(6), r.get(10));
+          Row version = version(r.get(3), r);
           if (fk == null) {
             answers.add(answer(key, version, null, false)); // nothing to join with, no state
           } else {
@@ -292,6 +303,12 @@ public final class FkJoin {
           answers, subscribers.iterator(), (key, left) -> answer(key, left, value, false));
     }
 
+    /** The version (TableJoin.VERSION) an OPS row carries, with {@code value}. */
+    static Row version(Object value, Row r) {
+      return RowFactory.create(
+          value, r.getLong(4), r.getInt(5), r.getLong(6), r.get(11), r.get(12), r.get(10));
+    }
+
     /**
      * A left key's joined row after the batch ({@code left} a tombstone: the left key is deleted),
      * with the right side's version of its foreign key (null: none).
@@ -304,10 +321,10 @@ public final class FkJoin {
           key,
           TableJoin.value(left),
           matched ? right.get(0) : null,
-          hasLeft ? left.get(2) : null,
-          hasLeft ? left.get(3) : null,
-          matched ? right.get(2) : null,
-          matched ? right.get(3) : null,
+          hasLeft ? TableJoin.fromPartition(left) : null,
+          hasLeft ? TableJoin.fromOffset(left) : null,
+          matched ? TableJoin.fromPartition(right) : null,
+          matched ? TableJoin.fromOffset(right) : null,
           TableJoin.resultTs(live, left, right),
           live,
           true,

@@ -38,8 +38,9 @@ import scala.jdk.javaapi.CollectionConverters;
  *       value of every position, in the list's order, duplicates kept.
  * </ol>
  *
- * <p>Output, per left key that changed: {@code key}, {@code left_value}, {@code __lp}, {@code
- * __lo}, {@code items}, {@code ids}, {@code right_values} (per position; null when the id has no live
+ * <p>Output, per left key that changed: {@code key}, {@code left_value}, {@code left_partition},
+ * {@code left_offset}, {@code items}, {@code ids}, {@code right_values}, {@code right_partitions},
+ * {@code right_offsets} (per position: the right value and its record; null when the id has no live
  * right record), {@code live}, {@code changed}, {@code left_deleted}, the record counts and the
  * element counts (joined: looked up because added or their right record changed; retracted; kept).
  */
@@ -70,7 +71,9 @@ public final class ListJoin {
           .add("n_right", DataTypes.IntegerType)
           .add("items", DataTypes.createArrayType(DataTypes.StringType))
           .add("ids", DataTypes.createArrayType(DataTypes.BinaryType))
-          .add("since", DataTypes.LongType); // ROW, ELEMENT: the version's value time
+          .add("since", DataTypes.LongType) // ROW, ELEMENT: the version's value time
+          .add("from_partition", DataTypes.IntegerType) // ROW, ELEMENT: the record that gave it
+          .add("from_offset", DataTypes.LongType);
 
   static final StructType LEFT =
       new StructType()
@@ -80,21 +83,32 @@ public final class ListJoin {
           .add("offset", DataTypes.LongType)
           .add("items", DataTypes.createArrayType(DataTypes.StringType))
           .add("ids", DataTypes.createArrayType(DataTypes.BinaryType))
+          .add("from_partition", DataTypes.IntegerType)
+          .add("from_offset", DataTypes.LongType)
           .add("since", DataTypes.LongType);
 
-  /** An element's right value as last answered, and its value time (null: no right record). */
+  /**
+   * An element's right value as last answered, its value time and its record (null: no right
+   * record).
+   */
   static final StructType CACHED =
-      new StructType().add("value", DataTypes.BinaryType).add("since", DataTypes.LongType);
+      new StructType()
+          .add("value", DataTypes.BinaryType)
+          .add("since", DataTypes.LongType)
+          .add("partition", DataTypes.IntegerType)
+          .add("offset", DataTypes.LongType);
 
   public static final StructType OUTPUT =
       new StructType()
           .add("key", DataTypes.BinaryType)
           .add("left_value", DataTypes.BinaryType)
-          .add("__lp", DataTypes.IntegerType)
-          .add("__lo", DataTypes.LongType)
+          .add("left_partition", DataTypes.IntegerType) // the left value's record (provenance)
+          .add("left_offset", DataTypes.LongType)
           .add("items", DataTypes.createArrayType(DataTypes.StringType))
           .add("ids", DataTypes.createArrayType(DataTypes.BinaryType))
           .add("right_values", DataTypes.createArrayType(DataTypes.BinaryType))
+          .add("right_partitions", DataTypes.createArrayType(DataTypes.IntegerType))
+          .add("right_offsets", DataTypes.createArrayType(DataTypes.LongType))
           .add("ts", DataTypes.LongType) // the left value time and its elements' right ones, the latest
           .add("live", DataTypes.BooleanType)
           .add("changed", DataTypes.BooleanType)
@@ -139,7 +153,9 @@ public final class ListJoin {
                 "1 AS n_right",
                 "CAST(NULL AS array<string>) AS items",
                 "CAST(NULL AS array<binary>) AS ids",
-                "CAST(NULL AS BIGINT) AS since");
+                "CAST(NULL AS BIGINT) AS since",
+                "CAST(NULL AS INT) AS from_partition",
+                "CAST(NULL AS BIGINT) AS from_offset");
     return memberships
         .union(right)
         .groupByKey((MapFunction<Row, byte[]>) r -> (byte[]) r.get(0), Encoders.BINARY())
@@ -163,8 +179,30 @@ public final class ListJoin {
       Object items,
       Object ids,
       Object since) {
+    return op(route, op, key, id, value, ts, partition, offset, leftDeleted, nLeft, nRight, items, ids,
+        since, null, null);
+  }
+
+  static Row op(
+      byte[] route,
+      int op,
+      byte[] key,
+      byte[] id,
+      Object value,
+      Object ts,
+      Object partition,
+      Object offset,
+      boolean leftDeleted,
+      int nLeft,
+      int nRight,
+      Object items,
+      Object ids,
+      Object since,
+      Object fromPartition,
+      Object fromOffset) {
     return RowFactory.create(
-        route, op, key, id, value, ts, partition, offset, leftDeleted, nLeft, nRight, items, ids, since);
+        route, op, key, id, value, ts, partition, offset, leftDeleted, nLeft, nRight, items, ids, since,
+        fromPartition, fromOffset);
   }
 
   /** The distinct non-null ids of a list version (none for a tombstone or no version). */
@@ -194,7 +232,8 @@ public final class ListJoin {
       while (rows.hasNext()) {
         Row r = rows.next(); // key, value, ts, partition, offset, items, ids
         versions.add(
-            RowFactory.create(r.get(1), r.getLong(2), r.getInt(3), r.getLong(4), r.get(5), r.get(6), null));
+            RowFactory.create(
+                r.get(1), r.getLong(2), r.getInt(3), r.getLong(4), r.get(5), r.get(6), null, null, null));
       }
       int n = versions.size();
       Row old = left.exists() ? left.get() : null;
@@ -222,7 +261,8 @@ public final class ListJoin {
       boolean deleted = !TableJoin.live(best) && (old == null || TableJoin.live(old));
       out.add(
           op(null, ROW, key, null, best.get(0), best.get(1), best.get(2), best.get(3), deleted, n, 0,
-              best.get(4), best.get(5), best.get(6)));
+              best.get(4), best.get(5), TableJoin.since(best), TableJoin.fromPartition(best),
+              TableJoin.fromOffset(best)));
       return CollectionConverters.asScala(out.iterator());
     }
   }
@@ -254,10 +294,11 @@ public final class ListJoin {
         if (id == null) { // rows and counts, on to the left key's group
           out.add(
               op(key, op, key, null, r.get(4), r.get(5), r.get(6), r.get(7), r.getBoolean(8),
-                  r.getInt(9), 0, r.get(11), r.get(12), r.get(13)));
+                  r.getInt(9), 0, r.get(11), r.get(12), r.get(13), r.get(14), r.get(15)));
         } else if (op == RIGHT) {
           nRight++;
-          rights.add(RowFactory.create(r.get(4), r.getLong(5), r.getInt(6), r.getLong(7), null));
+          rights.add(
+              RowFactory.create(r.get(4), r.getLong(5), r.getInt(6), r.getLong(7), null, null, null));
         } else if (op == SUBSCRIBE) {
           holders.updateValue(key, true);
           added.add(key);
@@ -286,7 +327,7 @@ public final class ListJoin {
 
     private static Row element(byte[] key, byte[] id, Row right) {
       return op(key, ELEMENT, key, id, TableJoin.value(right), null, null, null, false, 0, 0, null, null,
-          TableJoin.since(right));
+          TableJoin.since(right), TableJoin.fromPartition(right), TableJoin.fromOffset(right));
     }
   }
 
@@ -327,12 +368,14 @@ public final class ListJoin {
           } else {
             row.update(
                 RowFactory.create(
-                    r.get(4), r.get(5), r.get(6), r.get(7), r.get(11), r.get(12), r.get(13)));
+                    r.get(4), r.get(5), r.get(6), r.get(7), r.get(11), r.get(12), r.get(14), r.get(15),
+                    r.get(13)));
           }
         } else if (op == ELEMENT) {
           changed = true;
           joined++;
-          cache.updateValue((byte[]) r.get(3), RowFactory.create(r.get(4), r.get(13)));
+          cache.updateValue(
+              (byte[]) r.get(3), RowFactory.create(r.get(4), r.get(13), r.get(14), r.get(15)));
         } else if (op == RETRACT) {
           changed = true;
           retracted++;
@@ -344,13 +387,15 @@ public final class ListJoin {
         if (nLeft > 0 || nRight > 0) {
           out.add(
               RowFactory.create(
-                  null, null, null, null, null, null, null, null, false, false, false, nLeft, nRight, 0,
-                  0, 0));
+                  null, null, null, null, null, null, null, null, null, null, false, false, false, nLeft,
+                  nRight, 0, 0, 0));
         }
         return CollectionConverters.asScala(out.iterator());
       }
       Row current = row.exists() ? row.get() : null;
       List<Object> values = new ArrayList<>();
+      List<Object> partitions = new ArrayList<>();
+      List<Object> offsets = new ArrayList<>();
       int kept = 0;
       Long ts = deletedAt;
       if (current != null) {
@@ -359,6 +404,9 @@ public final class ListJoin {
         for (Object id : current.getList(5)) {
           Row cached = id == null ? null : cache.getValue((byte[]) id);
           values.add(cached == null ? null : cached.get(0));
+          boolean matched = cached != null && !cached.isNullAt(0);
+          partitions.add(matched ? cached.get(2) : null);
+          offsets.add(matched ? cached.get(3) : null);
           if (cached != null && !cached.isNullAt(1)) ts = Math.max(ts, cached.getLong(1));
         }
       }
@@ -366,11 +414,13 @@ public final class ListJoin {
           RowFactory.create(
               key,
               current == null ? null : current.get(0),
-              current == null ? null : current.get(2),
-              current == null ? null : current.get(3),
+              TableJoin.fromPartition(current),
+              TableJoin.fromOffset(current),
               current == null ? null : current.get(4),
               current == null ? null : current.get(5),
               current == null ? null : CollectionConverters.asScala(values).toSeq(),
+              current == null ? null : CollectionConverters.asScala(partitions).toSeq(),
+              current == null ? null : CollectionConverters.asScala(offsets).toSeq(),
               ts,
               current != null,
               true,

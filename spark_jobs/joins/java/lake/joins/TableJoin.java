@@ -40,9 +40,11 @@ public final class TableJoin extends StatefulProcessor<byte[], Row, Row> {
   private static final long serialVersionUID = 1L;
 
   /**
-   * A side's accepted version of a key. {@code since} (the last field of every version struct): the
-   * timestamp of the record that gave the side its current value; a later record with the same value
-   * changes nothing, not even that (as Kafka Streams' tables drop an idempotent update).
+   * A side's accepted version of a key: the newest record's value and (timestamp, partition, offset),
+   * which order the records. Every version struct ends with the same three fields: {@code
+   * from_partition} and {@code from_offset}, the record that gave the side its current value (the
+   * provenance a result row carries), and {@code since}, that record's timestamp. A later record with
+   * the same value changes none of them (as Kafka Streams' tables drop an idempotent update).
    */
   static final StructType VERSION =
       new StructType()
@@ -50,6 +52,8 @@ public final class TableJoin extends StatefulProcessor<byte[], Row, Row> {
           .add("ts", DataTypes.LongType) // microseconds
           .add("partition", DataTypes.IntegerType)
           .add("offset", DataTypes.LongType)
+          .add("from_partition", DataTypes.IntegerType)
+          .add("from_offset", DataTypes.LongType)
           .add("since", DataTypes.LongType);
 
   public static final StructType OUTPUT =
@@ -57,10 +61,10 @@ public final class TableJoin extends StatefulProcessor<byte[], Row, Row> {
           .add("key", DataTypes.BinaryType)
           .add("left_value", DataTypes.BinaryType)
           .add("right_value", DataTypes.BinaryType)
-          .add("__lp", DataTypes.IntegerType)
-          .add("__lo", DataTypes.LongType)
-          .add("__rp", DataTypes.IntegerType)
-          .add("__ro", DataTypes.LongType)
+          .add("left_partition", DataTypes.IntegerType) // the left value's record (provenance)
+          .add("left_offset", DataTypes.LongType)
+          .add("right_partition", DataTypes.IntegerType) // the right value's record
+          .add("right_offset", DataTypes.LongType)
           .add("ts", DataTypes.LongType) // the result's timestamp (microseconds): resultTs
           .add("live", DataTypes.BooleanType)
           .add("changed", DataTypes.BooleanType)
@@ -106,6 +110,8 @@ public final class TableJoin extends StatefulProcessor<byte[], Row, Row> {
               micros(r.getAs("timestamp")),
               r.<Integer>getAs("partition"),
               r.<Long>getAs("offset"),
+              null,
+              null,
               null);
       ("left".equals(r.getAs("side")) ? lefts : rights).add(version);
     }
@@ -123,10 +129,10 @@ public final class TableJoin extends StatefulProcessor<byte[], Row, Row> {
             key,
             value(newLeft),
             value(newRight),
-            newLeft == null ? null : newLeft.get(2),
-            newLeft == null ? null : newLeft.get(3),
-            newRight == null ? null : newRight.get(2),
-            newRight == null ? null : newRight.get(3),
+            fromPartition(newLeft),
+            fromOffset(newLeft),
+            fromPartition(newRight),
+            fromOffset(newRight),
             resultTs(joined(newLeft, newRight), newLeft, newRight),
             joined(newLeft, newRight),
             changed,
@@ -173,21 +179,36 @@ public final class TableJoin extends StatefulProcessor<byte[], Row, Row> {
     return version == null ? null : version.getLong(version.length() - 1);
   }
 
+  /** The partition of the record that gave a live version its value (null: no value). */
+  static Object fromPartition(Row version) {
+    return live(version) ? version.get(version.length() - 3) : null;
+  }
+
+  /** The offset of the record that gave a live version its value (null: no value). */
+  static Object fromOffset(Row version) {
+    return live(version) ? version.get(version.length() - 2) : null;
+  }
+
   /**
    * The version after {@code old} (null: none yet) once a batch's {@code records} of one side are
    * applied in (timestamp, offset, partition) order: the newest, with the time its value began (an
    * older record than the accepted version is late and changes nothing). Returns {@code old} itself
-   * when nothing is newer. Records are version rows whose last field ({@code since}) is filled here.
+   * when nothing is newer. Records are version rows whose last three fields ({@code from_partition},
+   * {@code from_offset}, {@code since}) are filled here: the record that began the run of equal
+   * values the version ends.
    */
   static Row advance(Row old, List<Row> records) {
     records.sort((a, b) -> newer(a, b) ? 1 : newer(b, a) ? -1 : 0);
     Row current = old;
     for (Row r : records) {
       if (!newer(r, current)) continue;
-      long began = current != null && sameValue(r, current) ? since(current) : r.getLong(1);
+      boolean same = current != null && sameValue(r, current);
       Object[] fields = new Object[r.length()];
       for (int i = 0; i < fields.length; i++) fields[i] = r.get(i);
-      fields[fields.length - 1] = began;
+      int n = fields.length;
+      fields[n - 3] = same ? current.get(current.length() - 3) : r.get(2);
+      fields[n - 2] = same ? current.get(current.length() - 2) : r.get(3);
+      fields[n - 1] = same ? since(current) : r.getLong(1);
       current = RowFactory.create(fields);
     }
     return current;

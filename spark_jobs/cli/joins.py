@@ -1,4 +1,5 @@
-"""Join commands: ``run``, ``start`` / ``stop`` (detached jobs), ``status``, ``health``, ``audit``."""
+"""Join commands: ``run``, ``start`` / ``stop`` (detached jobs), ``status``, ``health``, ``audit``,
+``explain``."""
 
 from __future__ import annotations
 
@@ -78,6 +79,23 @@ def register(sub, common) -> None:
     au.add_argument("join")
     au.add_argument("--json", action="store_true", help="print the report as JSON")
     au.set_defaults(run=cmd_audit)
+
+    ex = sub.add_parser(
+        "explain",
+        parents=[common],
+        help="why a join's result for a key is what it is: the input records, why a side is empty, "
+        "the row's history, the quality gate's view",
+        description="Shows the join's current row for KEY with the Kafka records it was computed from "
+        "(each marked when it is in another partition than its key belongs in); for a side without a "
+        "record, why (found on Kafka as the topic is now); the row's changes, newest first; and the last "
+        "quality runs that named the key. Runs on the Spark Connect server when it runs (lake up).",
+    )
+    ex.add_argument("join")
+    ex.add_argument("key", help="the key as text (see --key-hex)")
+    ex.add_argument("--key-hex", action="store_true", help="KEY is the key's bytes in hex")
+    ex.add_argument("--limit", type=int, default=10, metavar="N", help="at most N rows and changes")
+    ex.add_argument("--json", action="store_true", help="print the explanation as JSON")
+    ex.set_defaults(run=cmd_explain)
 
 
 def cmd_run(args) -> int:
@@ -229,6 +247,26 @@ def cmd_health(args) -> int:
             f"healthy: {', '.join(args.joins or config.joins) or 'no joins'} (limit {limit} records behind)"
         )
     return 1 if problems else 0
+
+
+def cmd_explain(args) -> int:
+    from spark_jobs.joins.explain import explain
+    from spark_jobs.seams.config import load_config
+    from spark_jobs.seams.delta import Lake
+
+    config = load_config(args.config)
+    config.join(args.join)  # fail fast, before Spark starts
+    if args.key_hex:
+        try:
+            key = bytes.fromhex(args.key)
+        except ValueError:
+            raise UserError(f"--key-hex: '{args.key}' is not hex (e.g. 757365725f39 for user_9)") from None
+    else:
+        key = args.key.encode("utf-8")
+    lake = Lake(args.root, quick=True, log=stderr)  # on the Spark Connect server when it runs (lake up)
+    found = explain(lake, config, args.join, key, args.limit)
+    print(json.dumps(found.as_dict(), default=str) if args.json else found.text())
+    return 0
 
 
 def cmd_audit(args) -> int:

@@ -791,3 +791,41 @@ def read(
         raise cluster.error(f"reading {name}", exc) from None
     finally:
         consumer.close()
+
+
+def fetch(cluster: Cluster, places: Iterable[tuple[str, int, int]]) -> dict[tuple[str, int, int], Message]:
+    """The committed records at ``places`` (declared topic, partition, offset), each read with one
+    assign and seek. A place whose record is gone (compacted or deleted by retention, or past the
+    end) is left out of the answer."""
+    wanted = sorted(set(places))
+    found: dict[tuple[str, int, int], Message] = {}
+    if not wanted:
+        return found
+    consumer = _consumer(cluster)
+    try:
+        for topic, partition, offset in wanted:
+            name = cluster.topic(topic)
+            low, high = _watermark(cluster, consumer, TopicPartition(name, partition))
+            if not low <= offset < high:
+                continue
+            consumer.assign([TopicPartition(name, partition, offset)])
+            deadline = time.monotonic() + TIMEOUT_S
+            while time.monotonic() < deadline:
+                m = consumer.poll(0.05)
+                if m is None:
+                    continue
+                err = m.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        break  # only markers (or aborted records) from the offset on
+                    raise cluster.error(f"reading {name}[{partition}]", err)
+                if m.partition() == partition and cast(int, m.offset()) >= offset:
+                    if m.offset() == offset:  # a later offset: this one was compacted away
+                        found[(topic, partition, offset)] = m
+                    break
+            consumer.unassign()
+    except KafkaException as exc:
+        raise cluster.error("reading records by offset", exc) from None
+    finally:
+        consumer.close()
+    return found

@@ -1,0 +1,606 @@
+"""``lake explain JOIN KEY``: why a join's result for a key is what it is (docs/explain.md).
+
+The answer is read, not recomputed: the result row carries the partition and offset of the input
+records it was computed from (its provenance columns, kept by the join's state), so each of them is
+fetched from Kafka where it is, and marked when it sits in another partition than its topic's
+partitioner puts its key. A side without a record (a left join's null side, an inner join's missing
+row, a list element without its right record) is looked for on Kafka as the topic is now: no record
+up to its end offsets, a tombstone, a record the join has not read yet, a record whose timestamp
+comes after the event (stream-table), or a record whose key differs in invisible bytes. Then the
+row's history (the result's change feed, newest first) and the last quality runs that named the key.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from confluent_kafka import Message
+
+from spark_jobs.errors import UserError
+from spark_jobs.formats import Formats, LogicalKeys
+from spark_jobs.formats.codec import DecodeError, jsonable
+from spark_jobs.seams import partitioners
+from spark_jobs.seams.config import FIELD_PATH_RE, JoinSpec, PipelineConfig
+from spark_jobs.seams.delta import Lake
+from spark_jobs.seams.kafka import Cluster, connect, fetch, offset_ranges, read
+from spark_jobs.seams.layout import QUALITY_RUNS
+from spark_jobs.topics.keys import RULES, show
+
+BOM = b"\xef\xbb\xbf"
+LOOKALIKES = 3  # records with a key that differs in invisible bytes, named per missing key
+
+
+@dataclass
+class Source:
+    """An input record a result row was computed from (or the record that explains an empty side)."""
+
+    role: str  # left, right, or "element <id>"
+    topic: str
+    partition: int
+    offset: int
+    timestamp: str | None = None
+    key: str | None = None
+    value: Any = None  # decoded (JSON-able); None for a tombstone
+    gone: bool = False  # no longer on Kafka (compacted away, or past its retention)
+    placement: str | None = None  # set when the record is in another partition than its key's
+
+    def text(self) -> str:
+        where = f"{self.topic} partition {self.partition} offset {self.offset}"
+        if self.gone:
+            return f"{self.role}: {where} (no longer on Kafka: compacted or past retention)"
+        value = "tombstone" if self.value is None else json.dumps(self.value, sort_keys=True, default=str)
+        line = f"{self.role}: {where}, {self.timestamp}, key {self.key}: {value}"
+        return line + (f"\n      {self.placement}" if self.placement else "")
+
+
+@dataclass
+class Reason:
+    """Why a side has no record: what was found on Kafka, the offsets that show it, and the fix."""
+
+    side: str
+    text: str
+    fix: str | None = None
+    nothing: bool = False  # no record with the key at all (nor one that differs in invisible bytes)
+
+    def line(self) -> str:
+        return f"{self.side}: {self.text}" + (f"; fix: {self.fix}" if self.fix else "")
+
+
+@dataclass
+class Explanation:
+    join: str
+    kind: str
+    key: str
+    key_hex: str
+    as_of: str
+    read: str  # what the join had read, per topic (its last committed micro-batch)
+    rows: list[dict] = field(default_factory=list)  # the result's row(s) for the key, newest first
+    sources: list[list[Source]] = field(default_factory=list)  # per row
+    reasons: list[Reason] = field(default_factory=list)
+    history: list[dict] = field(default_factory=list)  # newest first
+    history_total: int = 0
+    gate: list[dict] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    def text(self) -> str:
+        lines = [
+            f"explain {self.join} ({self.kind} join) key {self.key}, as of {self.as_of}",
+            f"the join has read {self.read}",
+        ]
+        if not self.rows:
+            lines.append("row: none")
+        for row, sources in zip(self.rows, self.sources, strict=True):
+            lines.append("row: " + _row_text(row))
+            lines += [f"  {s.text()}" for s in sources]
+        lines += [f"  {r.line()}" for r in self.reasons]
+        if self.history_total:
+            lines.append(f"history (newest first, {len(self.history)} of {self.history_total}):")
+            for h in self.history:
+                line = f"  version {h['version']} {h['committed_at']} {h['change']}"
+                if h["change"] != "delete":
+                    line += f": {_row_text(h['row'])}; from {_sources_text(h['sources'])}"
+                lines.append(line)
+            if self.history_total > len(self.history):
+                lines.append(f"  ... {self.history_total - len(self.history)} older; see more with --limit")
+        lines.append(_gate_text(self.gate, self.key))
+        return "\n".join(lines)
+
+
+def _row_text(row: dict) -> str:
+    return ", ".join(f"{k}={json.dumps(v, default=str)}" for k, v in row.items())
+
+
+def _sources_text(sources: dict) -> str:
+    """``left 2/4, right none``: a history entry's input records (partition/offset)."""
+    parts = []
+    for side in ("left", "right"):
+        if f"{side}_partition" in sources:
+            p, o = sources[f"{side}_partition"], sources[f"{side}_offset"]
+            parts.append(f"{side} " + ("none" if p is None else f"partition {p} offset {o}"))
+    if "partition" in sources:  # stream-table: the event's place
+        parts.insert(0, f"left partition {sources['partition']} offset {sources['offset']}")
+    for element in sources.get("element_sources") or []:
+        p = element["partition"]
+        parts.append(
+            f"element {element['id']} "
+            + ("none" if p is None else f"partition {p} offset {element['offset']}")
+        )
+    return ", ".join(parts) or "no input records recorded"
+
+
+def _gate_text(gate: list[dict], key: str) -> str:
+    if not gate:
+        return f"gate: no quality run has named {key}"
+    lines = [f"gate: the last quality run(s) naming {key}:"]
+    for g in gate:
+        verdict = "passed" if g["success"] else "FAILED"
+        lines.append(f"  {g['run_time']} {g['suite']} {g['check']} {verdict}: {g['finding']}")
+        if g.get("report"):
+            lines.append(f"    report: {g['report']}")
+        if g.get("since"):
+            since = g["since"]
+            verdict = "passed" if since["success"] else "failed"
+            lines.append(f"    since then: the run of {since['run_time']} {verdict} without naming it")
+    return "\n".join(lines)
+
+
+# --- the answer ------------------------------------------------------------------------------------
+def explain(lake: Lake, config: PipelineConfig, name: str, key: bytes, limit: int = 10) -> Explanation:
+    """Why join ``name``'s result for ``key`` is what it is (see the module doc)."""
+    from spark_jobs.joins.runner import consumed_offsets, offsets_read
+
+    spec = config.join(name)
+    if limit < 1:
+        raise UserError("--limit must be at least 1")
+    if not lake.exists(spec.name):
+        raise UserError(
+            f"join {spec.name} has never run (no result table): run 'lake run {spec.name} --once'"
+        )
+    cluster = connect(config, lake.root)
+    consumed = consumed_offsets(lake, config, spec, cluster)
+    read_text = offsets_read(spec, config, consumed) if consumed else "nothing yet"
+    shown = show(key)
+    out = Explanation(spec.name, spec.kind, shown, key.hex(), _now(), read_text)
+    formats = Formats(config, lake.root)
+    rows = _rows(lake, spec, key, limit)
+    places = [s for row in rows for s in _provenance(spec, row)]
+    records = fetch(cluster, [(t, p, o) for _, t, p, o in places])
+    for row in rows:
+        sources = [_source(config, formats, records, *place) for place in _provenance(spec, row)]
+        out.rows.append(_values(row, spec))
+        out.sources.append(sources)
+    out.reasons = _reasons(lake, config, spec, cluster, formats, key, rows, out.sources, consumed)
+    if not rows and all(r.nothing for r in out.reasons):
+        raise UserError(
+            f"join {spec.name}: no row for key {shown} and no record with this key on either side: "
+            + "; ".join(
+                r.text.split(f"no record with key {shown} in ", 1)[-1] + (f"; fix: {r.fix}" if r.fix else "")
+                for r in out.reasons
+            )
+        )
+    out.history, out.history_total = _history(lake, spec, key, limit)
+    out.gate = _gate(lake, key)
+    return out
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+# the meta columns a row's text leaves out (they are its sources)
+_META = {
+    "table": ("left_partition", "left_offset", "right_partition", "right_offset"),
+    "fk": ("left_partition", "left_offset", "right_partition", "right_offset"),
+    "derive": ("left_partition", "left_offset"),
+    "list": ("left_partition", "left_offset", "element_sources"),
+    "stream-table": ("partition", "offset", "right_partition", "right_offset"),
+    "stream-stream": ("left_partition", "left_offset", "right_partition", "right_offset"),
+}
+
+
+def _values(row: dict, spec: JoinSpec) -> dict:
+    """A result row as JSON holds it, without its key and its sources (shown apart)."""
+    return {k: jsonable(v) for k, v in row.items() if k != "key" and k not in _META[spec.kind]}
+
+
+def _rows(lake: Lake, spec: JoinSpec, key: bytes, limit: int) -> list[dict]:
+    table = lake.read_keys(spec.name, "key", pa.array([key], pa.binary()))
+    rows = table.to_pylist()
+    if spec.join_kind.events:  # a log of events: the newest first
+        rows.sort(key=lambda r: [str(r.get(c)) for c in spec.join_kind.meta_columns[1:]], reverse=True)
+    return rows[:limit]
+
+
+def _provenance(spec: JoinSpec, row: dict) -> list[tuple[str, str, int, int]]:
+    """(role, topic, partition, offset) of each input record ``row`` names."""
+    out = []
+    left = ("partition", "offset") if spec.kind == "stream-table" else ("left_partition", "left_offset")
+    if row.get(left[0]) is not None:
+        out.append(("left", spec.left, row[left[0]], row[left[1]]))
+    if spec.right and row.get("right_partition") is not None:
+        out.append(("right", spec.right, row["right_partition"], row["right_offset"]))
+    for element in row.get("element_sources") or []:
+        if element["partition"] is not None:
+            out.append((f"element {element['id']}", str(spec.right), element["partition"], element["offset"]))
+    return out
+
+
+def _source(
+    config: PipelineConfig,
+    formats: Formats,
+    records: dict[tuple[str, int, int], Message],
+    role: str,
+    topic: str,
+    partition: int,
+    offset: int,
+) -> Source:
+    m = records.get((topic, partition, offset))
+    if m is None:
+        return Source(role, topic, partition, offset, gone=True)
+    return _record(config, formats, role, topic, m)
+
+
+def _record(config: PipelineConfig, formats: Formats, role: str, topic: str, m: Message) -> Source:
+    raw_key, raw_value = m.key(), m.value()
+    value = None
+    if raw_value is not None:
+        try:
+            value = jsonable(formats.codec(topic, "value").decode(raw_value))
+        except DecodeError as exc:
+            value = f"(does not decode: {exc}) {raw_value!r}"
+    kind, ms = m.timestamp()
+    when = datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds") if kind else None
+    partition, offset = int(m.partition() or 0), int(m.offset() or 0)
+    source = Source(role, topic, partition, offset, when, show(raw_key) if raw_key is not None else "null")
+    source.value = value
+    source.placement = placement(config, topic, raw_key, partition)
+    return source
+
+
+def placement(config: PipelineConfig, topic: str, raw_key: bytes | None, partition: int) -> str | None:
+    """Where a record is against where its topic's partitioner puts its key: None when it is there,
+    else the partition it belongs in and the partitioner that put it where it is."""
+    if raw_key is None:
+        return None
+    spec = config.topic(topic)
+    partitioner = partitioners.check_partitioner(spec.partitioner)
+    expected = partitioners.partition_for(raw_key, spec.partitions, partitioner)
+    if expected is None or expected == partition:
+        return None
+    matches = [
+        p
+        for p in partitioners.NAMES
+        if p != partitioner and partitioners.partition_for(raw_key, spec.partitions, p) == partition
+    ]
+    written = (
+        f"written with {matches[0]}" if matches else "written with neither murmur2 nor consistent_random"
+    )
+    return (
+        f"MISPLACED: in partition {partition}, but {partitioner} (the topic's partitioner) puts this key in "
+        f"partition {expected} ({written}): the product's joins find it, a Kafka Streams or ksqlDB join "
+        f"of the topic misses it; fix: lake topic repartition {topic}"
+    )
+
+
+# --- why a side is empty ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Rec:
+    partition: int
+    offset: int
+    ms: int  # the record's timestamp, epoch ms
+    key: bytes
+    value: bytes | None
+
+    @classmethod
+    def of(cls, m: Message) -> _Rec:
+        return cls(int(m.partition() or 0), int(m.offset() or 0), m.timestamp()[1], m.key() or b"", m.value())
+
+    @property
+    def where(self) -> str:
+        return f"partition {self.partition} offset {self.offset}"
+
+    @property
+    def when(self) -> str:
+        return datetime.fromtimestamp(self.ms / 1000, UTC).isoformat(timespec="milliseconds")
+
+
+@dataclass
+class _Found:
+    """What a scan of a topic found for one key: its records (exact key) and lookalikes."""
+
+    records: list[_Rec] = field(default_factory=list)
+    lookalikes: list[_Rec] = field(default_factory=list)
+
+
+def _reasons(
+    lake: Lake,
+    config: PipelineConfig,
+    spec: JoinSpec,
+    cluster: Cluster,
+    formats: Formats,
+    key: bytes,
+    rows: list[dict],
+    sources: list[list[Source]],
+    consumed: dict[str, list[int]] | None,
+) -> list[Reason]:
+    """The reasons of the sides without a record: the left side when there is no row, the right
+    side (or a list's unmatched elements) of a row that has none."""
+    wanted: list[tuple[str, str, bytes, int | None]] = []  # (role, side, key, event ms)
+    if not rows:
+        wanted.append(("left", "left", key, None))
+        if spec.right and spec.kind not in ("fk", "list"):
+            wanted.append(("right", "right", key, None))
+    for row, row_sources in zip(rows, sources, strict=True):
+        roles = {s.role for s in row_sources}
+        if spec.kind in ("table", "stream-table", "stream-stream") and "right" not in roles:
+            event_ms = _ms(row.get("timestamp")) if spec.kind == "stream-table" else None
+            wanted.append(("right", "right", key, event_ms))
+        if spec.kind == "table" and "left" not in roles:
+            wanted.append(("left", "left", key, None))
+        if spec.kind == "fk" and "right" not in roles:
+            fk = _foreign_key(lake, config, spec, formats, row_sources)
+            if fk is None:
+                return [Reason("right", f"the left record's foreign key ({spec.by}) is null")]
+            wanted.append(("right", "right", fk, None))
+        for element in row.get("element_sources") or []:
+            if element["partition"] is None and element["id"] is not None:
+                wanted.append((f"element {element['id']}", "right", element["id"].encode(), None))
+    out = []
+    for side in ("left", "right"):
+        mine = [w for w in wanted if w[1] == side]
+        if not mine:
+            continue
+        topic = spec.left if side == "left" else str(spec.right)
+        found, ends = _scan(cluster, config, formats, topic, {w[2] for w in mine})
+        for role, _, wanted_key, event_ms in dict.fromkeys(mine):
+            read_to = (consumed or {}).get(side)
+            out.append(_reason(config, role, topic, wanted_key, found[wanted_key], ends, read_to, event_ms))
+    return out
+
+
+def _ms(value: Any) -> int | None:
+    return int(value.timestamp() * 1000) if isinstance(value, datetime) else None
+
+
+def _foreign_key(
+    lake: Lake, config: PipelineConfig, spec: JoinSpec, formats: Formats, sources: list[Source]
+) -> bytes | None:
+    """The foreign key of a row's left record, as the join computes it (its ``foreign_key``)."""
+    from spark_jobs.joins.engine import SideCodecs
+    from spark_jobs.joins.keyed import LeftKeys
+
+    left = next((s for s in sources if s.role == "left" and not s.gone), None)
+    if left is None:
+        return None
+    path = (spec.by or "").removeprefix("left.")
+    if FIELD_PATH_RE.match(path) and isinstance(left.value, dict):  # a field of the decoded value
+        found: Any = left.value
+        for part in path.split("."):
+            found = found.get(part) if isinstance(found, dict) else None
+        if found is None or isinstance(found, (dict, list)):
+            return None
+        return (json.dumps(found) if isinstance(found, bool) else str(found)).encode()
+    m = fetch(connect(config, lake.root), [(spec.left, left.partition, left.offset)])
+    record = m.get((spec.left, left.partition, left.offset))
+    if record is None or record.value() is None:
+        return None
+    spark = lake.spark
+    frame = spark.createDataFrame(
+        [("left", record.key(), record.value(), None)], "side string, key binary, value binary, reason string"
+    )
+    by = LeftKeys(spark, SideCodecs.of(formats, spec), spec).add(frame).select("by").first()
+    return None if by is None or by[0] is None else bytes(by[0])
+
+
+def _normal(raw: bytes, logical: LogicalKeys) -> bytes:
+    """A key without the invisible bytes a producer may add: registry framing, a byte order mark,
+    whitespace, JSON quotes."""
+    decoded = logical(raw)
+    out = decoded if decoded is not None else raw
+    if out.startswith(BOM):
+        out = out[3:]
+    out = out.strip()
+    if len(out) >= 2 and out[:1] == b'"' and out[-1:] == b'"':
+        out = out[1:-1].strip()
+    return out
+
+
+def _scan(
+    cluster: Cluster, config: PipelineConfig, formats: Formats, topic: str, keys: Iterable[bytes]
+) -> tuple[dict[bytes, _Found], list[int]]:
+    """A read of the whole topic for ``keys``: each key's records, and records whose key differs
+    from it only in invisible bytes; and the end offsets it read up to."""
+    spec = config.topic(topic)
+    registry = formats.registry if formats.needs_registry else None
+    logical = LogicalKeys(registry)
+    framed_keys = spec.key_format in ("avro", "protobuf", "json_schema")
+    targets = {k: _normal(k, logical) for k in keys}
+    found = {k: _Found() for k in targets}
+    ends = [high for _, high in offset_ranges(cluster, [spec])[spec.name]]
+    patterns = {n for n in targets.values() if n}
+    for messages in read(cluster, spec, batch=50_000):
+        raw = pa.array([m.key() for m in messages], pa.binary())
+        logical_raw = raw
+        if framed_keys:  # the join compares a framed key's logical value
+            logical_raw = pa.array(
+                [None if k is None else (logical(k) or k) for k in raw.to_pylist()], pa.binary()
+            )
+        exact = pc.is_in(logical_raw, pa.array(list(targets), pa.binary())).to_numpy(zero_copy_only=False)
+        near = pa.array([False] * len(raw))
+        for pattern in patterns:
+            near = pc.or_(
+                near, pc.fill_null(pc.match_substring(raw, pattern=pattern.decode("utf-8", "replace")), False)
+            )
+        for i in (exact | near.to_numpy(zero_copy_only=False)).nonzero()[0]:
+            m, k = _Rec.of(messages[int(i)]), logical_raw[int(i)].as_py()
+            if k in found:
+                found[k].records.append(m)
+                continue
+            normal = _normal(m.key, logical)
+            for target, target_normal in targets.items():
+                if normal == target_normal and len(found[target].lookalikes) < LOOKALIKES:
+                    found[target].lookalikes.append(m)
+    return found, ends
+
+
+def _reason(
+    config: PipelineConfig,
+    role: str,
+    topic: str,
+    key: bytes,
+    found: _Found,
+    ends: list[int],
+    read_to: list[int] | None,
+    event_ms: int | None,
+) -> Reason:
+    shown = show(key)
+    fix = _backfill(config, topic)
+    if not found.records:
+        text = missing(config, topic, key, ends)
+        for m in found.lookalikes:
+            text += (
+                f"; but {topic} {m.where} has key {show(m.key)} (hex {m.key.hex(' ')}), which differs "
+                f"in invisible bytes ({_why_differs(m.key)})"
+            )
+        return Reason(role, text, fix, nothing=not found.lookalikes)
+    last = max(found.records, key=lambda m: (m.ms, m.offset))
+    where, when = f"{topic} {last.where}", last.when
+    if read_to is not None and last.offset >= read_to[last.partition]:
+        return Reason(
+            role,
+            f"the latest record with key {shown} is at {where} ({when}), which the join has not read yet "
+            f"(it read partition {last.partition} up to offset {read_to[last.partition]})",
+            None,
+        )
+    if last.value is None:
+        return Reason(role, f"the key {shown} was deleted: a tombstone at {where} ({when})", fix)
+    if event_ms is not None and last.ms > event_ms:
+        event = datetime.fromtimestamp(event_ms / 1000, UTC).isoformat(timespec="milliseconds")
+        return Reason(
+            role,
+            f"the event (timestamp {event}) was decided before the table's record arrived: {where} has "
+            f"timestamp {when}, later than the event's; a stream-table join uses the table as of each "
+            f"event's time",
+            f"{fix} before the events are produced" if fix else None,
+        )
+    misplaced = placement(config, topic, last.key, last.partition)
+    return Reason(
+        role, f"a record with key {shown} is at {where} ({when})" + (f"; {misplaced}" if misplaced else "")
+    )
+
+
+def missing(config: PipelineConfig, topic: str, key: bytes, ends: list[int]) -> str:
+    """``no record with key K in T up to its end offsets [..] (murmur2 puts it in partition p)``."""
+    spec = config.topic(topic)
+    partitioner = partitioners.check_partitioner(spec.partitioner)
+    home = partitioners.partition_for(key, spec.partitions, partitioner)
+    upto = f"[{', '.join(str(e) for e in ends)}]"
+    return (
+        f"no record with key {show(key)} in {topic} up to its end offsets {upto} "
+        f"({partitioner} puts it in partition {home})"
+    )
+
+
+def commands(config: PipelineConfig, topic: str, key: bytes) -> list[str]:
+    """``lake explain JOIN KEY`` for each join whose result is keyed by ``topic``'s keys (not the
+    joins that reach it through a foreign key or a list: their rows have the left topic's keys)."""
+    arg = show(key)
+    if arg != key.decode("utf-8", "replace") or arg.startswith("-"):
+        arg = f"{key.hex()} --key-hex"
+    keyed = [n for n, j in config.joins.items() if j.left == topic and j.kind != "derive"]
+    keyed += [n for n, j in config.joins.items() if j.right == topic and not j.join_kind.references]
+    return [f"lake explain {name} {arg}" for name in keyed]
+
+
+def _why_differs(raw: bytes) -> str:
+    rules = [r.text for r in RULES if bool(r.arrow(pa.array([raw], pa.binary()))[0])]
+    return "the key " + " and ".join(rules) if rules else "other bytes"
+
+
+def _backfill(config: PipelineConfig, topic: str) -> str | None:
+    lookup = next((name for name, lk in config.lookups.items() if lk.topic == topic), None)
+    return f"lake backfill {lookup}" if lookup else None
+
+
+# --- history and the gate --------------------------------------------------------------------------
+def _history(lake: Lake, spec: JoinSpec, key: bytes, limit: int) -> tuple[list[dict], int]:
+    """The result's changes for ``key`` (Delta's change feed), newest first: at most ``limit``, and
+    how many there are."""
+    from pyspark.sql import functions as F
+
+    changes = lake.changes(spec.name).filter(F.col("key") == F.lit(key))
+    changes = changes.filter(F.col("_change_type") != "update_preimage")
+    total = changes.count()
+    newest = changes.orderBy(F.col("_commit_version").desc()).limit(limit).toArrow().to_pylist()
+    meta = _META[spec.kind]
+    out = []
+    for change in newest:
+        row = _values({k: v for k, v in change.items() if not k.startswith("_")}, spec)
+        out.append(
+            {
+                "version": change["_commit_version"],
+                "committed_at": change["_commit_timestamp"].astimezone(UTC).isoformat(timespec="seconds"),
+                "change": {"update_postimage": "update"}.get(change["_change_type"], change["_change_type"]),
+                "row": row,
+                "sources": {k: change[k] for k in meta},
+            }
+        )
+    return out, total
+
+
+def _gate(lake: Lake, key: bytes) -> list[dict]:
+    """The latest quality run of each check whose findings name ``key``, with its report page."""
+    from pyspark.sql import functions as F
+
+    if not lake.exists(QUALITY_RUNS):
+        return []
+    runs = lake.read(QUALITY_RUNS)
+    hexed = key.hex().upper()
+    named = runs.withColumn(
+        "__f", F.filter("findings", lambda f: F.upper(f["key_hex"]) == F.lit(hexed))
+    ).filter(F.size("__f") > 0)
+    rows = named.select("run_id", "run_time", "suite", "check", "success", F.col("__f")[0]["text"].alias("t"))
+    latest: dict[tuple[str, str], dict] = {}
+    for r in rows.toArrow().to_pylist():
+        seen = latest.get((r["suite"], r["check"]))
+        if seen is None or r["run_time"] > seen["run_time"]:
+            latest[(r["suite"], r["check"])] = r
+    # the check's latest run of all: a later one that did not name the key (the problem was mended)
+    last_runs = runs.groupBy("suite", "check").agg(
+        F.max_by(F.struct("run_time", "success"), "run_time").alias("r")
+    )
+    newest = {(r["suite"], r["check"]): r["r"] for r in last_runs.toArrow().to_pylist()}
+    folder = lake.layout.report_folder
+    out = []
+    for r in sorted(latest.values(), key=lambda r: r["run_time"], reverse=True):
+        page = folder.run_page(r["run_time"], r["run_id"])
+        out.append(
+            {
+                "run_id": r["run_id"],
+                "run_time": r["run_time"].astimezone(UTC).isoformat(timespec="seconds"),
+                "suite": r["suite"],
+                "check": r["check"],
+                "success": r["success"],
+                "finding": r["t"],
+                "report": str(page) if page.is_file() else None,
+                "since": _later(newest.get((r["suite"], r["check"])), r["run_time"]),
+            }
+        )
+    return out
+
+
+def _later(run: dict | None, after: datetime) -> dict | None:
+    if run is None or run["run_time"] <= after:
+        return None
+    return {
+        "run_time": run["run_time"].astimezone(UTC).isoformat(timespec="seconds"),
+        "success": run["success"],
+    }

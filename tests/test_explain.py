@@ -1,0 +1,223 @@
+"""`lake explain` as a user runs it: the CLI on a fresh lake root, after the commands that made the
+result (`lake demo --topics-only`, `lake produce`, `lake run`, `lake topic repartition`), with exact
+expected answers. The commands run through the CLI's entry point in the test's process, on its Spark
+session (test_cli.py runs `lake explain` on the demo's lake too)."""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from spark_jobs.cli import main
+
+T0 = 1767225600000  # 2026-01-01T00:00:00Z
+WHEN = "2026-01-01T00:00:00.000+00:00"
+
+
+@pytest.fixture
+def lake(spark, capsys, monkeypatch):
+    """``lake --root ROOT ARGS...`` (stdin: ``stdin``) -> (exit code, stdout, stderr)."""
+
+    def run(root: Path, *args: str, stdin: str | None = None) -> tuple[int, str, str]:
+        if stdin is not None:
+            monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin.encode())))
+        code = main(["--root", str(root), *args])
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return run
+
+
+def explained(lake, root: Path, *args: str) -> dict:
+    code, out, err = lake(root, *args, "--json")
+    assert code == 0, err
+    return json.loads(out)
+
+
+def sources(answer: dict) -> list[tuple]:
+    return [(s["role"], s["topic"], s["partition"], s["offset"], s["value"]) for s in answer["sources"][0]]
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_a_null_email_is_explained_before_the_backfill_after_a_kcat_backfill_and_after_the_repair(
+    lake, tmp_path
+):
+    root = tmp_path / "lake"
+    assert lake(root, "demo", "--topics-only")[0] == 0
+    assert lake(root, "run", "consents_with_mail", "--once")[0] == 0
+
+    # before the backfill: the e-mail is null, as the accounts topic has no record of user_10
+    code, out, err = lake(root, "explain", "consents_with_mail", "user_10")
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[1] == (
+        "the join has read customer_consents up to offsets [2, 4, 6, 2], customer_accounts up to offsets "
+        "[2, 3, 5, 2]"
+    )
+    assert lines[2] == (
+        'row: timestamp="2026-01-01T00:00:00+00:00", customerId="user_10", retargeter1=true, '
+        "retargeter2=false, contactMailAddress=null"
+    )
+    assert lines[3] == (
+        f"  left: customer_consents partition 1 offset 2, {WHEN}, key user_10: "
+        '{"consents": {"retargeter1": true, "retargeter2": false}, "customerId": "user_10", '
+        '"hashedCustomerId": "a8f5206313287ac5"}'
+    )
+    assert lines[4] == (
+        "  right: no record with key user_10 in customer_accounts up to its end offsets [2, 3, 5, 2] "
+        "(murmur2 puts it in partition 1); fix: lake backfill accounts"
+    )
+    assert lines[5:7] == [
+        "history (newest first, 1 of 1):",
+        lines[6].split(" insert: ")[0]
+        + ' insert: timestamp="2026-01-01T00:00:00+00:00", customerId="user_10", retargeter1=true, '
+        "retargeter2=false, contactMailAddress=null; from left partition 1 offset 2, right none",
+    ]
+    assert lines[7] == "gate: no quality run has named user_10"
+
+    # a kcat-style backfill: the record lands where librdkafka's consistent_random puts the key
+    line = '{"customerId": "user_10", "contactMailAddress": "user10@example.com"}'
+    code, _, err = lake(
+        root, "produce", "customer_accounts", "-K", ";", "--partitioner", "consistent_random",
+        "--timestamp", str(T0 + 1000), stdin=f"user_10;{line}\n",
+    )  # fmt: skip
+    assert code == 0, err
+    assert lake(root, "run", "consents_with_mail", "--once")[0] == 0
+    answer = explained(lake, root, "explain", "consents_with_mail", "user_10")
+    assert answer["rows"][0]["contactMailAddress"] == "user10@example.com"
+    right = answer["sources"][0][1]
+    assert (right["role"], right["topic"], right["partition"], right["offset"]) == (
+        "right",
+        "customer_accounts",
+        0,
+        2,
+    )
+    assert right["placement"] == (
+        "MISPLACED: in partition 0, but murmur2 (the topic's partitioner) puts this key in partition 1 "
+        "(written with consistent_random): the product's joins find it, a Kafka Streams or ksqlDB join of the "
+        "topic misses it; fix: lake topic repartition customer_accounts"
+    )
+    assert [(h["change"], h["sources"]) for h in answer["history"]] == [
+        ("update", {"left_partition": 1, "left_offset": 2, "right_partition": 0, "right_offset": 2}),
+        ("insert", {"left_partition": 1, "left_offset": 2, "right_partition": None, "right_offset": None}),
+    ]
+    assert answer["reasons"] == []
+
+    # the repair: the topic rewritten with its partitioner, the join rebuilt from it
+    assert lake(root, "topic", "repartition", "customer_accounts")[0] == 0
+    assert lake(root, "run", "consents_with_mail", "--once", "--reset")[0] == 0
+    answer = explained(lake, root, "explain", "consents_with_mail", "user_10")
+    assert sources(answer) == [
+        (
+            "left",
+            "customer_consents",
+            1,
+            2,
+            {
+                "consents": {"retargeter1": True, "retargeter2": False},
+                "customerId": "user_10",
+                "hashedCustomerId": "a8f5206313287ac5",
+            },
+        ),
+        (
+            "right",
+            "customer_accounts",
+            1,
+            2,
+            {"contactMailAddress": "user10@example.com", "customerId": "user_10"},
+        ),
+    ]
+    assert [s["placement"] for s in answer["sources"][0]] == [None, None]
+    assert answer["rows"][0]["timestamp"] == "2026-01-01T00:00:01+00:00"
+
+
+PIPELINE = """
+pipeline: shop
+topics:
+  products: {partitions: 2, value: json}
+  merchants: {partitions: 2, value: json}
+  persons: {partitions: 2, value: json}
+  addresses: {partitions: 2, value: json}
+joins:
+  display:
+    kind: fk
+    left: products
+    right: merchants
+    foreign_key: merchant_id
+    type: left
+    select: {title: left.title, merchant: right.name}
+  homes:
+    kind: list
+    left: persons
+    right: addresses
+    list: address_ids
+    type: left
+    select: {name: left.name}
+    elements: {city: right.city}
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_a_deleted_merchant_and_an_address_that_never_arrived_are_explained(lake, tmp_path):
+    root = tmp_path / "lake"
+    cfg = tmp_path / "shop.yaml"
+    cfg.write_text(PIPELINE)
+    opts = ("--config", str(cfg))
+
+    def produce(topic: str, *lines: str) -> None:
+        code, _, err = lake(root, *opts, "produce", topic, "-K", ";", "-Z", "--timestamp", str(T0),
+                            stdin="".join(f"{line}\n" for line in lines))  # fmt: skip
+        assert code == 0, err
+
+    produce("merchants", 'm1;{"name": "Acme"}')
+    produce("merchants", "m1;")  # deleted
+    produce("products", 'p1;{"title": "Hammer", "merchant_id": "m1"}')
+    produce("addresses", 'a1;{"city": "Oslo"}')
+    produce("persons", 'ann;{"name": "Ann", "address_ids": ["a1", "a9"]}')
+    for join in ("display", "homes"):
+        assert lake(root, *opts, "run", join, "--once")[0] == 0
+
+    answer = explained(lake, root, *opts, "explain", "display", "p1")
+    assert answer["rows"] == [{"timestamp": "2026-01-01T00:00:00+00:00", "title": "Hammer", "merchant": None}]
+    assert [r["text"] for r in answer["reasons"]] == [
+        "the key m1 was deleted: a tombstone at merchants partition 0 offset 2 (2026-01-01T00:00:00.000+00:00)"
+    ]
+
+    code, out, err = lake(root, *opts, "explain", "display", "p9")  # in neither the result nor a topic
+    assert (code, out) == (2, "")
+    assert err.strip().endswith(
+        "join display: no row for key p9 and no record with this key on either side: products up to its end "
+        "offsets [2, 0] (murmur2 puts it in partition 0)"
+    )
+
+    answer = explained(lake, root, *opts, "explain", "homes", "ann")
+    assert sources(answer) == [
+        ("left", "persons", 0, 0, {"name": "Ann", "address_ids": ["a1", "a9"]}),
+        ("element a1", "addresses", 1, 0, {"city": "Oslo"}),
+    ]
+    assert [(r["side"], r["text"]) for r in answer["reasons"]] == [
+        (
+            "element a9",
+            "no record with key a9 in addresses up to its end offsets [0, 2] (murmur2 puts it in partition 0)",
+        )
+    ]
+
+
+def test_explain_refuses_an_unknown_join_and_a_join_that_never_ran_in_one_line(lake, tmp_path):
+    root = tmp_path / "lake"
+    cfg = tmp_path / "shop.yaml"
+    cfg.write_text(PIPELINE)
+    code, out, err = lake(root, "--config", str(cfg), "explain", "nope", "k")
+    assert (code, out) == (2, "")
+    assert err.strip().endswith(f"unknown join 'nope': not declared in {cfg} (declared: display, homes)")
+    code, out, err = lake(root, "--config", str(cfg), "explain", "display", "p1")
+    assert (code, out) == (2, "")
+    assert err.strip().endswith("join display has never run (no result table): run 'lake run display --once'")
+    code, _, err = lake(root, "--config", str(cfg), "explain", "display", "zz", "--key-hex")
+    assert code == 2 and "--key-hex: 'zz' is not hex" in err

@@ -182,6 +182,9 @@ def _gate_fails(af: Airflow) -> None:
     assert f"Spark-Submit cmd: spark-submit --master {MASTER} " in text
     assert ran(result, "backfill_merchants") and ran(result, "quality_gate")
     assert "quality gate FAILED (1 check(s)): completeness:" in text
+    # one example key, as `lake explain` says it
+    assert "-- e.g. m3: no record with key m3 in merchants up to its end offsets [" in text
+    assert "(murmur2 puts it in partition 0); fix: lake backfill merchants" in text
     assert (
         "FAILED: 1 foreign key missing in merchants: m3 (referenced by 1 record(s) of products (keys p5), "
         "first at partition 1 offset 0, last at partition 1 offset 0)"

@@ -177,10 +177,18 @@ def test_report_page_shows_what_failed_as_a_person_sees_it(shop, browser, tmp_pa
     # missing keys are those of the latest run: none any more
     assert page.locator("h2#missing + p").inner_text() == "None: every referenced key exists in its lookup."
 
+    # each with why, in the words of `lake explain` (the pipeline has no join to name)
+    def why(partition: int, home: int, written: str) -> str:
+        return (
+            f"MISPLACED: in partition {partition}, but murmur2 (the topic's partitioner) puts this key in "
+            f"partition {home} (written with {written}): the product's joins find it, a Kafka Streams or ksqlDB join "
+            "of the topic misses it; fix: lake topic repartition customers"
+        )
+
     assert visible_rows(page, "misplaced") == [
-        ["user_10", "customers", "0", "1", "murmur2"],
-        ["user_3", "customers", "0", "2", "murmur2"],
-        ["user_4", "customers", "3", "2", "murmur2"],
+        ["user_10", "customers", "0", "1", "murmur2", why(0, 1, "consistent_random")],
+        ["user_3", "customers", "0", "2", "murmur2", why(0, 2, "consistent_random")],
+        ["user_4", "customers", "3", "2", "murmur2", why(3, 2, "consistent_random")],
     ]
 
     assert page.locator("h2#quarantine + p").inner_text() == (

@@ -143,8 +143,9 @@ class _Builder:
             tasks.quality_gate,
             "**The gate.** Passes only when every expectation passed. On failure the log lists each "
             "check in plain words (e.g. the missing keys and where they are referenced) with the path "
-            "of the report page and the Data Docs, and nothing downstream runs.",
-            op_kwargs={"root": self.root},
+            "of the report page and the Data Docs, and one example key as `lake explain` explains it; "
+            "nothing downstream runs.",
+            op_kwargs={"root": self.root, "config_path": self.config_path},
         )
 
 

@@ -92,20 +92,43 @@ def quality_lines(report: dict, root: str) -> list[str]:
     return lines
 
 
-def quality_gate(root: str, **context: Any) -> dict:
+def quality_gate(root: str, config_path: str | None = None, **context: Any) -> dict:
     """Pass when every expectation of the run's suites passed; otherwise fail the run with the
-    failed checks' plain-words summary and the report's path."""
+    failed checks' plain-words summary, the report's path, and one missing or misplaced key as
+    ``lake explain`` explains it."""
     report = _read_json(run_dir(root, context) / QUALITY_JSON, "run_quality_suites")
     for line in quality_lines(report, root):
         log.info(line)
     failed = [r for r in report["results"] if not r["success"]]
     if failed:
         summary = " | ".join(f"{r['check']}: {r['description']}" for r in failed)
+        example = _example_key(config_path, failed)
         raise _fail(
             f"quality gate FAILED ({len(failed)} check(s)): {summary} -- report: {report['summary_html']}"
+            + (f" -- e.g. {example}" if example else "")
         )
     log.info("quality gate passed: %d check(s), run %s", len(report["results"]), report["run_id"])
     return {"run_id": report["run_id"], "checks": len(report["results"]), "report": report["summary_html"]}
+
+
+def _example_key(config_path: str | None, failed: list[dict]) -> str | None:
+    """The first missing or misplaced key of the failed checks, with its explanation."""
+    from spark_jobs.quality.pages import Explainer
+    from spark_jobs.seams.config import load_config
+
+    if config_path is None:
+        return None
+    explainer = Explainer(load_config(config_path))
+    for result in failed:
+        for finding in result.get("findings") or []:
+            if result["check"].startswith("completeness:"):
+                why = explainer.missing(result, finding)
+            else:
+                placements = finding.get("placements") or []
+                why = explainer.misplaced(finding, placements[0]) if placements else None
+            if why:
+                return f"{finding['key']}: {why}"
+    return None
 
 
 # --- the continuous joins -------------------------------------------------------------------------

@@ -76,7 +76,7 @@ def write_report(lake: Lake, config: PipelineConfig, data_docs: str | None = Non
     docs = data_docs or (folder.href(folder.data_docs_index) if folder.data_docs_index.is_file() else None)
     run_pages = {r["run_id"]: folder.run_page(r["run_time"], r["run_id"]) for r in runs}
     pages = {run_id: folder.href(page) for run_id, page in run_pages.items() if page.is_file()}
-    page = render(config.name, runs, quarantined, docs, datetime.now(UTC), pages)
+    page = render(config.name, runs, quarantined, docs, datetime.now(UTC), pages, Explainer(config))
     path.write_text(page, encoding="utf-8")
     _write_index(folder, every_run)
     return path
@@ -159,6 +159,48 @@ def _when(value: datetime) -> str:
     return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
+class Explainer:
+    """A missing or misplaced key of a finding as ``lake explain`` says it (the same words), with
+    the ``lake explain`` commands that tell the rest for the joins reading its topic."""
+
+    def __init__(self, config: PipelineConfig):
+        self.config = config
+
+    def missing(self, row: dict, finding: dict) -> str | None:
+        from spark_jobs.joins.explain import commands, missing
+
+        lookup = self.config.lookups.get(row["check"].split("->", 1)[-1])
+        if lookup is None or not finding.get("key_hex"):
+            return None
+        key = bytes.fromhex(finding["key_hex"])
+        # a quality_runs row's (topic, ends) pairs, or a run summary's {topic: ends}
+        read = dict(row.get("topic_offsets") or row.get("offsets") or [])
+        ends = read.get(lookup.topic, read.get(self._kafka(lookup.topic)))
+        if ends is None:
+            return None
+        text = f"{missing(self.config, lookup.topic, key, list(ends))}; fix: lake backfill {lookup.name}"
+        return "; ".join([text, *commands(self.config, lookup.topic, key)])
+
+    def misplaced(self, finding: dict, placement: dict) -> str | None:
+        from spark_jobs.joins.explain import commands
+        from spark_jobs.joins.explain import placement as where
+
+        name = next(
+            (t for t in self.config.topics if self._kafka(t) == placement["topic"]), placement["topic"]
+        )
+        if name not in self.config.topics or not finding.get("key_hex"):
+            return None
+        key = bytes.fromhex(finding["key_hex"])
+        texts = [where(self.config, name, key, p) for p in placement["partitions"]]
+        return "; ".join([t for t in texts if t] + commands(self.config, name, key)) or None
+
+    def _kafka(self, topic: str) -> str:
+        """A declared topic's name on Kafka (findings name the topics as Kafka does)."""
+        from spark_jobs.seams.kafka import topic_prefix
+
+        return topic_prefix(self.config) + topic
+
+
 def render(
     pipeline: str,
     runs: list[dict],
@@ -166,6 +208,7 @@ def render(
     data_docs: str | None,
     generated: datetime,
     pages: dict[str, str] | None = None,
+    explainer: Explainer | None = None,
 ) -> str:
     pages = pages or {}
     latest = latest_per_suite(runs)
@@ -214,8 +257,8 @@ def render(
     else:
         parts.append("<p>No suite has run.</p>")
 
-    parts += _missing_section(latest_rows)
-    parts += _misplaced_section(latest_rows)
+    parts += _missing_section(latest_rows, explainer)
+    parts += _misplaced_section(latest_rows, explainer)
     parts += _quarantine_section(quarantined)
     parts += _chart_section(failures_per_run(runs))
     parts.append("</body></html>")
@@ -242,7 +285,11 @@ def _untyped(rows: list[dict]) -> list[tuple[dict, str]]:
     return [(r, item) for r in rows if r.get("findings") is None for item in r["offending_sample"]]
 
 
-def _missing_section(rows: list[dict]) -> list[str]:
+def _why(text: str | None) -> str:
+    return f"<td class='why'>{_e(text)}</td>" if text else "<td class='muted'>-</td>"
+
+
+def _missing_section(rows: list[dict], explainer: Explainer | None) -> list[str]:
     out = ["<h2 id='missing'>Missing keys</h2>"]
     checks = [r for r in rows if r["check"].startswith("completeness:")]
     found = _findings(checks)
@@ -253,17 +300,21 @@ def _missing_section(rows: list[dict]) -> list[str]:
     total = sum(r["offending_total"] for r in checks)
     listed = len(found) + len(older)
     out.append(f"<p>{total} key(s) referenced but missing in their lookup (first {listed} listed).</p>")
-    out.append("<table><tr><th>Key</th><th>Check</th><th>Where it is referenced</th></tr>")
+    out.append(
+        "<table><tr><th>Key</th><th>Check</th><th>Where it is referenced</th><th>Why (lake explain)</th></tr>"
+    )
     for r, f in found:
+        why = _why(explainer.missing(r, f) if explainer else None)
         out.append(
-            f"<tr><td><code>{_e(f['key'])}</code></td><td>{_e(r['check'])}</td><td>{_e(f['problem'])}</td></tr>"
+            f"<tr><td><code>{_e(f['key'])}</code></td><td>{_e(r['check'])}</td><td>{_e(f['problem'])}</td>"
+            f"{why}</tr>"
         )
     out.append("</table>")
     out += [f"<p>{_e(r['check'])}: {_e(item)}</p>" for r, item in older]
     return out
 
 
-def _misplaced_section(rows: list[dict]) -> list[str]:
+def _misplaced_section(rows: list[dict], explainer: Explainer | None) -> list[str]:
     out = ["<h2 id='misplaced'>Misplaced keys</h2>"]
     placement = [r for r in rows if r["check"].startswith("co_partitioning:")]
     found = [(f, p) for _, f in _findings(placement) for p in f["placements"] or []]
@@ -275,13 +326,14 @@ def _misplaced_section(rows: list[dict]) -> list[str]:
     if found:
         out.append(
             "<table><tr><th>Key</th><th>Topic</th><th>Is in partition</th><th>Belongs in partition</th>"
-            "<th>Partitioner</th></tr>"
+            "<th>Partitioner</th><th>Why (lake explain)</th></tr>"
         )
         for f, p in found:
             partitions = ",".join(str(n) for n in p["partitions"])
+            why = _why(explainer.misplaced(f, p) if explainer else None)
             out.append(
                 f"<tr><td><code>{_e(f['key'])}</code></td><td>{_e(p['topic'])}</td><td>{_e(partitions)}</td>"
-                f"<td>{_e(p['expected_partition'])}</td><td>{_e(p['partitioner'])}</td></tr>"
+                f"<td>{_e(p['expected_partition'])}</td><td>{_e(p['partitioner'])}</td>{why}</tr>"
             )
         out.append("</table>")
     for r, item in other:

@@ -14,6 +14,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+import spark_jobs.demo as demo_pipelines
 from spark_jobs.cli import main
 from spark_jobs.demo.data import demo_dump_path
 
@@ -387,6 +388,60 @@ def sql_blocks(root, *queries: str) -> list[list[list[str]]]:
     blocks = out.rstrip("\n").split("\n\n")
     assert len(blocks) == len(queries), out
     return [[line.split("\t") for line in block.splitlines()[1:]] for block in blocks]
+
+
+def _explained(root: Path, *args: str) -> dict:
+    """``lake explain ... --json`` on the demo's lake, through the CLI's entry point in this process."""
+    out = io.TextIOWrapper(io.BytesIO(), encoding="utf-8", write_through=True)
+    with contextlib.redirect_stdout(out):
+        assert main(["--root", str(root), *args, "--json"]) == 0
+    return json.loads(out.buffer.getvalue().decode())
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_explain_on_the_demo_lake_names_each_rows_records_the_gate_and_why_a_side_is_empty(demo_lake):
+    root = demo_lake[0]
+    # user_9's account was backfilled after the gate failed: both records, where they belong
+    answer = _explained(root, "explain", "consents_with_mail", "user_9")
+    assert answer["rows"][0]["contactMailAddress"] == "user9@example.com"
+    assert [(s["role"], s["topic"], s["partition"], s["placement"]) for s in answer["sources"][0]] == [
+        ("left", "customer_consents", 2, None),
+        ("right", "customer_accounts", 2, None),
+    ]
+    assert answer["sources"][0][1]["value"] == {
+        "customerId": "user_9",
+        "contactMailAddress": "user9@example.com",
+    }
+    assert answer["reasons"] == []
+    (gate,) = answer["gate"]
+    assert (gate["check"], gate["success"], gate["since"]["success"]) == (
+        "completeness:customer_consents->accounts",
+        False,
+        True,
+    )
+    assert gate["finding"].startswith("user_9 (referenced by 1 record(s) of customer_consents")
+    assert Path(gate["report"]).is_file()
+    # the stream-table join's first user_10 event was decided before the account was backfilled
+    answer = _explained(root, "explain", "consents_enriched_at_event_time", "user_10")
+    assert answer["rows"][0]["contactMailAddress"] is None
+    (reason,) = answer["reasons"]
+    assert reason["text"].startswith(
+        "the event (timestamp 2026-01-01T00:00:00.000+00:00) was decided before the table's record "
+        "arrived: customer_accounts partition 1 offset "
+    )
+    assert reason["fix"] == "lake backfill accounts before the events are produced"
+    # the gift card has no merchant_id: its right side is empty for that reason
+    marketplace = Path(demo_pipelines.__file__).parent / "pipelines" / "marketplace.yaml"
+    answer = _explained(root, "--config", str(marketplace), "explain", "display_products", "p4")
+    assert answer["reasons"] == [
+        {
+            "side": "right",
+            "text": "the left record's foreign key (merchant_id) is null",
+            "fix": None,
+            "nothing": False,
+        }
+    ]
 
 
 @pytest.mark.slow

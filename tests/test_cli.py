@@ -215,6 +215,7 @@ def demo_lake(spark, tmp_path_factory):
         root,
         (code, consents, err),
         (code, "== the marketplace pipeline (marketplace.yaml)" + stories, err),
+        os.environ.get("LAKE_KAFKA_TOPIC_PREFIX", ""),  # the demo's topics' names on Kafka begin with it
     )
 
 
@@ -400,8 +401,11 @@ def _explained(root: Path, *args: str) -> dict:
 
 @pytest.mark.slow
 @pytest.mark.integration
-def test_explain_on_the_demo_lake_names_each_rows_records_the_gate_and_why_a_side_is_empty(demo_lake):
+def test_explain_on_the_demo_lake_names_each_rows_records_the_gate_and_why_a_side_is_empty(
+    demo_lake, monkeypatch
+):
     root = demo_lake[0]
+    monkeypatch.setenv("LAKE_KAFKA_TOPIC_PREFIX", demo_lake[3])  # the demo's topics
     # user_9's account was backfilled after the gate failed: both records, where they belong
     answer = _explained(root, "explain", "consents_with_mail", "user_9")
     assert answer["rows"][0]["contactMailAddress"] == "user9@example.com"

@@ -28,7 +28,7 @@ from spark_jobs.formats.codec import DecodeError, jsonable
 from spark_jobs.seams import partitioners
 from spark_jobs.seams.config import FIELD_PATH_RE, JoinSpec, PipelineConfig
 from spark_jobs.seams.delta import Lake
-from spark_jobs.seams.kafka import Cluster, connect, fetch, offset_ranges, read
+from spark_jobs.seams.kafka import Cluster, connect, fetch, offset_ranges, partition_counts, read
 from spark_jobs.seams.layout import QUALITY_RUNS
 from spark_jobs.topics.keys import RULES, show
 
@@ -165,6 +165,13 @@ def explain(lake: Lake, config: PipelineConfig, name: str, key: bytes, limit: in
             f"join {spec.name} has never run (no result table): run 'lake run {spec.name} --once'"
         )
     cluster = connect(config, lake.root)
+    on_kafka = partition_counts(cluster, [cluster.topic(t) for _, t in spec.sides])
+    gone = [t for _, t in spec.sides if cluster.topic(t) not in on_kafka]
+    if gone:
+        raise UserError(
+            f"join {spec.name}: topic {', '.join(cluster.topic(t) for t in gone)} is not on Kafka at "
+            f"{cluster.bootstrap_servers} (deleted since the join read it?): its records cannot be shown"
+        )
     consumed = consumed_offsets(lake, config, spec, cluster)
     read_text = offsets_read(spec, config, consumed) if consumed else "nothing yet"
     shown = show(key)

@@ -353,7 +353,7 @@ def _reasons(
         if spec.kind == "table" and "left" not in roles:
             wanted.append(("left", "left", key, None))
         if spec.kind == "fk" and "right" not in roles:
-            fk = _foreign_key(lake, config, spec, formats, row_sources)
+            fk = _foreign_key(lake, cluster, spec, formats, row_sources)
             if fk is None:
                 return [Reason("right", f"the left record's foreign key ({spec.by}) is null")]
             wanted.append(("right", "right", fk, None))
@@ -378,7 +378,7 @@ def _ms(value: Any) -> int | None:
 
 
 def _foreign_key(
-    lake: Lake, config: PipelineConfig, spec: JoinSpec, formats: Formats, sources: list[Source]
+    lake: Lake, cluster: Cluster, spec: JoinSpec, formats: Formats, sources: list[Source]
 ) -> bytes | None:
     """The foreign key of a row's left record, as the join computes it (its ``foreign_key``)."""
     from spark_jobs.joins.engine import SideCodecs
@@ -395,7 +395,7 @@ def _foreign_key(
         if found is None or isinstance(found, (dict, list)):
             return None
         return (json.dumps(found) if isinstance(found, bool) else str(found)).encode()
-    m = fetch(connect(config, lake.root), [(spec.left, left.partition, left.offset)])
+    m = fetch(cluster, [(spec.left, left.partition, left.offset)])
     record = m.get((spec.left, left.partition, left.offset))
     if record is None or record.value() is None:
         return None

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -177,6 +178,29 @@ def explain(lake: Lake, config: PipelineConfig, name: str, key: bytes, limit: in
     shown = show(key)
     out = Explanation(spec.name, spec.kind, shown, key.hex(), _now(), read_text)
     formats = Formats(config, lake.root)
+    _ = lake.spark  # the session, built before two threads use it
+    with ThreadPoolExecutor(2) as beside:  # the change feed and the quality runs, beside the rows
+        history, gate = beside.submit(_history, lake, spec, key, limit), beside.submit(_gate, lake, key)
+        _explain_rows(out, lake, config, spec, cluster, formats, key, limit, consumed)
+        out.history, out.history_total = history.result()
+        out.gate = gate.result()
+    return out
+
+
+def _explain_rows(
+    out: Explanation,
+    lake: Lake,
+    config: PipelineConfig,
+    spec: JoinSpec,
+    cluster: Cluster,
+    formats: Formats,
+    key: bytes,
+    limit: int,
+    consumed: dict[str, list[int]] | None,
+) -> None:
+    """The rows, their input records, and why a side is empty (a one-line error when the key is on
+    neither side)."""
+    shown = out.key
     rows = _rows(lake, spec, key, limit)
     places = [s for row in rows for s in _provenance(spec, row)]
     records = fetch(cluster, [(t, p, o) for _, t, p, o in places])
@@ -193,9 +217,6 @@ def explain(lake: Lake, config: PipelineConfig, name: str, key: bytes, limit: in
                 for r in out.reasons
             )
         )
-    out.history, out.history_total = _history(lake, spec, key, limit)
-    out.gate = _gate(lake, key)
-    return out
 
 
 def _now() -> str:
@@ -541,12 +562,15 @@ def _backfill(config: PipelineConfig, topic: str) -> str | None:
 def _history(lake: Lake, spec: JoinSpec, key: bytes, limit: int) -> tuple[list[dict], int]:
     """The result's changes for ``key`` (Delta's change feed), newest first: at most ``limit``, and
     how many there are."""
+    from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     changes = lake.changes(spec.name).filter(F.col("key") == F.lit(key))
     changes = changes.filter(F.col("_change_type") != "update_preimage")
-    total = changes.count()
-    newest = changes.orderBy(F.col("_commit_version").desc()).limit(limit).toArrow().to_pylist()
+    # one read of the change feed: the key's changes are few next to the table
+    counted = changes.withColumn("__total", F.count(F.lit(1)).over(Window.partitionBy(F.lit(1))))
+    newest = counted.orderBy(F.col("_commit_version").desc()).limit(limit).toArrow().to_pylist()
+    total = newest[0]["__total"] if newest else 0
     meta = _META[spec.kind]
     out = []
     for change in newest:

@@ -73,6 +73,7 @@ PRODUCTS = int(os.environ.get("PEER_PRODUCTS", "1000000"))
 MERCHANTS = max(PRODUCTS // 10, 1)
 WAVES, WAVE = 8, 1000
 BURST = min(50_000, PRODUCTS)
+BURSTS = 3  # the burst's figure is their median: one burst moves by 20 % between runs
 PERSONS = int(os.environ.get("PEER_PERSONS", "100000"))
 LIST = 10  # address ids per person
 ADDRESSES = PERSONS  # each address on LIST persons' lists
@@ -80,6 +81,9 @@ BIG = min(10_000, ADDRESSES - 1)  # the long list: a0 .. a<BIG-1>, then + a<BIG>
 ADDRESS_UPDATES = min(1000, ADDRESSES)
 TRIGGER = os.environ.get("PEER_TRIGGER", "0.1")
 TABLE_EVERY = os.environ.get("PEER_TABLE_EVERY", "5")
+# the product to measure this checkout against, in the same run (fk-baseline): by default the last
+# commit before the results kept their input records' offsets (provenance, issue 48)
+BASELINE = os.environ.get("PEER_BASELINE", "84ac4cf")
 JFR = os.environ.get("PEER_JFR")  # a folder: the product's JVM records a flight recording there
 TIMEOUT = 900
 
@@ -351,10 +355,10 @@ class FkWorkload(Workload):
         self.renamed = m
         return [fk_token(self.titles.get(int(i), f"t{i}"), f"Renamed{m}") for i in products]
 
-    def burst(self) -> list[str]:
+    def burst(self, n: int) -> list[str]:
         ids = np.arange(BURST)
-        self.put("products", prefixed("p", ids), product_values(ids, "b", self.merchant_of[ids]))
-        return [fk_token(f"b{i}", self._merchant(i)) for i in ids]
+        self.put("products", prefixed("p", ids), product_values(ids, f"b{n}-", self.merchant_of[ids]))
+        return [fk_token(f"b{n}-{i}", self._merchant(i)) for i in ids]
 
     def _merchant(self, i: int) -> str:
         m = int(self.merchant_of[i])
@@ -369,11 +373,15 @@ class FkWorkload(Workload):
         record(figures, f"{self.label}: waves of 1,000: p50, s", waves, lambda v: float(np.percentile(v, 50)))
         record(figures, f"{self.label}: waves of 1,000: max, s", waves, max)
         record(figures, f"{self.label}: fan-out of one merchant, s", self.timed("fan-out", self.fan_out))
+        bursts = []
+        for n in range(1, BURSTS + 1):
+            bursts.append(self.timed("burst", lambda n=n: self.burst(n)))
+            time.sleep(0.5)
         record(
             figures,
-            f"{self.label}: burst of {BURST:,}: changes/s",
-            self.timed("burst", self.burst),
-            lambda t: BURST / t,
+            f"{self.label}: burst of {BURST:,}: changes/s, median of {BURSTS}",
+            bursts,
+            lambda t: float(np.median([BURST / x for x in t])),
         )
 
 
@@ -445,6 +453,12 @@ class ListWorkload(Workload):
         record(figures, name, self.timed("address updates", self.update_addresses))
 
 
+class FkBaselineWorkload(FkWorkload):
+    """The fk workload for the product at BASELINE (its own copy of the topics, its own lake root)."""
+
+    label = "fk-baseline"
+
+
 @dataclass
 class Scenario:
     workload: type[Workload]
@@ -453,6 +467,9 @@ class Scenario:
     table_columns: list[str]
     table_tokens: Callable
     peer: bool = True  # the peer runs it too (fk-avro: the product alone, against its own JSON run)
+    baseline: bool = False  # the product at BASELINE runs it, from a git worktree
+    prefix: str = ""  # its copy of the topics on Kafka
+    root: str = "lake"  # its lake root, under the benchmark's folder
 
 
 SCENARIOS = {
@@ -461,7 +478,50 @@ SCENARIOS = {
     "fk-avro": Scenario(
         FkAvroWorkload, "fk", fk_topic_tokens, ["title", "merchant"], fk_table_tokens, peer=False
     ),
+    "fk-baseline": Scenario(
+        FkBaselineWorkload,
+        "fk",
+        fk_topic_tokens,
+        ["title", "merchant"],
+        fk_table_tokens,
+        peer=False,
+        baseline=True,
+        prefix="base_",
+        root="lake-baseline",
+    ),  # fmt: skip
 }
+
+# --- the product at BASELINE: what a change costs, measured in the same run -----------------------
+REPO = Path(__file__).resolve().parents[2]
+LOCKS = ["requirements.lock", "pyproject.toml", "infra/setup.sh", "infra/jvm", "tests/bench/peer/pom.xml"]
+
+
+def baseline_checkout(tmp: Path) -> Path:
+    """The product at BASELINE in a git worktree under ``tmp``, its Java built by its own
+    ``infra/setup.sh``, sharing this checkout's locked environment (``.venv``, ``.jvm``, ``.tools``:
+    refused when BASELINE locks another one)."""
+    git = ["git", "-C", str(REPO)]
+    if subprocess.run(
+        [*git, "rev-parse", "--verify", "-q", f"{BASELINE}^{{commit}}"], capture_output=True
+    ).returncode:
+        raise SystemExit(f"PEER_BASELINE {BASELINE}: not a commit of {REPO} (a git clone is needed)")
+    if subprocess.run([*git, "diff", "--quiet", BASELINE, "HEAD", "--", *LOCKS]).returncode:
+        raise SystemExit(
+            f"PEER_BASELINE {BASELINE}: its locked environment differs from this checkout's "
+            f"({', '.join(LOCKS)}): pick a revision with the same locks"
+        )
+    where = tmp / "baseline"
+    subprocess.run([*git, "worktree", "add", "--detach", "-q", str(where), BASELINE], check=True)
+    for shared in (".venv", ".jvm", ".tools"):
+        (where / shared).symlink_to(REPO / shared)
+    print(f"baseline: the product at {BASELINE} in {where}, building its Java (infra/setup.sh)", flush=True)
+    subprocess.run(["bash", str(where / "infra" / "setup.sh")], check=True)
+    return where
+
+
+def remove_checkout(where: Path) -> None:
+    if where.exists():
+        subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(where)], check=False)
 
 
 # --- the profile: where a product wave's time goes, from the jobs' logs ---------------------------
@@ -547,9 +607,15 @@ def profile(batches: list[Batch], windows: list[tuple[float, float]], join: str)
     return {k: float(np.median([r.get(k, 0.0) for r in rows])) for k in names}
 
 
-def start_lake(log: Path, root: Path, config_path: Path, *args: str) -> subprocess.Popen:
+def start_lake(
+    log: Path, root: Path, config_path: Path, *args: str, checkout: Path | None = None, prefix: str = ""
+) -> subprocess.Popen:
+    """``lake ARGS`` as a job of its own; ``checkout``: the product of another checkout (its code and
+    its Java), on the topics named with ``prefix``."""
     out = log.open("wb")  # lives as long as the job
-    env = {**os.environ, "LAKE_PROFILE": "1"}
+    env = {**os.environ, "LAKE_PROFILE": "1", "LAKE_KAFKA_TOPIC_PREFIX": prefix}
+    if checkout:
+        env["PYTHONPATH"] = str(checkout)
     if JFR:  # the job's JVM records with Java Flight Recorder into JFR/<log name>.jfr
         Path(JFR).mkdir(parents=True, exist_ok=True)
         recording = Path(JFR).resolve() / f"{log.stem}.jfr"
@@ -558,7 +624,7 @@ def start_lake(log: Path, root: Path, config_path: Path, *args: str) -> subproce
         )
     return subprocess.Popen(
         [sys.executable, "-m", "spark_jobs.cli", "--root", str(root), "--config", str(config_path), *args],
-        stdout=out, stderr=out, start_new_session=True, env=env,
+        stdout=out, stderr=out, start_new_session=True, env=env, cwd=checkout,
     )  # fmt: skip
 
 
@@ -607,12 +673,13 @@ def _run_product(
     from peerkit import tree_usage
 
     work = scenario.workload
-    root = tmp / "lake"
+    root = tmp / scenario.root
     lake = Lake(root)
+    checkout = baseline_checkout(tmp) if scenario.baseline else None
     seen, table_seen, stop, jobs = Seen(), Seen(), threading.Event(), []
     args = (lake, work.join, scenario.table_columns, scenario.table_tokens, table_seen, stop)
     followers = [threading.Thread(target=follow_table, args=args)]
-    changelog = f"{work.join}_changelog"
+    changelog = f"{scenario.prefix}{work.join}_changelog"
     published: dict = {}
     followers.append(
         threading.Thread(
@@ -637,10 +704,12 @@ def _run_product(
                 TRIGGER,
                 "--table-every",
                 TABLE_EVERY,
+                checkout=checkout,
+                prefix=scenario.prefix,
             )  # fmt: skip
         )
 
-    workload = work(cluster, config, "")
+    workload = work(cluster, config, scenario.prefix)
     try:
         workload.visible(seen, table_seen)
         workload.run(start_product, {"topic": figures["product"], "table": figures["table"]})
@@ -657,6 +726,8 @@ def _run_product(
             job.send_signal(signal.SIGTERM)
         for job in jobs:
             job.wait(timeout=180)
+        if checkout:
+            remove_checkout(checkout)
     print(
         f"product, {name}:",
         {k: round(v, 2) for k, v in figures["product"].items() if k.startswith(name)},
@@ -676,6 +747,54 @@ def _run_product(
     }
 
 
+# --- lake explain on the fk result, as a user runs it with the services up -----------------------
+EXPLAIN_RUNS = 5
+
+
+def time_explain(tmp: Path) -> dict[str, list[float]]:
+    """Seconds per ``lake explain display_products KEY`` (the whole command, as a user waits for it)
+    on the fk result, with the lake root's Spark Connect server up beside the benchmark's broker and
+    registry (what ``lake up`` starts), for: a product the waves, the fan-out and the bursts changed
+    (its row, its two records, a history of several changes), one unchanged since the first load, and
+    a key on neither side (its one-line error, after a scan of both topics). Each answer is checked."""
+
+    def lake(*args: str) -> subprocess.CompletedProcess:
+        command = [sys.executable, "-m", "spark_jobs.cli", "--root", str(tmp / "lake")]
+        command += ["--config", str(tmp / "peer_bench.yaml"), *args]
+        return subprocess.run(
+            command, capture_output=True, text=True, env={**os.environ, "LAKE_KAFKA_TOPIC_PREFIX": ""}
+        )
+
+    started = lake("connect", "start")
+    if started.returncode:
+        raise SystemExit(f"lake connect start: {started.stderr.strip()[-500:]}")
+    m = 7 % MERCHANTS
+    last = PRODUCTS - 1
+    cases = {  # what -> (key, exit code, what the answer must say)
+        f"p{m}: changed by waves, the fan-out and {BURSTS} bursts": (
+            f"p{m}", 0, [f'title="b{BURSTS}-{m}"', f'merchant="Renamed{m}"', "history (newest first"]
+        ),
+        f"p{last}: unchanged since the first load": (f"p{last}", 0, [f'title="t{last}"', f'merchant="M{last % MERCHANTS}"']),
+        "nokey: on neither side (both topics scanned)": ("nokey", 2, ["no record with this key on either side"]),
+    }  # fmt: skip
+    times: dict[str, list[float]] = {}
+    try:
+        for what, (key, code, says) in cases.items():
+            for _ in range(EXPLAIN_RUNS):
+                t0 = time.time()
+                answer = lake("explain", "display_products", key)
+                times.setdefault(what, []).append(time.time() - t0)
+                text = answer.stdout + answer.stderr
+                if answer.returncode != code or not all(s in text for s in says):
+                    raise SystemExit(f"lake explain display_products {key}: exit {answer.returncode}, expected "
+                                     f"{code} saying {says}:\n{text[-3000:]}")  # fmt: skip
+            print(f"lake explain display_products {key}:", [round(t, 2) for t in times[what]], flush=True)
+        print(text if code == 0 else lake("explain", "display_products", f"p{m}").stdout, flush=True)
+    finally:
+        lake("connect", "stop")
+    return times
+
+
 def main() -> None:
     from peerkit import clean, differences, table_results
 
@@ -692,7 +811,7 @@ def main() -> None:
         config = load_config(tmp / "peer_bench.yaml")
         cluster = connect(config, tmp / "lake")
         ensure_topics(cluster, config.topics.values())
-        copies = [replace(s, name="peer_" + s.name) for s in config.topics.values()]
+        copies = [replace(s, name=p + s.name) for p in ("peer_", "base_") for s in config.topics.values()]
         outs = [replace(copies[0], name=f"peer_{j}", compacted=False) for j in config.joins]
         ensure_topics(cluster, [*copies, *outs])
         figures: dict[str, dict] = {"peer": {}, "product": {}, "table": {}}
@@ -707,8 +826,10 @@ def main() -> None:
             for name, s in chosen.items()
         }
 
+        explained = time_explain(tmp) if "fk" in chosen else {}
+
         # --- the same final result per key ----------------------------------------------------------
-        lake, different = Lake(tmp / "lake"), False
+        different = False
 
         def decoded(records: dict) -> dict:
             return {k.decode(): clean(json.loads(v, parse_float=Decimal)) for k, v in records.items()}
@@ -716,9 +837,9 @@ def main() -> None:
         for name, scenario in chosen.items():
             if name not in finals and "fk" not in finals:
                 continue  # fk-avro without fk: no peer run to compare with
-            theirs = decoded(finals.get(name) or finals["fk"])  # fk-avro: the same data as fk
+            theirs = decoded(finals.get(name) or finals["fk"])  # fk-avro, fk-baseline: the same data as fk
             for where, ours in (
-                ("result table", table_results(lake, scenario.workload.join)),
+                ("result table", table_results(Lake(tmp / scenario.root), scenario.workload.join)),
                 ("changelog topic", decoded(finals[f"{name} changelog"])),
             ):
                 diff = differences(ours, theirs)
@@ -745,6 +866,25 @@ def main() -> None:
                 avro = figures["product"].get(name.replace("fk: ", "fk-avro: ", 1))
                 if avro is not None:
                     print(f"| {name[4:]} | {json_figure:,.2f} | {avro:,.2f} | {avro / json_figure:.2f}x |")
+
+        if "fk-baseline" in chosen and "fk" in chosen:
+            print(
+                f"\n| workload, the product | at {BASELINE} (baseline) | this checkout | this / baseline |"
+                "\n|---|---|---|---|"
+            )
+            for name, figure in figures["product"].items():
+                if not name.startswith("fk: "):
+                    continue
+                base = figures["product"].get(name.replace("fk: ", "fk-baseline: ", 1))
+                if base is not None:
+                    print(f"| {name[4:]} | {base:,.2f} | {figure:,.2f} | {figure / base:.2f}x |")
+
+        if explained:
+            print("\n| lake explain display_products KEY, the Spark Connect server up | runs, s | median, s | max, s |"
+                  "\n|---|---|---|---|")  # fmt: skip
+            for what, times in explained.items():
+                runs = ", ".join(f"{t:.2f}" for t in times)
+                print(f"| {what} | {runs} | {float(np.median(times)):.2f} | {max(times):.2f} |")
 
         parts = {name: p for by_join in profiles.values() for name, p in by_join.items()}
         rows = list(dict.fromkeys(k for p in parts.values() for k in p))

@@ -208,7 +208,7 @@ def _explain_rows(
         sources = [_source(config, formats, records, *place) for place in _provenance(spec, row)]
         out.rows.append(_values(row, spec))
         out.sources.append(sources)
-    out.reasons = _reasons(lake, config, spec, cluster, formats, key, rows, out.sources, consumed)
+    out.reasons = _reasons(lake, config, spec, cluster, formats, key, rows, out.sources, records, consumed)
     if not rows and all(r.nothing for r in out.reasons):
         raise UserError(
             f"join {spec.name}: no row for key {shown} and no record with this key on either side: "
@@ -357,6 +357,7 @@ def _reasons(
     key: bytes,
     rows: list[dict],
     sources: list[list[Source]],
+    records: dict[tuple[str, int, int], Message],
     consumed: dict[str, list[int]] | None,
 ) -> list[Reason]:
     """The reasons of the sides without a record: the left side when there is no row, the right
@@ -374,7 +375,7 @@ def _reasons(
         if spec.kind == "table" and "left" not in roles:
             wanted.append(("left", "left", key, None))
         if spec.kind == "fk" and "right" not in roles:
-            fk = _foreign_key(lake, cluster, spec, formats, row_sources)
+            fk = _foreign_key(lake, spec, formats, row_sources, records)
             if fk is None:
                 return [Reason("right", f"the left record's foreign key ({spec.by}) is null")]
             wanted.append(("right", "right", fk, None))
@@ -399,9 +400,14 @@ def _ms(value: Any) -> int | None:
 
 
 def _foreign_key(
-    lake: Lake, cluster: Cluster, spec: JoinSpec, formats: Formats, sources: list[Source]
+    lake: Lake,
+    spec: JoinSpec,
+    formats: Formats,
+    sources: list[Source],
+    records: dict[tuple[str, int, int], Message],
 ) -> bytes | None:
-    """The foreign key of a row's left record, as the join computes it (its ``foreign_key``)."""
+    """The foreign key of a row's left record (among the fetched ``records``), as the join computes
+    it (its ``foreign_key``)."""
     from spark_jobs.joins.engine import SideCodecs
     from spark_jobs.joins.keyed import LeftKeys
 
@@ -416,8 +422,7 @@ def _foreign_key(
         if found is None or isinstance(found, (dict, list)):
             return None
         return (json.dumps(found) if isinstance(found, bool) else str(found)).encode()
-    m = fetch(cluster, [(spec.left, left.partition, left.offset)])
-    record = m.get((spec.left, left.partition, left.offset))
+    record = records.get((spec.left, left.partition, left.offset))
     if record is None or record.value() is None:
         return None
     spark = lake.spark

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from spark_jobs.join_kinds import SOURCES
 from spark_jobs.joins.batch import left_sources, live, right_versions, with_since
 from spark_jobs.joins.engine import Projection
 from spark_jobs.joins.keyed import KeyedJob
@@ -36,9 +37,6 @@ class FkJob(KeyedJob, StateStoreJob):
             F.greatest("since", "right_since").alias("timestamp"),
             "left_value",
             "right_value",
-            "left_partition",
-            "left_offset",
-            "right_partition",
-            "right_offset",
+            *SOURCES,
         )
         return rows, Projection(spark, codecs, spec).frame

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from spark_jobs.join_kinds import SOURCES
 from spark_jobs.joins.batch import latest, left_sources, right_versions, with_since
 from spark_jobs.joins.engine import Projection
 from spark_jobs.joins.state_store import StateStoreJob
@@ -33,9 +34,6 @@ class TableJob(StateStoreJob):
             F.greatest("since", "right_since").alias("timestamp"),
             "left_value",
             "right_value",
-            "left_partition",
-            "left_offset",
-            "right_partition",
-            "right_offset",
+            *SOURCES,
         )
         return rows, Projection(spark, codecs, spec).frame

@@ -78,7 +78,7 @@ bench-cluster: setup ## the table-join benchmark on the standalone cluster (2 wo
 	@LAKE_SPARK_MASTER=spark://127.0.0.1:$${SPARK_MASTER_PORT:-7077} $(BIN)/python tests/bench/bench_joins.py --no-deletion-vectors | tee bench-results/joins-cluster.txt; \
 	  status=$$?; bash infra/spark-cluster.sh stop; exit $$status
 
-bench-peer: setup ## the product's fk and list joins against the Kafka Streams peer on one broker, and the fk join on Avro values against JSON (about 20 min; PEER_PRODUCTS, PEER_PERSONS set the sizes)
+bench-peer: setup ## the product's fk and list joins against the Kafka Streams peer on one broker, the fk join on Avro values against JSON and against the product before provenance (PEER_BASELINE), lake explain on the fk result (about 28 min; PEER_PRODUCTS, PEER_PERSONS set the sizes)
 	@mkdir -p bench-results
 	@$(BIN)/python tests/bench/bench_peer.py | tee bench-results/peer.txt
 

@@ -13,7 +13,8 @@ and PRODUCTS / 10 merchants:
   with its merchant is visible;
 - freshness: 8 waves of 1,000 product updates, produce start -> all 1,000 visible (p50, max);
 - fan-out: one merchant renamed -> all its products visible with the new name;
-- burst: 50,000 product updates produced at once -> all visible (changes/s end to end).
+- burst: 50,000 product updates produced at once -> all visible (changes/s end to end), three times,
+  their median.
 
 The list join (``people_with_addresses``) on PERSONS persons (default 100,000) with 10 address ids
 each, PERSONS addresses (each on 10 lists), and one person with a 10,000-element list:
@@ -28,6 +29,13 @@ And for each join and system: CPU seconds and peak resident memory of its proces
 Registry (an embedded one of its own), the product alone, against the product's own JSON figures
 of the same run: what the format costs a record (the records' values are the same; the
 changelog is JSON in both, so the same reader sees them).
+
+``fk-baseline``: the same fk workload run by the product at PEER_BASELINE (default: the commit before
+the results kept provenance), checked out in a git worktree that shares this checkout's locked
+environment, on its own copy of the topics: what a change costs a record, in the same run.
+
+After the scenarios (with ``fk``): ``lake explain display_products KEY`` timed as a user waits for it,
+with the lake root's Spark Connect server up, five times for each of three keys, each answer checked.
 
 "Visible" is where a user reads the result: for the peer its output topic (read committed); for the
 product its changelog topic (read committed, the same reader) and, beside it, its Delta result table

@@ -151,6 +151,13 @@ joins:
     foreign_key: merchant_id
     type: left
     select: {title: left.title, merchant: right.name}
+  display_sql:  # the same foreign key as Spark SQL over left: explain computes it as the join does
+    kind: fk
+    left: products
+    right: merchants
+    foreign_key: "concat('m', substring(left.merchant_id, 2))"
+    type: left
+    select: {title: left.title, merchant: right.name}
   homes:
     kind: list
     left: persons
@@ -180,14 +187,17 @@ def test_a_deleted_merchant_and_an_address_that_never_arrived_are_explained(lake
     produce("products", 'p1;{"title": "Hammer", "merchant_id": "m1"}')
     produce("addresses", 'a1;{"city": "Oslo"}')
     produce("persons", 'ann;{"name": "Ann", "address_ids": ["a1", "a9"]}')
-    for join in ("display", "homes"):
+    for join in ("display", "display_sql", "homes"):
         assert lake(root, *opts, "run", join, "--once")[0] == 0
 
-    answer = explained(lake, root, *opts, "explain", "display", "p1")
-    assert answer["rows"] == [{"timestamp": "2026-01-01T00:00:00+00:00", "title": "Hammer", "merchant": None}]
-    assert [r["text"] for r in answer["reasons"]] == [
-        "the key m1 was deleted: a tombstone at merchants partition 0 offset 2 (2026-01-01T00:00:00.000+00:00)"
-    ]
+    for join in ("display", "display_sql"):
+        answer = explained(lake, root, *opts, "explain", join, "p1")
+        assert answer["rows"] == [
+            {"timestamp": "2026-01-01T00:00:00+00:00", "title": "Hammer", "merchant": None}
+        ]
+        assert [r["text"] for r in answer["reasons"]] == [
+            "the key m1 was deleted: a tombstone at merchants partition 0 offset 2 (2026-01-01T00:00:00.000+00:00)"
+        ]
 
     code, out, err = lake(root, *opts, "explain", "display", "p9")  # in neither the result nor a topic
     assert (code, out) == (2, "")
@@ -215,7 +225,9 @@ def test_explain_refuses_an_unknown_join_and_a_join_that_never_ran_in_one_line(l
     cfg.write_text(PIPELINE)
     code, out, err = lake(root, "--config", str(cfg), "explain", "nope", "k")
     assert (code, out) == (2, "")
-    assert err.strip().endswith(f"unknown join 'nope': not declared in {cfg} (declared: display, homes)")
+    assert err.strip().endswith(
+        f"unknown join 'nope': not declared in {cfg} (declared: display, display_sql, homes)"
+    )
     code, out, err = lake(root, "--config", str(cfg), "explain", "display", "p1")
     assert (code, out) == (2, "")
     assert err.strip().endswith("join display has never run (no result table): run 'lake run display --once'")

@@ -13,71 +13,20 @@ import subprocess
 import sys
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, HTTPServer, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
 import pytest
+from registrykit import ACCOUNT, PIPELINE, Switch, account, lake, pipeline_in, publishing
 
 from spark_jobs.cli import main
 from spark_jobs.formats import framing
 from spark_jobs.seams.delta import Lake
 
-ACCOUNT = {
-    "type": "record",
-    "name": "Account",
-    "fields": [{"name": "customerId", "type": "string"}, {"name": "contactMailAddress", "type": "string"}],
-}
-PIPELINE = """\
-pipeline: avro_accounts
-topics:
-  events: {partitions: 4, key: string, value: json}
-  accounts: {partitions: 4, key: {format: avro, schema: key.avsc}, value: {format: avro, schema: account.avsc}}
-lookups:
-  accounts:
-    topic: accounts
-    joined_with: [events]
-    backfill:
-      format: jsonl
-      key_field: id
-      value_field: account
-      value_format: json
-joins:
-  events_with_mail:
-    kind: table
-    left: events
-    right: accounts
-    type: left
-    select:
-      page: left.page
-      mail: right.contactMailAddress
-"""
-
 
 @pytest.fixture
 def where(tmp_path):
-    (tmp_path / "account.avsc").write_text(json.dumps(ACCOUNT))
-    (tmp_path / "key.avsc").write_text('"string"')
-    (tmp_path / "p.yaml").write_text(PIPELINE)
-    return ["--root", str(tmp_path / "lake"), "--config", str(tmp_path / "p.yaml")]
-
-
-def lake(capsys, where, *args: str) -> tuple[int, str, str]:
-    capsys.readouterr()
-    code = main([*args, *where])
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def account(n: int) -> dict:
-    return {"customerId": f"u{n}", "contactMailAddress": f"u{n}@example.com"}
-
-
-def publishing(fmt: str) -> str:
-    """The pipeline with events_with_mail's changelog published in ``fmt``."""
-    return PIPELINE.replace(
-        "      mail: right.contactMailAddress\n",
-        f"      mail: right.contactMailAddress\n    publish: {{format: {fmt}}}\n",
-    )
+    return pipeline_in(tmp_path)
 
 
 def _produce_u2_with_v2(capsys, where, tmp_path) -> None:
@@ -501,62 +450,6 @@ def test_key_schema_drift_is_named_by_the_key_format_check(spark, tmp_path, wher
     ) in out, out
 
 
-class _Forward(BaseHTTPRequestHandler):
-    """A proxy in front of the run's registry, so that a test can take the registry away and bring it
-    back under a running job (its port closed in between: connections refused)."""
-
-    target = ""
-
-    def _forward(self) -> None:
-        import urllib.error
-        import urllib.request
-
-        body = self.rfile.read(int(self.headers.get("Content-Length") or 0)) or None
-        headers = {k: v for k, v in self.headers.items() if k.lower() in ("content-type", "accept")}
-        request = urllib.request.Request(self.target + self.path, body, headers, method=self.command)
-        try:
-            with urllib.request.urlopen(request, timeout=10) as answer:
-                code, payload, kind = answer.status, answer.read(), answer.headers.get("Content-Type")
-        except urllib.error.HTTPError as exc:
-            code, payload, kind = exc.code, exc.read(), exc.headers.get("Content-Type")
-        self.send_response(code)
-        self.send_header("Content-Type", kind or "application/json")
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
-
-    do_GET = do_POST = do_PUT = do_DELETE = _forward
-
-    def log_message(self, *args) -> None:
-        pass
-
-
-class _Switch:
-    """The proxy, on or off, always on the same port."""
-
-    def __init__(self, target: str):
-        _Forward.target = target.split("/apis/")[0]
-        self.path = "/apis/" + target.split("/apis/", 1)[1] if "/apis/" in target else ""
-        self.server: ThreadingHTTPServer | None = None
-        self.port = 0
-        self.on()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}{self.path}"
-
-    def on(self) -> None:
-        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), _Forward)
-        self.port = self.server.server_port
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def off(self) -> None:
-        if self.server is not None:
-            self.server.shutdown()
-            self.server.server_close()
-            self.server = None
-
-
 @pytest.mark.slow
 def test_a_registry_outage_under_a_running_join_fails_the_batch_uncommitted_and_the_job_retries(
     spark, tmp_path, where, capsys, monkeypatch
@@ -565,7 +458,7 @@ def test_a_registry_outage_under_a_running_join_fails_the_batch_uncommitted_and_
     fails without being committed (no row with a null mail for u2), lake status says the job waits
     for the registry, and when the registry answers again the job's retry joins u2 with its mail."""
     real = os.environ["LAKE_SCHEMA_REGISTRY_URL"]
-    switch = _Switch(real)
+    switch = Switch(real)
     monkeypatch.setenv("LAKE_SCHEMA_REGISTRY_URL", switch.url)
     root = Lake(Path(where[1]))
     proc = None

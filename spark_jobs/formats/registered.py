@@ -17,8 +17,9 @@ if TYPE_CHECKING:
 
 
 class RegisteredCodec(Codec):
-    """A registry format of one subject. ``reader``: the subject's latest version when this codec
-    was made (what records are decoded into); ``writers``: the subject's versions by id (what records
+    """A registry format of one subject. ``reader``: what records are decoded into, the subject's
+    latest version when this codec was made (or the schema a writing command writes with, see
+    :meth:`write_with`); ``writers``: the subject's versions by id (what records
     may be written with); ``foreign``: ids seen on the topic that are not the subject's, with why."""
 
     registered = True
@@ -84,10 +85,12 @@ class RegisteredCodec(Codec):
 
     def write_with(self, text: str) -> int:
         """Encode with schema ``text`` from now on, registered under the subject first (the
-        registry's compatibility rules decide; a schema it has already keeps its id)."""
+        registry's compatibility rules decide; a schema it has already keeps its id), and read into
+        it too: what a command compares with what it writes (a backfill's dump with the topic) is
+        compared in the schema it writes with, so a field only that schema has is not dropped."""
         self._parse(text)  # a schema that does not parse is one line naming the file's format
         schema_id = self.registry.register(self.subject, self.name, text)
-        self.writer = Version(schema_id, self.subject, 0, self.name, text)
+        self.writer = self.reader = Version(schema_id, self.subject, 0, self.name, text)
         self.writers[schema_id] = text
         return schema_id
 

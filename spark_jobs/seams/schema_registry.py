@@ -26,6 +26,11 @@ from spark_jobs.seams.layout import Layout
 from spark_jobs.seams.processes import read_state
 
 ENV_URL = "LAKE_SCHEMA_REGISTRY_URL"
+# every request waits at most this long for an answer (kafka.schema_registry.timeout), and is tried
+# RETRIES more times when it gets none: a registry that accepts connections and never answers is an
+# error after about 16 s, not a command that waits for ever
+DEFAULT_TIMEOUT = 5.0
+RETRIES = 2
 SCHEMA_TYPES = {"avro": "AVRO", "protobuf": "PROTOBUF", "json_schema": "JSON"}
 FORMATS = {v: k for k, v in SCHEMA_TYPES.items()}
 
@@ -49,10 +54,14 @@ class Registry:
         from confluent_kafka.schema_registry import SchemaRegistryClient
 
         self.url, self.where, self.settings = spec.url, where, spec.settings
-        conf: dict[str, Any] = {"url": spec.url, "max.retries": 2, "retries.wait.ms": 500, **spec.settings}
-        if "timeout" in conf:
-            conf["timeout"] = float(conf["timeout"])
+        conf: dict[str, Any] = {
+            "url": spec.url,
+            "max.retries": RETRIES,
+            "retries.wait.ms": 500,
+            **spec.settings,
+        }
         try:
+            conf["timeout"] = self.timeout = float(conf.get("timeout", DEFAULT_TIMEOUT))
             self.client = SchemaRegistryClient.new_client(conf)
         except (ValueError, TypeError) as exc:
             raise UserError(f"the Schema Registry settings of {where} are not usable: {exc}") from None
@@ -85,7 +94,16 @@ class Registry:
 
     def error(self, doing: str, exc: BaseException) -> UserError:
         """One line naming the registry's URL, what was being done and why it failed."""
-        return UserError(f"Schema Registry at {self.url} ({self.where}): {doing}: {_why(exc)}")
+        timed_out = isinstance(exc, TimeoutError) or any(
+            kind.__name__ == "TimeoutException" for kind in type(exc).__mro__
+        )  # the client's HTTP library's (httpx's, under the name the client's release imports it by)
+        why = (
+            f"no answer within {self.timeout:g} s ({RETRIES + 1} attempts; kafka.schema_registry.timeout "
+            "sets the wait)"
+            if timed_out
+            else _why(exc)
+        )
+        return UserError(f"Schema Registry at {self.url} ({self.where}): {doing}: {why}")
 
     def _call(self, doing: str, call, *args, **kwargs):
         from confluent_kafka.schema_registry.error import SchemaRegistryError

@@ -5,6 +5,7 @@ check against an unreachable registry, and what a running join holds during a re
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -91,3 +92,89 @@ def test_a_registry_that_accepts_connections_and_never_answers_is_one_line_not_a
         f"lake: error: Schema Registry at {url} ({config}): cannot list its subjects: no answer within 5 s "
         "(3 attempts; kafka.schema_registry.timeout sets the wait)"
     ]
+
+
+PERSON = {
+    "type": "object",
+    "properties": {
+        "id": {"type": "string"},
+        "nick": {"type": ["string", "null"]},  # required, may be null
+        "mail": {"type": "string"},  # optional, never null
+        "note": {"type": ["string", "null"]},  # optional, may be null
+        "address": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+    "required": ["id", "nick"],
+}
+PEOPLE = """\
+topics:
+  people: {partitions: 2, key: string, value: {format: json_schema, schema: person.json}}
+  visits: {partitions: 2, key: string, value: json}
+joins:
+  people_visits:
+    kind: table
+    left: people
+    right: visits
+    type: left
+    select: {nick: left.nick, mail: left.mail, note: left.note, city: left.address.city}
+"""
+RECORDS = {  # each person's record, and why it is not valid for PERSON (None: valid)
+    "p1": ({"id": "p1", "nick": "A", "mail": "a@example.com"}, None),
+    "p2": ({"id": "p2", "nick": None}, None),
+    "p3": ({"id": "p3"}, "required field nick is missing"),
+    "p4": ({"id": "p4", "nick": "D", "mail": None}, "field mail is null, which its schema does not allow"),
+    "p5": ({"id": "p5", "nick": "E", "note": None}, None),
+    "p6": ({"id": "p6", "nick": "F", "address": {"city": None}}, "field address.city is null, which its schema "
+           "does not allow"),
+    "p7": ({"id": "p7", "nick": "G", "address": {}}, "required field address.city is missing"),
+    "p8": ({"id": "p8", "nick": "H", "address": None}, "field address is null, which its schema does not allow"),
+    "p9": ({"id": "p9", "nick": "I", "address": {"city": "Oslo"}}, None),
+}  # fmt: skip
+
+
+def test_json_schema_null_and_absent_fields_are_judged_alike_by_the_producer_and_the_join(
+    spark, tmp_path, capsys
+):
+    """Required or optional, nullable or not, absent or null: lake produce accepts exactly the records
+    the join decodes, and the join quarantines exactly the ones lake produce refuses (written here
+    by a producer that does not validate), each with the field that makes it invalid."""
+    from confluent_kafka import Producer
+
+    from spark_jobs.formats import framing
+
+    (tmp_path / "person.json").write_text(json.dumps(PERSON))
+    (tmp_path / "p.yaml").write_text(PEOPLE)
+    where = ["--root", str(tmp_path / "lake"), "--config", str(tmp_path / "p.yaml")]
+    refused = {}
+    for key, (value, _) in RECORDS.items():
+        (tmp_path / "one.txt").write_text(f"{key};{json.dumps(value)}\n")
+        code, _, err = lake(capsys, where, "produce", "people", str(tmp_path / "one.txt"), "-K", ";")
+        assert code in (0, 2), err
+        if code == 2:
+            refused[key] = err
+    assert sorted(refused) == sorted(k for k, (_, why) in RECORDS.items() if why), refused
+    assert all("does not fit the JSON Schema of" in err for err in refused.values()), refused
+    schema_id = int(lake(capsys, where, "consume", "people", "-f", "%i\\n")[1].split()[0])
+    producer = Producer(
+        {"bootstrap.servers": os.environ["LAKE_KAFKA_BOOTSTRAP"], "partitioner": "murmur2_random"}
+    )
+    prefix = os.environ["LAKE_KAFKA_TOPIC_PREFIX"]
+    for key in refused:  # as a producer that does not validate writes them
+        body = json.dumps(RECORDS[key][0]).encode()
+        producer.produce(f"{prefix}people", framing.frame(schema_id, body), key.encode())
+    assert producer.flush(10) == 0
+    del producer
+
+    code, out, err = lake(capsys, where, "run", "people_visits", "--once")
+    assert code == 0, err
+    code, out, _ = lake(capsys, where, "show", "quarantine", "--json")
+    quarantined = {r["reason"].rsplit(" (key '", 1)[1][:-2]: r["reason"].rsplit(" (key '", 1)[0]
+                   for r in map(json.loads, out.splitlines())}  # fmt: skip
+    assert quarantined == {k: why for k, (_, why) in RECORDS.items() if why}
+    code, out, _ = lake(capsys, where, "show", "people_visits", "--json")
+    rows = {r["key"]: (r["nick"], r["mail"], r["note"], r["city"]) for r in map(json.loads, out.splitlines())}
+    assert rows == {
+        "p1": ("A", "a@example.com", None, None),
+        "p2": (None, None, None, None),
+        "p5": ("E", None, None, None),
+        "p9": ("I", None, None, "Oslo"),
+    }

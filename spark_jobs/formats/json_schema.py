@@ -5,8 +5,10 @@ The record after its frame is JSON text. Written records are checked against the
 ``properties`` give the typed record (``left.address.city``): ``string``, ``integer`` (long),
 ``number`` (double), ``boolean``, ``array`` of ``items``, ``object`` with ``properties`` a struct
 (without: a map of strings), ``$ref`` to ``#/definitions`` or ``#/$defs``; anything else stays JSON
-text. A record that is not framed, not JSON, of another type than the schema says, or without a
-``required`` field is quarantined with that reason (Spark's own JSON reader, no Python per record).
+text. A record that is not framed, not JSON, of another type than the schema says, without a
+``required`` field or with a null its field's schema does not allow (absent and null told apart as
+JSON Schema and ``lake produce`` do) is quarantined with that reason (Spark's own JSON reader, no
+Python per record).
 """
 
 from __future__ import annotations
@@ -112,9 +114,88 @@ class JsonSchemaCodec(RegisteredCodec):
             F.concat(F.lit("not JSON of the schema of "), F.lit(self.subject), F.lit(" (schema id "),
                      schema_id.cast("string"), F.lit("): a field of another type, or not JSON")),
         )  # fmt: skip
-        for field in json.loads(self.reader.text).get("required", []):
-            reason = reason.when(parsed.getField(field).isNull(), F.lit(f"required field {field} is missing"))
+        text = F.substring(raw, framing.HEADER + 1, 2**31 - 1).cast("string")
+        root = json.loads(self.reader.text)
+        for path, field, check in presence_rules(root, root):
+            where = ".".join((*path, field))
+            inside = text if not path else F.get_json_object(text, "$" + "".join(f"['{p}']" for p in path))
+            present = F.array_contains(F.json_object_keys(inside), field)
+            value = parsed
+            for name in (*path, field):
+                value = value.getField(name)
+            if check == "required":
+                reason = reason.when(
+                    inside.isNotNull() & ~present, F.lit(f"required field {where} is missing")
+                )
+            else:
+                reason = reason.when(
+                    present & value.isNull(), F.lit(f"field {where} is null, which its schema does not allow")
+                )
         return reason
+
+
+Rule = tuple[tuple[str, ...], str, str]  # (path to the object, field, "required" | "not null")
+
+
+def presence_rules(schema: Any, root: Any, path: tuple[str, ...] = ()) -> list[Rule]:
+    """What Spark's JSON reader cannot tell and JSON Schema does: a field that is absent from one that
+    is present and null. ``(path, field, "required")`` for a required field (absent: not valid, null:
+    valid when its schema allows null); ``(path, field, "not null")`` for a field whose schema does
+    not allow null (absent: valid unless required). Objects nested in objects too (``path`` the
+    fields leading to it); not inside arrays, whose items Spark's reader checks by type only."""
+    schema = _resolved(schema, root)
+    rules: list[Rule] = []
+    properties = schema.get("properties") or {}
+    if any("'" in name or "]" in name for name in (*path, *properties)):
+        return rules  # not expressible as a JSON path of Spark's get_json_object
+    rules += [(path, name, "required") for name in schema.get("required", []) if isinstance(name, str)]
+    for name, sub in properties.items():
+        if not _allows_null(sub, root):
+            rules.append((path, name, "not null"))
+        if _is_record(sub, root):
+            rules += presence_rules(sub, root, (*path, name))
+    return rules
+
+
+def _resolved(schema: Any, root: Any) -> Any:
+    """``schema`` with a ``$ref`` to ``#/definitions`` or ``#/$defs`` followed."""
+    for _ in range(32):  # a reference to a reference ...; a cycle stops here
+        ref = schema.get("$ref") if isinstance(schema, dict) else None
+        if not isinstance(ref, str):
+            return schema
+        for prefix in ("#/definitions/", "#/$defs/"):
+            if ref.startswith(prefix):
+                schema = root.get(prefix[2:-1], {}).get(ref[len(prefix) :], {})
+                break
+        else:
+            return {}
+    return schema
+
+
+def _allows_null(schema: Any, root: Any) -> bool:
+    """Whether a JSON null is valid for ``schema``: a type that lists null, no type at all, an enum
+    or const of null, or an ``anyOf`` / ``oneOf`` member that allows it."""
+    schema = _resolved(schema, root)
+    if not isinstance(schema, dict):
+        return True  # true / {}: anything
+    if "const" in schema:
+        return schema["const"] is None
+    if "enum" in schema:
+        return None in schema["enum"]
+    choices = [*schema.get("anyOf", []), *schema.get("oneOf", [])]
+    if choices and not any(_allows_null(choice, root) for choice in choices):
+        return False
+    kind = schema.get("type")
+    if kind is None:
+        return True
+    return "null" in kind if isinstance(kind, list) else kind == "null"
+
+
+def _is_record(schema: Any, root: Any) -> bool:
+    """Whether ``schema`` gives a struct in Spark (an object with properties, see :func:`spark_type`)."""
+    from pyspark.sql.types import StructType
+
+    return isinstance(spark_type(schema, root), StructType)
 
 
 def spark_type(schema: Any, root: Any) -> Any:

@@ -178,3 +178,36 @@ def test_json_schema_null_and_absent_fields_are_judged_alike_by_the_producer_and
         "p5": ("E", None, None, None),
         "p9": ("I", None, None, "Oslo"),
     }
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["check"],
+        ["run", "events_with_mail", "--once"],
+        ["backfill", "accounts", "--from", "DUMP"],
+        ["explain", "events_with_mail", "u1"],
+    ],
+)
+def test_an_unreachable_registry_is_one_line_before_spark_starts_or_kafka_is_read(
+    tmp_path, where, capsys, command
+):
+    """Nothing listens at the registry's URL: the command's only line is the error naming it (no
+    'starting Spark', no offsets read, no check started), exit 2, and nothing is written."""
+    config = Path(where[3])
+    (tmp_path / "suite.yaml").write_text(
+        "suite: keys\nversion: 1\nchecks:\n  - key_format:\n      topics: [accounts]\n"
+    )
+    config.write_text(
+        PIPELINE.replace("topics:", "kafka:\n  schema_registry:\n    url: http://127.0.0.1:9\ntopics:", 1)
+        + f"quality:\n  suites:\n    keys: {tmp_path / 'suite.yaml'}\n"
+    )
+    (tmp_path / "accounts.jsonl").write_text(json.dumps({"id": "u1", "account": account(1)}) + "\n")
+    args = [str(tmp_path / "accounts.jsonl") if a == "DUMP" else a for a in command]
+    code, out, err = lake(capsys, where, *args)
+    assert (code, out) == (2, ""), err
+    (line,) = err.splitlines()
+    assert line.startswith(
+        f"lake: error: Schema Registry at http://127.0.0.1:9 ({config}): cannot list its subjects: "
+    )
+    assert not Path(where[1]).exists()  # nothing written under the lake root

@@ -38,6 +38,14 @@ def context(args):
     return load_config(args.config), Lake(args.root)
 
 
+def registry_first(config, lake, topics=None) -> None:
+    """Ask the pipeline's Schema Registry once when ``topics`` (default: any of the pipeline's) are
+    in a registry format: one line naming it before Spark starts or Kafka is read."""
+    from spark_jobs.formats import Formats
+
+    Formats(config, lake.root).check(topics)
+
+
 class Progress:
     """Records/s on stderr while a long call runs (only when stderr is a terminal), out of ``total``
     when it is known."""

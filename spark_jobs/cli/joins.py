@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from spark_jobs.cli.common import context, stderr
+from spark_jobs.cli.common import context, registry_first, stderr
 from spark_jobs.errors import UserError
 
 
@@ -110,6 +110,7 @@ def cmd_run(args) -> int:
     if args.max_records is not None and args.max_records < 1:
         raise UserError("--max-records must be at least 1")
     check_table_every(spec, args.once, args.table_every)
+    registry_first(config, lake, [topic for _, topic in spec.sides])
     if args.reset:
         for item in reset_join(lake, config, args.join):
             stderr(f"reset: removed {item}")
@@ -264,6 +265,7 @@ def cmd_explain(args) -> int:
     else:
         key = args.key.encode("utf-8")
     lake = Lake(args.root, quick=True, log=stderr)  # on the Spark Connect server when it runs (lake up)
+    registry_first(config, lake, [topic for _, topic in config.join(args.join).sides])
     found = explain(lake, config, args.join, key, args.limit)
     print(json.dumps(found.as_dict(), default=str) if args.json else found.text())
     return 0
@@ -275,9 +277,10 @@ def cmd_audit(args) -> int:
     from spark_jobs.seams.session import get_spark
 
     config, lake = context(args)
-    config.join(args.join)
+    spec = config.join(args.join)
     if not lake.exists(args.join):
         raise UserError(f"join {args.join} has no result yet: run 'lake run {args.join} --once' first")
+    registry_first(config, lake, [topic for _, topic in spec.sides])
     stderr("starting Spark ...")
     report = audit(get_spark(app_name=f"audit-{args.join}"), lake, config, args.join)
     if args.json:

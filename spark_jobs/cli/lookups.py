@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 
-from spark_jobs.cli.common import SparkProgress, context, stderr, write_json
+from spark_jobs.cli.common import SparkProgress, context, registry_first, stderr, write_json
 from spark_jobs.errors import UserError
 from spark_jobs.seams.config import PARTITIONERS
 
@@ -49,7 +49,7 @@ def cmd_backfill(args) -> int:
     from spark_jobs.seams.session import get_spark
 
     config, lake = context(args)
-    config.lookup(args.lookup)  # fail fast, before Spark starts
+    lookup = config.lookup(args.lookup)  # fail fast, before Spark starts
     if args.max_rejects < 0:
         raise UserError("--max-rejects must not be negative")
     if args.source:
@@ -57,6 +57,7 @@ def cmd_backfill(args) -> int:
 
         args.source = local_source(args.source)
 
+    registry_first(config, lake, [lookup.topic])
     stderr("starting Spark ...")
     spark = get_spark(app_name=f"backfill-{args.lookup}")
     with SparkProgress(spark):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from spark_jobs.cli.common import SparkProgress, context, stderr, write_json
+from spark_jobs.cli.common import SparkProgress, context, registry_first, stderr, write_json
 from spark_jobs.errors import UserError, storage_errno
 
 
@@ -48,12 +48,13 @@ def cmd_check(args) -> int:
     from spark_jobs.seams.session import get_spark
 
     config, lake = context(args)
+    read: list[str] = []
     for name in args.suites or config.quality.suites:  # validate suite files before Spark starts
         if name not in config.quality.suites:
             known = ", ".join(config.quality.suites) or "none"
             raise UserError(f"unknown suite '{name}' in {config.source} (declared: {known})")
-        load_suite(config.quality.suites[name], config)
-
+        read += load_suite(config.quality.suites[name], config).topics(config)
+    registry_first(config, lake, read)
     preload_great_expectations()
     stderr("starting Spark ...")
     spark = get_spark(app_name="quality")

@@ -21,7 +21,7 @@ never into a join as a row of nulls.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -67,13 +67,15 @@ class Formats:
             self._checked = True
         return self._registry
 
-    @property
-    def needs_registry(self) -> bool:
-        return any(spec.registered for spec in self.config.topics.values())
+    def needs_registry(self, topics: Iterable[str] | None = None) -> bool:
+        """Whether any of ``topics`` (default: the pipeline's) is in a registry format."""
+        names = self.config.topics if topics is None else topics
+        return any(self.config.topic(name).registered for name in names)
 
-    def check(self) -> None:
-        """Reach the registry now when a topic needs one: a one-line error before any work."""
-        if self.needs_registry:
+    def check(self, topics: Iterable[str] | None = None) -> None:
+        """Reach the registry now when one of ``topics`` (default: any of the pipeline's) needs
+        it: a one-line error before any work starts (before Spark, before Kafka is read)."""
+        if self.needs_registry(topics):
             _ = self.registry
 
     def writing(self, topic: str, part: str, schema: Path | None) -> Codec:

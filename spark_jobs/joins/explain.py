@@ -452,7 +452,7 @@ def _scan(
     """A read of the whole topic for ``keys``: each key's records, and records whose key differs
     from it only in invisible bytes; and the end offsets it read up to."""
     spec = config.topic(topic)
-    registry = formats.registry if formats.needs_registry else None
+    registry = formats.registry if formats.needs_registry() else None
     logical = LogicalKeys(registry)
     framed_keys = spec.key_format in ("avro", "protobuf", "json_schema")
     targets = {k: _normal(k, logical) for k in keys}

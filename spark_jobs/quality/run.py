@@ -88,7 +88,7 @@ def _run_suites(
     folder = ReportFolder((report_dir or lake.layout.quality_reports).absolute())
     folder.path.mkdir(parents=True, exist_ok=True)
     cluster = connect(config, lake.root)
-    read = list(dict.fromkeys(t for suite in suites for check in suite.checks for t in check.topics(config)))
+    read = list(dict.fromkeys(t for suite in suites for t in suite.topics(config)))
     snapshot = take(cluster, [config.topic(t) for t in read])
     log(f"reading {snapshot.covers()} from Kafka at {cluster.bootstrap_servers}")
     formats = Formats(config, lake.root, cluster.topic)

@@ -46,6 +46,10 @@ class Suite:
     checks: list[Check]
     source: str
 
+    def topics(self, config: PipelineConfig) -> list[str]:
+        """The topics its checks read, each once."""
+        return list(dict.fromkeys(t for check in self.checks for t in check.topics(config)))
+
 
 def load_suite(path: Path, config: PipelineConfig) -> Suite:
     """Read and validate a suite file; errors name the file, line and key."""

@@ -454,9 +454,10 @@ def test_key_schema_drift_is_named_by_the_key_format_check(spark, tmp_path, wher
 def test_a_registry_outage_under_a_running_join_fails_the_batch_uncommitted_and_the_job_retries(
     spark, tmp_path, where, capsys, monkeypatch
 ):
-    """A continuous join meets a schema id it has not seen while the registry is down: the micro-batch
-    fails without being committed (no row with a null mail for u2), lake status says the job waits
-    for the registry, and when the registry answers again the job's retry joins u2 with its mail."""
+    """While the registry is down, a batch of records of versions the job knows goes on (u3); then the
+    job meets a schema id it has not seen: that micro-batch fails without being committed (no row with
+    a null mail for u2, whose plain event waits with it), lake status says the job waits for the
+    registry, and when the registry answers again the job's retry joins u2 with its mail."""
     real = os.environ["LAKE_SCHEMA_REGISTRY_URL"]
     switch = Switch(real)
     monkeypatch.setenv("LAKE_SCHEMA_REGISTRY_URL", switch.url)
@@ -493,8 +494,17 @@ def test_a_registry_outage_under_a_running_join_fails_the_batch_uncommitted_and_
 
         until(lambda: mails() == [(b"u1", "u1@example.com")], 180)
         switch.off()
-        (tmp_path / "events.txt").write_text('u2;{"page":"cart"}\n')
+        # records of the version the job knows need no registry: u3's batch goes on during the outage
+        (tmp_path / "a.txt").write_text(f"u3;{json.dumps(account(3))}\n")
+        (tmp_path / "events.txt").write_text('u3;{"page":"faq"}\n')
         with monkeypatch.context() as direct:  # the producer writes through the registry itself
+            direct.setenv("LAKE_SCHEMA_REGISTRY_URL", real)
+            assert lake(capsys, where, "produce", "accounts", str(tmp_path / "a.txt"), "-K", ";")[0] == 0
+        assert lake(capsys, where, "produce", "events", str(tmp_path / "events.txt"), "-K", ";")[0] == 0
+        until(lambda: mails() == [(b"u1", "u1@example.com"), (b"u3", "u3@example.com")], 120)
+        # a version it has not seen holds its whole batch, u2's plain event with it
+        (tmp_path / "events.txt").write_text('u2;{"page":"cart"}\n')
+        with monkeypatch.context() as direct:
             direct.setenv("LAKE_SCHEMA_REGISTRY_URL", real)
             _produce_u2_with_v2(capsys, where, tmp_path)
         assert lake(capsys, where, "produce", "events", str(tmp_path / "events.txt"), "-K", ";")[0] == 0
@@ -502,9 +512,14 @@ def test_a_registry_outage_under_a_running_join_fails_the_batch_uncommitted_and_
         until(lambda: "the micro-batch was not committed; retrying in" in _status(capsys, where), 120)
         said = _status(capsys, where)
         assert f"the Schema Registry at {switch.url} did not answer for schema id " in said, said
-        assert mails() == [(b"u1", "u1@example.com")]  # u2's batch not committed: no null mail
+        assert mails() == [(b"u1", "u1@example.com"), (b"u3", "u3@example.com")]  # u2's batch waits
         switch.on()
-        until(lambda: mails() == [(b"u1", "u1@example.com"), (b"u2", "u2@example.com")], 120)
+        until(
+            lambda: (
+                mails() == [(b"u1", "u1@example.com"), (b"u2", "u2@example.com"), (b"u3", "u3@example.com")]
+            ),
+            120,
+        )
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=60)
         assert proc.returncode == 0, err[-2000:]

@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import urllib.request
 from decimal import Decimal
 from pathlib import Path
@@ -102,6 +103,107 @@ def test_a_join_submitted_to_the_standalone_cluster_runs_on_its_workers(cluster,
         "worker1",
         "worker2",
     }
+
+
+MOVING = """
+pipeline: moving
+topics:
+  L: {partitions: 6}
+  R: {partitions: 6}
+joins:
+  t: {kind: table, left: L, right: R, type: left, select: {lv: left.v, rv: right.v}, publish: true}
+"""
+
+
+def test_a_continuous_join_on_two_executors_publishes_every_result_once_while_its_tasks_move(
+    cluster, tmp_path
+):
+    """A continuous join on two one-core executors publishes its 6-partition changelog over many
+    micro-batches; with no locality wait, a partition's task runs on whichever executor is free, so it
+    moves between them, and each executor's kept producer of that partition is fenced by the other's.
+    The fenced producer is replaced within the task: no task fails, every batch's records go out once,
+    and the last records per key are the result table."""
+    from joinkit import changelog
+
+    from spark_jobs.cli import main
+    from spark_jobs.seams.delta import Lake
+
+    config = tmp_path / "moving.yaml"
+    config.write_text(MOVING)
+    root = tmp_path / "lake"
+    where = ["--root", str(root), "--config", str(config)]
+    keys = [f"k{i:02}" for i in range(30)]
+
+    def wave(side: str, value: str) -> None:
+        lines = tmp_path / f"{side}.txt"
+        lines.write_text("".join(f'{k};{{"v": "{value}"}}\n' for k in keys))
+        assert main(["produce", side, "-K", ";", str(lines), *where]) == 0
+
+    wave("L", "left")
+    before = {p.name for p in cluster.glob("worker*/app-*")}  # the earlier tests' applications
+    conf = [arg for key, value in submit_conf().items() for arg in ("--conf", f"{key}={value}")]
+    submit = Path(sys.executable).with_name("spark-submit")
+    log = tmp_path / "driver.log"
+    events = tmp_path / "events"  # Spark's event log: every task's end and its reason
+    events.mkdir()
+    with log.open("w") as out:
+        job = subprocess.Popen(
+            [str(submit), "--master", MASTER, "--name", "moving-join", *conf]
+            + ["--conf", "spark.cores.max=2", "--conf", "spark.executor.cores=1"]
+            + ["--conf", "spark.locality.wait=0", "--conf", "spark.eventLog.enabled=true"]
+            + ["--conf", "spark.eventLog.rolling.enabled=false", "--conf", "spark.eventLog.compress=false"]
+            + ["--conf", f"spark.eventLog.dir={events.as_uri()}", APP]
+            + ["run", "t", "--continuous", "--trigger", "0.5", *where],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={
+                **os.environ,
+                "LAKE_SPARK_UI": "false",
+                "PATH": f"{submit.parent}{os.pathsep}{os.environ['PATH']}",
+            },
+        )
+    lake = Lake(root)
+
+    def rows() -> dict[str, str | None]:
+        try:
+            return {r["key"].decode(): r["rv"] for r in lake.read_arrow("t").to_pylist()}
+        except Exception:  # noqa: BLE001 - not written yet
+            return {}
+
+    def until(want: dict, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while rows() != want:
+            assert job.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.5)
+
+    waves = 12
+    try:
+        until(dict.fromkeys(keys), 300)
+        for n in range(1, waves + 1):
+            wave("R", f"r{n}")
+            until(dict.fromkeys(keys, f"r{n}"), 120)
+    finally:
+        main(["stop", "t", *where])
+        job.wait(timeout=120)
+    records = changelog(lake, load_config(config), "t_changelog")
+    by_batch: dict[bytes, list[bytes]] = {}
+    for r in records:
+        by_batch.setdefault(r["batch"], []).append(r["key"])
+    assert all(sorted(sent) == sorted(set(sent)) for sent in by_batch.values()), "a record went out twice"
+    assert sorted(k for sent in by_batch.values() for k in sent).count(b"k00") == waves + 1
+    last = {
+        r["key"].decode(): json.loads(r["value"])["rv"] for r in sorted(records, key=lambda r: r["offset"])
+    }
+    assert last == dict.fromkeys(keys, f"r{waves}")
+    ended = [json.loads(line) for f in events.iterdir() for line in f.read_text().splitlines()]
+    ended = [e for e in ended if e["Event"] == "SparkListenerTaskEnd"]
+    failed = [e["Task End Reason"] for e in ended if e["Task End Reason"]["Reason"] != "Success"]
+    assert len(ended) > 100 and failed == [], failed[:3]
+    executors = "".join(
+        p.read_text() for p in cluster.glob("worker*/app-*/*/stderr") if p.parent.parent.name not in before
+    )
+    replaced = executors.count("lake.joins.ChangelogWriter: the kept producer of")
+    print(f"{replaced} kept producers were found fenced and replaced")
 
 
 def _pipeline(tmp_path: Path, file: str, dump: str, without: str) -> Path:

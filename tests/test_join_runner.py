@@ -336,6 +336,43 @@ def test_kill_9_in_the_middle_of_a_first_loads_publish_publishes_every_result_on
     assert published == want
 
 
+def test_a_publishing_producer_fenced_by_another_executor_is_replaced_not_reused(spark, setup):
+    """The executors keep a changelog producer per partition between batches. When a partition's
+    task ran on another executor in between, that executor's producer fenced the kept one (here a
+    producer with the same transactional id does it, as the other executor's would): the next batch
+    closes the fenced producer and opens a new one instead of failing its task, and every result is
+    published once."""
+    from confluent_kafka import Producer
+
+    from spark_jobs.seams.kafka import producer_id
+
+    cfg, lake, _ = setup
+    feeder = Feeder(spark, lake, cfg, "t_left")
+    produce(lake, cfg, "L", [(f"k{i}", f"a{i}", T0) for i in range(8)])
+    feeder.feed()
+    for batch in range(1, 4):
+        for partition in range(cfg.topic("t_left_changelog").partitions):  # another executor's task
+            other = Producer(
+                {
+                    "bootstrap.servers": os.environ["LAKE_KAFKA_BOOTSTRAP"],
+                    "transactional.id": f"{producer_id(lake.root, 'join', 't_left')}-{partition}",
+                }
+            )
+            other.init_transactions(30)  # fences the producer this JVM keeps for the partition
+            del other
+        produce(lake, cfg, "R", [(f"k{i}", f"r{batch}", T0 + batch) for i in range(8)])
+        feeder.feed()  # a failed task fails the batch here (a local Spark tries a task once)
+    want = [(f"k{i}", f"a{i}", "r3") for i in range(8)]
+    assert result_rows(lake, "t_left") == want
+    records = changelog(lake, cfg, "t_left_changelog")
+    batches = sorted({r["batch"] for r in records})
+    assert len(batches) == 4
+    for tag in batches:  # each batch's records once: every key once per batch
+        assert sorted(r["key"] for r in records if r["batch"] == tag) == [f"k{i}".encode() for i in range(8)]
+    last = {r["key"]: json.loads(r["value"]) for r in sorted(records, key=lambda r: r["offset"])}
+    assert sorted((k.decode(), v["lv"], v["rv"]) for k, v in last.items()) == want
+
+
 def test_a_replaced_topic_asks_for_reset_and_reset_rebuilds(spark, setup, capsys):
     cfg, lake, opts = setup
     produce(lake, cfg, "L", [(f"k{i}", "x", T0) for i in range(8)])

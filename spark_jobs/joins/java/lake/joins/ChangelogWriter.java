@@ -55,7 +55,10 @@ import org.apache.spark.sql.types.StructType;
  * nothing. Every record carries the batch in the {@code lake.batch} header.
  *
  * <p>Producers stay open in the executor between batches (opening one costs a broker round trip),
- * at most {@link #KEPT} of them; one that failed is closed and opened anew by the next task.
+ * at most {@link #KEPT} of them. A kept producer may have been fenced meanwhile by another executor's
+ * producer of the same id (the partition's task ran there in between): its first record is sent
+ * alone and waited for, and a producer that fails then is closed and replaced within the task, never
+ * reused. A producer that fails later in a task is closed, and the task fails (Spark runs it again).
  */
 public final class ChangelogWriter {
   static final String HEADER = "lake.batch";
@@ -184,35 +187,50 @@ public final class ChangelogWriter {
     String id = transactionalId + "-" + partition;
     boolean check = mayBeSent || task.attemptNumber() > 0 || task.stageAttemptNumber() > 0;
     byte[] tagBytes = tag.getBytes(StandardCharsets.UTF_8);
-    KafkaProducer<byte[], byte[]> producer = producer(id, topicId, conf);
+    List<Header> headers = List.of(new RecordHeader(HEADER, tagBytes));
+    Row first = rows.next();
+    KafkaProducer<byte[], byte[]> producer = null;
+    Future<RecordMetadata> last = null;
     try {
-      try {
-        producer.beginTransaction();
-      } catch (ProducerFencedException | InvalidProducerEpochException fenced) {
-        // another task took this id since (a retry elsewhere): fence it in turn, and look first
-        drop(id);
-        producer = producer(id, topicId, conf);
-        producer.beginTransaction();
-        check = true;
-      }
-      if (check && sent(conf, topic, partition, tagBytes)) {
-        producer.abortTransaction(); // nothing was sent in it
-        return List.of(RowFactory.create(partition, 0L, -1L, true)).iterator();
-      }
-      List<Header> headers = List.of(new RecordHeader(HEADER, tagBytes));
-      long count = 0;
-      Future<RecordMetadata> last = null;
-      while (rows.hasNext()) {
-        Row row = rows.next();
-        byte[] key = row.isNullAt(0) ? null : (byte[]) row.get(0);
-        byte[] value = row.isNullAt(1) ? null : (byte[]) row.get(1);
-        Long ts = row.isNullAt(2) ? null : row.getLong(2);
-        last = producer.send(new ProducerRecord<>(topic, partition, ts, key, value, headers));
-        count++;
-        if (count == 1 && killAt("publish-open", task)) {
-          producer.flush(); // a record of the open transaction is on the broker
-          die();
+      // A kept producer may have been fenced since its last batch: this partition's task ran on
+      // another executor in between, whose producer of the same id fenced it. The fence only shows
+      // when the producer next talks to its transaction coordinator, so a kept producer sends the
+      // first record alone and waits for it; one that fails is closed and replaced by a new one
+      // (whose initTransactions fences the other in turn), and the partition's tail is read first,
+      // since the other may have published this batch. A fresh producer is not waited on.
+      for (int round = 0; ; round++) {
+        Opened opened = producer(id, topicId, conf);
+        producer = opened.producer();
+        try {
+          producer.beginTransaction();
+          if (check && sent(conf, topic, partition, tagBytes)) {
+            producer.abortTransaction(); // nothing was sent in it
+            return List.of(RowFactory.create(partition, 0L, -1L, true)).iterator();
+          }
+          last = producer.send(record(topic, partition, first, headers));
+          if (opened.kept()) {
+            last.get();
+          }
+          break;
+        } catch (Exception stale) {
+          if (!opened.kept() || round > 0) {
+            throw stale;
+          }
+          drop(id);
+          check = true;
+          System.err.println(
+              "lake.joins.ChangelogWriter: the kept producer of " + id + " could not be used ("
+                  + rootCause(stale) + "); opened a new one");
         }
+      }
+      if (killAt("publish-open", task)) {
+        producer.flush(); // a record of the open transaction is on the broker
+        die();
+      }
+      long count = 1;
+      while (rows.hasNext()) {
+        last = producer.send(record(topic, partition, rows.next(), headers));
+        count++;
       }
       producer.commitTransaction();
       if (partition == 0 && killAt("publish-part", task)) { // one partition's transaction is committed
@@ -220,16 +238,35 @@ public final class ChangelogWriter {
       }
       return List.of(RowFactory.create(partition, count, last.get().offset(), false)).iterator();
     } catch (Exception e) {
-      drop(id); // its transaction is aborted by the producer that takes the id next
-      throw new KafkaException("publishing to " + topic + "[" + partition + "]: " + e.getMessage(), e);
+      drop(id); // closed, never reused: its transaction is aborted by the producer that takes the id next
+      throw new KafkaException("publishing to " + topic + "[" + partition + "]: " + rootCause(e), e);
     }
   }
 
-  private static KafkaProducer<byte[], byte[]> producer(String id, String topicId, Map<String, String> conf) {
+  private static ProducerRecord<byte[], byte[]> record(
+      String topic, int partition, Row row, List<Header> headers) {
+    byte[] key = row.isNullAt(0) ? null : (byte[]) row.get(0);
+    byte[] value = row.isNullAt(1) ? null : (byte[]) row.get(1);
+    Long ts = row.isNullAt(2) ? null : row.getLong(2);
+    return new ProducerRecord<>(topic, partition, ts, key, value, headers);
+  }
+
+  private static String rootCause(Throwable e) {
+    Throwable cause = e;
+    while (cause.getCause() != null && cause.getCause() != cause) {
+      cause = cause.getCause();
+    }
+    return cause.getClass().getSimpleName() + ": " + cause.getMessage();
+  }
+
+  /** A producer for a transactional id, and whether it was kept from an earlier task. */
+  private record Opened(KafkaProducer<byte[], byte[]> producer, boolean kept) {}
+
+  private static Opened producer(String id, String topicId, Map<String, String> conf) {
     synchronized (PRODUCERS) {
       Kept kept = PRODUCERS.get(id);
       if (kept != null && kept.topicId.equals(topicId)) {
-        return kept.producer;
+        return new Opened(kept.producer, true);
       }
       if (kept != null) {
         PRODUCERS.remove(id).producer.close(Duration.ZERO);
@@ -247,7 +284,7 @@ public final class ChangelogWriter {
     synchronized (PRODUCERS) {
       PRODUCERS.put(id, new Kept(topicId, producer));
     }
-    return producer;
+    return new Opened(producer, false);
   }
 
   private static void drop(String id) {

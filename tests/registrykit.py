@@ -3,9 +3,12 @@ that takes the run's registry away and brings it back."""
 
 from __future__ import annotations
 
+import base64
 import json
+import ssl
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 from spark_jobs.cli import main
 
@@ -69,7 +72,9 @@ def publishing(fmt: str) -> str:
 
 class Forward(BaseHTTPRequestHandler):
     """A proxy in front of the run's registry, so that a test can take the registry away and bring it
-    back under a running job (its port closed in between: connections refused)."""
+    back under a running job (its port closed in between: connections refused), put it behind basic
+    credentials (``Switch.credentials``: a request without them gets Confluent's 401) and behind TLS
+    (``Switch(tls=...)``)."""
 
     target = ""
 
@@ -77,6 +82,15 @@ class Forward(BaseHTTPRequestHandler):
         import urllib.error
         import urllib.request
 
+        wanted = self.server.credentials  # type: ignore[attr-defined]
+        if wanted is not None and self.headers.get("Authorization") != basic(wanted):
+            payload = b'{"error_code": 40101, "message": "Unauthorized"}'
+            self.send_response(401)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+            return
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0)) or None
         headers = {k: v for k, v in self.headers.items() if k.lower() in ("content-type", "accept")}
         request = urllib.request.Request(self.target + self.path, body, headers, method=self.command)
@@ -97,27 +111,81 @@ class Forward(BaseHTTPRequestHandler):
         pass
 
 
-class Switch:
-    """The proxy, on or off, always on the same port."""
+def basic(user_info: str) -> str:
+    return "Basic " + base64.b64encode(user_info.encode()).decode()
 
-    def __init__(self, target: str):
+
+class Switch:
+    """The proxy, on or off, always on the same port; ``tls``: the paths of its certificate and key
+    (it speaks HTTPS); ``credentials``: the ``user:password`` it wants (None: any request)."""
+
+    def __init__(self, target: str, tls: tuple[Path, Path] | None = None, credentials: str | None = None):
         Forward.target = target.split("/apis/")[0]
         self.path = "/apis/" + target.split("/apis/", 1)[1] if "/apis/" in target else ""
+        self.tls, self.credentials = tls, credentials
         self.server: ThreadingHTTPServer | None = None
         self.port = 0
         self.on()
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}{self.path}"
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}{self.path}"
 
     def on(self) -> None:
         self.server = ThreadingHTTPServer(("127.0.0.1", self.port), Forward)
+        self.server.credentials = self.credentials  # type: ignore[attr-defined]
+        if self.tls is not None:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(*self.tls)
+            self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
         self.port = self.server.server_port
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def want(self, credentials: str | None) -> None:
+        """From now on, want these credentials."""
+        self.credentials = credentials
+        if self.server is not None:
+            self.server.credentials = credentials  # type: ignore[attr-defined]
 
     def off(self) -> None:
         if self.server is not None:
             self.server.shutdown()
             self.server.server_close()
             self.server = None
+
+
+def self_signed(folder: Path, name: str = "registry") -> tuple[Path, Path]:
+    """A self-signed certificate for 127.0.0.1 (its own CA) and its key, as PEM files in ``folder``."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"lake test {name}")])
+    now = datetime.datetime.now(datetime.UTC)
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False
+        )
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = folder / f"{name}.pem", folder / f"{name}.key"
+    cert_path.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
+    return cert_path, key_path

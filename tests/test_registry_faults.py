@@ -6,13 +6,17 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
-from registrykit import ACCOUNT, PIPELINE, account, lake, pipeline_in
+from registrykit import ACCOUNT, PIPELINE, Switch, account, lake, pipeline_in, self_signed
+
+from spark_jobs.seams.delta import Lake
 
 
 @pytest.fixture
@@ -211,3 +215,141 @@ def test_an_unreachable_registry_is_one_line_before_spark_starts_or_kafka_is_rea
         f"lake: error: Schema Registry at http://127.0.0.1:9 ({config}): cannot list its subjects: "
     )
     assert not Path(where[1]).exists()  # nothing written under the lake root
+
+
+def _behind(proxy: Switch, cert: Path, credentials: str) -> str:
+    """PIPELINE naming the registry behind ``proxy``, trusting ``cert``, with ``credentials``."""
+    return PIPELINE.replace(
+        "topics:",
+        f"kafka:\n  schema_registry:\n    url: {proxy.url}\n    ssl.ca.location: {cert}\n"
+        f"    basic.auth.user.info: {credentials}\ntopics:",
+        1,
+    )
+
+
+def _with_field(name: str, default: str, *more: dict) -> dict:
+    return dict(
+        ACCOUNT, fields=[*ACCOUNT["fields"], *more, {"name": name, "type": "string", "default": default}]
+    )
+
+
+@pytest.mark.slow
+def test_executors_ask_a_registry_behind_tls_and_credentials_as_the_driver_does_and_stop_on_a_refusal(
+    tmp_path, capsys
+):
+    """The registry is behind HTTPS with a self-signed certificate (ssl.ca.location) and basic
+    credentials. A continuous join meets a schema version registered after it started: the executors
+    ask the registry with the driver's TLS trust and credentials, and u2 joins. Then the registry
+    refuses the credentials: the next new version stops the job with one line naming the URL and the
+    status (a refusal is not an outage to wait out), and nothing is committed for u3."""
+    cert, key = self_signed(tmp_path)
+    proxy = Switch(os.environ["LAKE_SCHEMA_REGISTRY_URL"], tls=(cert, key), credentials="lake:s3cret")
+    where = pipeline_in(tmp_path)
+    config = Path(where[3])
+    config.write_text(_behind(proxy, cert, "lake:s3cret"))
+    direct = tmp_path / "direct.yaml"  # the producer of the refused step writes to the registry itself
+    direct.write_text(PIPELINE)
+    lake_root = Lake(Path(where[1]))
+    proc = None
+
+    def produce(topic: str, line: str, *extra: str, via: Path = config) -> None:
+        (tmp_path / "line.txt").write_text(line + "\n")
+        args = ["produce", topic, str(tmp_path / "line.txt"), "-K", ";", *extra]
+        code, _, err = lake(capsys, ["--root", where[1], "--config", str(via)], *args)
+        assert code == 0, err
+
+    def mails() -> list[tuple[bytes, str | None]]:
+        try:
+            return sorted((r["key"], r["mail"]) for r in lake_root.read_arrow("events_with_mail").to_pylist())
+        except Exception:  # noqa: BLE001 - not written yet
+            return []
+
+    def until(predicate, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while not predicate():
+            assert proc.poll() is None, f"the job ended: {proc.stderr.read()[-2000:]}"
+            assert time.monotonic() < deadline, f"waited {seconds} s; result: {mails()}"
+            time.sleep(0.3)
+
+    try:
+        produce("events", 'u1;{"page":"home"}')
+        produce("accounts", f"u1;{json.dumps(account(1))}")
+        proc = subprocess.Popen(
+            [str(Path(sys.executable).parent / "lake"), "run", "events_with_mail", "--continuous"]
+            + ["--trigger", "0.5", *where],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=dict(os.environ, LAKE_SPARK_UI="false"),
+        )
+        until(lambda: mails() == [(b"u1", "u1@example.com")], 180)
+        (tmp_path / "v2.avsc").write_text(json.dumps(_with_field("tier", "basic")))
+        produce(
+            "accounts",
+            f"u2;{json.dumps(dict(account(2), tier='gold'))}",
+            "--value-schema",
+            str(tmp_path / "v2.avsc"),
+        )
+        produce("events", 'u2;{"page":"cart"}')
+        until(lambda: mails() == [(b"u1", "u1@example.com"), (b"u2", "u2@example.com")], 120)
+
+        proxy.want("lake:rotated")  # the registry's credentials changed under the running job
+        v3 = _with_field("region", "eu", {"name": "tier", "type": "string", "default": "basic"})
+        (tmp_path / "v3.avsc").write_text(json.dumps(v3))
+        produce(
+            "accounts",
+            f"u3;{json.dumps(account(3))}",
+            "--value-schema",
+            str(tmp_path / "v3.avsc"),
+            via=direct,
+        )
+        produce("events", 'u3;{"page":"faq"}', via=direct)
+        out, err = proc.communicate(timeout=180)
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+        proxy.off()
+    assert proc.returncode == 2, err[-2000:]
+    last = err.strip().splitlines()[-1]
+    assert re.fullmatch(
+        rf"lake: error: join events_with_mail: the Schema Registry at {re.escape(proxy.url)} refused the "
+        r"executors' request for schema id \d+: HTTP 401 \(the credentials were refused\); it stopped: the "
+        r"micro-batch was not committed, fix kafka.schema_registry's settings and start it again",
+        last,
+    ), last
+    assert mails() == [(b"u1", "u1@example.com"), (b"u2", "u2@example.com")]  # no row for u3
+
+
+def test_a_tls_failure_on_the_executors_is_a_refusal_not_an_outage(spark, tmp_path, lake):
+    """The registry's certificate changes to one the settings do not trust: the executor that asks
+    about a new schema id fails with a refusal naming TLS (which stops a job), not with 'did not
+    answer' (which a job would wait out for ever)."""
+    from py4j.protocol import Py4JJavaError
+    from pyspark.sql import functions as F
+
+    from spark_jobs.formats import Formats, framing
+    from spark_jobs.seams.config import load_config
+
+    cert, key = self_signed(tmp_path)
+    proxy = Switch(os.environ["LAKE_SCHEMA_REGISTRY_URL"], tls=(cert, key), credentials="lake:s3cret")
+    try:
+        (tmp_path / "account.avsc").write_text(json.dumps(ACCOUNT))
+        (tmp_path / "key.avsc").write_text('"string"')
+        (tmp_path / "p.yaml").write_text(_behind(proxy, cert, "lake:s3cret"))
+        formats = Formats(load_config(tmp_path / "p.yaml"), lake.root)
+        codec = formats.writing("accounts", "value", None)
+        v2 = formats.registry.register(codec.subject, "avro", json.dumps(_with_field("tier", "basic")))
+        proxy.off()
+        proxy.tls = self_signed(tmp_path, "impostor")  # the same address, a certificate nobody trusts
+        proxy.on()
+        frame = spark.createDataFrame([(framing.frame(v2, b"\x04u9\x00"),)], "value binary")
+        with pytest.raises(Py4JJavaError) as failed:
+            frame.select(codec.problem(F.col("value"))).collect()
+    finally:
+        proxy.off()
+    text = str(failed.value)
+    assert (
+        f"lake.formats.RegistryLookup$Refused: the Schema Registry at {proxy.url} refused the executors' "
+        f"request for schema id {v2}: TLS: "
+    ) in text
+    assert "did not answer" not in text

@@ -85,8 +85,8 @@ class AvroCodec(RegisteredCodec):
         """The JVM decoder of the schema ids known now, and its return type."""
         writers = json.dumps({str(i): text for i, text in sorted(self.writers.items())})
         foreign = json.dumps({str(i): reason for i, reason in sorted(self.foreign.items())})
-        url, auth = self.registry.for_executors
-        decoder = jvm.lake.formats.AvroDecode(self.subject, self.reader.text, writers, foreign, url, auth)
+        registry = self.registry.for_executors
+        decoder = jvm.lake.formats.AvroDecode(self.subject, self.reader.text, writers, foreign, registry)
         return decoder, jvm.lake.formats.AvroDecode.returnType(self.reader.text)
 
     def key_bytes(self, raw: Column) -> Column:

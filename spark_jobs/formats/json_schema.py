@@ -94,10 +94,10 @@ class JsonSchemaCodec(RegisteredCodec):
         ``SchemaMember``: the frame, then the schema id, asked of the registry when not known)."""
         known = json.dumps(sorted(self.writers))
         foreign = json.dumps({str(i): reason for i, reason in sorted(self.foreign.items())})
-        url, auth = self.registry.for_executors
+        registry = self.registry.for_executors
 
         def member(jvm: Any) -> tuple[Any, Any]:
-            check = jvm.lake.formats.SchemaMember(self.subject, "JSON", known, foreign, url, auth)
+            check = jvm.lake.formats.SchemaMember(self.subject, "JSON", known, foreign, registry)
             return check, jvm.org.apache.spark.sql.types.DataTypes.StringType
 
         return jvm_function(member, raw)

@@ -125,8 +125,8 @@ class ProtobufCodec(RegisteredCodec):
         known = json.dumps(sorted(self.writers))
         foreign = json.dumps({str(i): reason for i, reason in sorted(self.foreign.items())})
         descriptors = base64.b64encode(compiled.descriptor_set).decode()
-        url, auth = self.registry.for_executors
+        registry = self.registry.for_executors
         decoder = jvm.lake.formats.ProtobufDecode(
-            self.subject, descriptors, compiled.message, known, foreign, url, auth
+            self.subject, descriptors, compiled.message, known, foreign, registry
         )
         return decoder, jvm.lake.formats.ProtobufDecode.returnType(descriptors, compiled.message)

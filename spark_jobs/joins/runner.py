@@ -469,6 +469,11 @@ OUTAGE = re.compile(r"(the Schema Registry at \S+ did not answer for schema id \
 OUTAGE_RETRY_SECONDS = (2.0, 5.0, 10.0, 30.0)
 
 
+# A registry that refused the executors' request (HTTP 401/403, a 404 of a URL that is not the
+# registry's API, TLS): waiting does not mend it, the job stops with the line naming URL and status
+REFUSED = re.compile(r"lake\.formats\.RegistryLookup\$Refused: ([^\n]*?)(?:\. SQLSTATE: \w+)?(?:\n|$)")
+
+
 def registry_outage(error: Any) -> str | None:
     """The line naming the registry and the schema id when ``error`` is a registry that did not
     answer, else None."""
@@ -489,6 +494,12 @@ def _user_error(error: Any, spec: JoinSpec, cluster: Cluster) -> str | None:
     marker = "spark_jobs.errors.UserError: "
     if marker in text:
         return text.split(marker, 1)[1].strip().splitlines()[0]
+    refused = REFUSED.search(text)
+    if refused:
+        return (
+            f"join {spec.name}: {refused.group(1).strip()}; it stopped: the micro-batch was not committed, "
+            f"fix kafka.schema_registry's settings and start it again"
+        )
     if "UnknownTopicOrPartition" in text:
         names = [cluster.topic(topic) for _, topic in spec.sides]
         gone = [n for n in names if n not in partition_counts(cluster, names)] or names

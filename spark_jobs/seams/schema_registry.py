@@ -15,6 +15,7 @@ line naming its URL (exit 2): :meth:`Registry.check` asks it once before a comma
 
 from __future__ import annotations
 
+import base64
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,24 +74,64 @@ class Registry:
         return self.url.startswith("mock://")
 
     @property
-    def for_executors(self) -> tuple[str, str]:
-        """The first URL and the Authorization header with which the executors' decoders ask the
-        registry about a schema id the driver did not know (empty: an in-process registry, none to
-        ask). TLS to the registry from the executors uses the JVM's trust store."""
-        if self.is_mock:
-            return "", ""
-        import base64
+    def for_executors(self) -> str:
+        """What the executors' decoders ask the registry with about a schema id the driver did not
+        know (``lake.formats.RegistryLookup``), as JSON: the first URL, the Authorization header of
+        the basic or bearer credentials, the TLS files' contents (the executors share no disk with
+        the driver; a client key as PKCS#8), the timeout and the retries. Empty: an in-process
+        registry, none to ask. The credentials travel to the executors inside the job's tasks, as
+        Spark's own settings do (``spark.network.crypto.enabled`` encrypts that on a cluster)."""
+        import json
+        from urllib.parse import unquote, urlsplit, urlunsplit
 
+        if self.is_mock:
+            return ""
+        first = urlsplit(self.url.split(",")[0].strip())
         user = self.settings.get("basic.auth.user.info")
+        if first.username is not None:  # basic.auth.credentials.source URL: user:password@host
+            if self.settings.get("basic.auth.credentials.source", "USER_INFO").upper() == "URL" or not user:
+                user = f"{unquote(first.username)}:{unquote(first.password or '')}"
+            first = first._replace(netloc=first.netloc.rsplit("@", 1)[1])
         token = self.settings.get("bearer.auth.token")
-        auth = (
-            f"Basic {base64.b64encode(user.encode()).decode()}"
-            if user
-            else f"Bearer {token}"
-            if token
-            else ""
-        )
-        return self.url.split(",")[0].strip(), auth
+        basic = f"Basic {base64.b64encode(user.encode()).decode()}" if user else ""
+        settings: dict[str, Any] = {
+            "url": urlunsplit(first),
+            "authorization": basic or (f"Bearer {token}" if token else ""),
+            "timeout": self.timeout,
+            "retries": RETRIES,
+        }
+        for name, key in (("ssl.ca.location", "ca"), ("ssl.certificate.location", "certificate")):
+            if name in self.settings:
+                settings[key] = self._file(name).decode("ascii", "replace")
+        if "ssl.key.location" in self.settings:
+            settings["key"] = self._pkcs8(self._file("ssl.key.location"))
+        return json.dumps(settings)
+
+    def _file(self, name: str) -> bytes:
+        path = self.settings[name]
+        try:
+            return Path(path).read_bytes()
+        except OSError as exc:
+            raise UserError(
+                f"kafka.schema_registry.{name} of {self.where}: cannot read {path}: {exc.strerror}"
+            ) from None
+
+    def _pkcs8(self, pem: bytes) -> str:
+        """A PEM private key (PKCS#1, SEC1 or PKCS#8, encrypted with ``ssl.key.password`` or not) as
+        unencrypted PKCS#8 PEM, the form Java reads."""
+        from cryptography.hazmat.primitives import serialization
+
+        password = self.settings.get("ssl.key.password")
+        try:
+            key = serialization.load_pem_private_key(pem, password.encode() if password else None)
+        except (ValueError, TypeError) as exc:
+            raise UserError(
+                f"kafka.schema_registry.ssl.key.location of {self.where}: not a PEM private key this "
+                f"product can read ({str(exc).splitlines()[0]})"
+            ) from None
+        return key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        ).decode("ascii")
 
     def error(self, doing: str, exc: BaseException) -> UserError:
         """One line naming the registry's URL, what was being done and why it failed."""

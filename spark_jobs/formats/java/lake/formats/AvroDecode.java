@@ -46,21 +46,19 @@ public final class AvroDecode implements UDF1<byte[], Row> {
    * @param readerJson the reader schema
    * @param writersJson {"id": "schema", ...}: the subject's versions
    * @param foreignJson {"id": "reason", ...}: ids outside the subject, and why they do not decode
-   * @param registry the registry's URL, to ask about an id none of these name (empty: none to ask)
-   * @param authorization the Authorization header for it (empty: none)
+   * @param registry the settings to ask the registry about an id none of these name with, as JSON
+   *     (lake.formats.RegistryLookup; empty: none to ask)
    */
   public AvroDecode(
       String subject,
       String readerJson,
       String writersJson,
-      String foreignJson,
-      String registry,
-      String authorization) {
+      String foreignJson, String registry) {
     this.subject = subject;
     this.readerJson = readerJson;
     this.writersJson = writersJson;
     this.foreignJson = foreignJson;
-    this.lookup = new RegistryLookup(registry, authorization);
+    this.lookup = new RegistryLookup(registry);
   }
 
   /** The Spark type of the decoded values of {@code readerJson}, as Spark's JSON of a type. */

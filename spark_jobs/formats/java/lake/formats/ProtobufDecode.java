@@ -52,23 +52,21 @@ public final class ProtobufDecode implements UDF1<byte[], Row> {
    * @param message the full name of the topic's message in it
    * @param knownJson [id, ...]: the subject's versions
    * @param foreignJson {"id": "reason", ...}: ids outside the subject, and why they do not decode
-   * @param registry the registry's URL, to ask about an id none of these name (empty: none to ask)
-   * @param authorization the Authorization header for it (empty: none)
+   * @param registry the settings to ask the registry about an id none of these name with, as JSON
+   *     (lake.formats.RegistryLookup; empty: none to ask)
    */
   public ProtobufDecode(
       String subject,
       String descriptors,
       String message,
       String knownJson,
-      String foreignJson,
-      String registry,
-      String authorization) {
+      String foreignJson, String registry) {
     this.subject = subject;
     this.descriptors = descriptors;
     this.message = message;
     this.knownJson = knownJson;
     this.foreignJson = foreignJson;
-    this.lookup = new RegistryLookup(registry, authorization);
+    this.lookup = new RegistryLookup(registry);
   }
 
   /** The UDF's return type: {@code struct<value: the message's type, error: string>}. */

@@ -30,14 +30,12 @@ public final class SchemaMember implements UDF1<byte[], String> {
       String subject,
       String type,
       String knownJson,
-      String foreignJson,
-      String registry,
-      String authorization) {
+      String foreignJson, String registry) {
     this.subject = subject;
     this.type = type;
     this.knownJson = knownJson;
     this.foreignJson = foreignJson;
-    this.lookup = new RegistryLookup(registry, authorization);
+    this.lookup = new RegistryLookup(registry);
   }
 
   private void open() throws Exception {

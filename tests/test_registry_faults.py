@@ -353,3 +353,112 @@ def test_a_tls_failure_on_the_executors_is_a_refusal_not_an_outage(spark, tmp_pa
         f"request for schema id {v2}: TLS: "
     ) in text
     assert "did not answer" not in text
+
+
+def _changelog_values(topic: str) -> list[bytes]:
+    """The values of a changelog topic, every partition, committed records only."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": os.environ["LAKE_KAFKA_BOOTSTRAP"],
+            "group.id": "t",
+            "isolation.level": "read_committed",
+        }
+    )
+    try:
+        consumer.assign([TopicPartition(topic, p, 0) for p in range(4)])
+        values = []
+        while (message := consumer.poll(5)) is not None:
+            if message.value() is not None:
+                values.append(message.value())
+        return values
+    finally:
+        consumer.close()
+
+
+def test_protobuf_changelog_fields_keep_their_numbers_when_a_column_is_inserted(
+    spark, tmp_path, where, capsys
+):
+    """The Protobuf changelog's schema follows the select. A column inserted in the middle gets the
+    next unused field number, so a reader with the old schema (confluent-kafka's deserializer) reads
+    every field it knows into the right field, as the registry (which checks names and types, not
+    positions) promises it."""
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+    from google.protobuf.json_format import MessageToDict
+
+    from spark_jobs.formats.protobuf import compile_proto
+
+    config = Path(where[3])
+    published = PIPELINE.replace(
+        "      mail: right.contactMailAddress\n",
+        "      mail: right.contactMailAddress\n    publish: {format: protobuf}\n",
+    )
+    config.write_text(published)
+    (tmp_path / "events.txt").write_text('u1;{"page":"home"}\n')
+    (tmp_path / "accounts.txt").write_text(f"u1;{json.dumps(account(1))}\n")
+    assert lake(capsys, where, "produce", "events", str(tmp_path / "events.txt"), "-K", ";")[0] == 0
+    assert lake(capsys, where, "produce", "accounts", str(tmp_path / "accounts.txt"), "-K", ";")[0] == 0
+    assert lake(capsys, where, "run", "events_with_mail", "--once")[0] == 0
+    config.write_text(
+        published.replace("      page: left.page\n", "      page: left.page\n      plen: length(left.page)\n")
+    )  # plen between page and mail
+    code, _, err = lake(capsys, where, "run", "events_with_mail", "--once", "--reset")
+    assert code == 0, err
+
+    topic = f"{os.environ['LAKE_KAFKA_TOPIC_PREFIX']}events_with_mail_changelog"
+    registry = SchemaRegistryClient({"url": os.environ["LAKE_SCHEMA_REGISTRY_URL"]})
+    texts = [registry.get_version(f"{topic}-value", v).schema.schema_str for v in (1, 2)]
+    numbers = [
+        {f.name: f.number for f in compile_proto(t, "test").file_proto.message_type[0].field} for t in texts
+    ]
+    assert numbers == [{"page": 1, "mail": 2}, {"page": 1, "plen": 3, "mail": 2}]
+    (value,) = _changelog_values(topic)  # written with version 2
+    read = {}
+    for version, text in enumerate(texts, 1):
+        message_class = compile_proto(text, "test").message_class
+        deserialize = ProtobufDeserializer(message_class, {"use.deprecated.format": False})
+        message = deserialize(value, SerializationContext(topic, MessageField.VALUE))
+        read[version] = MessageToDict(message, preserving_proto_field_name=True)
+    assert read == {
+        1: {"page": "home", "mail": "u1@example.com"},
+        2: {"page": "home", "plen": 4, "mail": "u1@example.com"},
+    }
+
+
+def test_a_removed_protobuf_changelog_field_reserves_its_number_and_a_new_one_never_reuses_it():
+    """The numbering the product derives against the registered version: nested messages too; a
+    removed field's number is reserved, and a field added later (its own name back, too) takes a
+    number never used before."""
+    from pyspark.sql import types as T
+
+    from spark_jobs.formats.protobuf import compile_proto
+    from spark_jobs.formats.publish import derived_schema
+
+    def struct(*fields: tuple[str, object]) -> T.StructType:
+        return T.StructType([T.StructField(name, kind) for name, kind in fields])
+
+    address = struct(("city", T.StringType()))
+    v1 = derived_schema("protobuf", struct(("page", T.StringType()), ("mail", T.StringType()),
+                                           ("address", address)), "t")  # fmt: skip
+    v2 = derived_schema(
+        "protobuf",
+        struct(
+            ("plen", T.IntegerType()), ("address", struct(("zip", T.StringType()), ("city", T.StringType())))
+        ),
+        "t",
+        v1,
+    )
+    v3 = derived_schema("protobuf", struct(("page", T.StringType()), ("plen", T.IntegerType())), "t", v2)
+
+    def numbers(text: str) -> tuple[dict, dict, list]:
+        message = compile_proto(text, "test").file_proto.message_type[0]
+        nested = {n.name: {f.name: f.number for f in n.field} for n in message.nested_type}
+        reserved = [n for r in message.reserved_range for n in range(r.start, r.end)]
+        return {f.name: f.number for f in message.field}, nested, reserved
+
+    assert numbers(v1) == ({"page": 1, "mail": 2, "address": 3}, {"Address": {"city": 1}}, [])
+    assert numbers(v2) == ({"plen": 4, "address": 3}, {"Address": {"zip": 2, "city": 1}}, [1, 2])
+    assert numbers(v3) == ({"page": 5, "plen": 4}, {}, [1, 2, 3])

@@ -115,7 +115,8 @@ class Formats:
         from spark_jobs.formats.publish import derived_schema, encoder
 
         subject = self.config.topic(topic).subject_of("value", self.kafka_name(topic))
-        text = derived_schema(fmt, value_type, topic)
+        registered = self.registry.latest(subject)
+        text = derived_schema(fmt, value_type, topic, registered.text if registered else None)
         schema_id = self.registry.register(subject, fmt, text)
         return encoder(fmt, schema_id, text)
 

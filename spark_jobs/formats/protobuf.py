@@ -40,6 +40,13 @@ class Compiled:
     pool: Any
     file: Any
 
+    @property
+    def file_proto(self) -> Any:
+        """The schema's own ``FileDescriptorProto`` (its imports' come before it in the set)."""
+        from google.protobuf import descriptor_pb2
+
+        return descriptor_pb2.FileDescriptorSet.FromString(self.descriptor_set).file[-1]
+
 
 def compile_proto(text: str, where: str) -> Compiled:
     """Compile ``.proto`` text with protoc; a schema protoc refuses is one line with protoc's reason."""

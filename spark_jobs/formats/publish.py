@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from spark_jobs.formats import framing
@@ -16,8 +17,9 @@ if TYPE_CHECKING:
     from pyspark.sql import Column
 
 
-def derived_schema(fmt: str, value_type: Any, topic: str) -> str:
-    """The schema text of ``fmt`` for values of the Spark struct type ``value_type``."""
+def derived_schema(fmt: str, value_type: Any, topic: str, registered: str | None = None) -> str:
+    """The schema text of ``fmt`` for values of the Spark struct type ``value_type``; ``registered``:
+    the subject's latest schema, whose Protobuf field numbers the new one keeps."""
     if fmt == "avro":
         from pyspark.sql import SparkSession
 
@@ -32,7 +34,7 @@ def derived_schema(fmt: str, value_type: Any, topic: str) -> str:
     if fmt == "json_schema":
         return json.dumps({"$schema": "http://json-schema.org/draft-07/schema#", **_json_schema(value_type)})
     if fmt == "protobuf":
-        return _proto(value_type, _message_name(topic))
+        return _proto(value_type, _message_name(topic), _numbering(registered))
     raise ValueError(f"a changelog cannot be published as {fmt}")
 
 
@@ -97,39 +99,94 @@ def _protobuf_encoder(schema_id: int, text: str) -> Callable[[Column], Column]:
     return lambda row: jvm_function(encoder, row)
 
 
-def _proto(value_type: Any, name: str) -> str:
+@dataclass
+class Numbering:
+    """A message's field numbers as a registered schema has them: ``fields`` by name, the numbers
+    already ``reserved``, and its nested messages' by name. A field keeps its number for its life;
+    a new one gets the next number never used; a removed one's number is reserved."""
+
+    fields: dict[str, int] = field(default_factory=dict)
+    reserved: set[int] = field(default_factory=set)
+    nested: dict[str, Numbering] = field(default_factory=dict)
+
+    def assign(self, names: list[str]) -> tuple[list[int], list[int]]:
+        """The numbers of ``names`` (in order), and the numbers to reserve."""
+        used = set(self.fields.values()) | self.reserved
+        numbers = []
+        for name in names:
+            number = self.fields.get(name)
+            if number is None:
+                number = max(used, default=0) + 1
+                used.add(number)
+            numbers.append(number)
+        gone = {n for name, n in self.fields.items() if name not in names}
+        return numbers, sorted(self.reserved | gone)
+
+
+def _numbering(registered: str | None) -> Numbering:
+    """The field numbers of the registered schema's first message (none: a first version)."""
+    if not registered:
+        return Numbering()
+    from spark_jobs.formats.protobuf import compile_proto
+
+    compiled = compile_proto(registered, "the changelog's registered schema")
+    own = compiled.file_proto
+
+    def of(message: Any) -> Numbering:
+        reserved = {n for r in message.reserved_range for n in range(r.start, r.end)}
+        return Numbering(
+            {f.name: f.number for f in message.field},
+            reserved,
+            {nested.name: of(nested) for nested in message.nested_type},
+        )
+
+    return of(own.message_type[0])
+
+
+def _proto(value_type: Any, name: str, numbering: Numbering | None = None) -> str:
     """A proto3 schema of one message (and its nested ones) for rows of ``value_type``: the fields in
-    the row's order, numbered from 1; scalars ``optional`` (a null is an unset field)."""
+    the row's order, numbered as ``numbering`` (the registered version's) has them, new ones with the
+    next unused number, removed ones reserved; scalars ``optional`` (a null is an unset field)."""
     imports: set[str] = set()
-    body = _proto_message(value_type, name, "", imports)
+    body = _proto_message(value_type, name, "", imports, numbering or Numbering())
     head = ['syntax = "proto3";', "", "package lake.changelog;", ""]
     head += [f'import "{i}";' for i in sorted(imports)] + ([""] if imports else [])
     return "\n".join([*head, *body, ""])
 
 
-def _proto_message(struct: Any, name: str, indent: str, imports: set[str]) -> list[str]:
+def _proto_message(struct: Any, name: str, indent: str, imports: set[str], numbering: Numbering) -> list[str]:
     out = [f"{indent}message {name} {{"]
-    for number, field in enumerate(struct.fields, 1):
-        kind, nested = _proto_type(field.dataType, field.name, indent + "  ", imports)
+    names = [_proto_field(f.name) for f in struct.fields]
+    numbers, reserved = numbering.assign(names)
+    for field_, field_name, number in zip(struct.fields, names, numbers, strict=True):
+        kind, nested = _proto_type(field_.dataType, field_.name, indent + "  ", imports, numbering)
         out += nested
         scalar = not (nested or kind.startswith(("repeated ", "map<", "google.protobuf.")))
         label = "optional " if scalar else ""  # a message field has presence of its own
-        out.append(f"{indent}  {label}{kind} {_proto_field(field.name)} = {number};")
+        out.append(f"{indent}  {label}{kind} {field_name} = {number};")
+    if reserved:
+        out.append(f"{indent}  reserved {', '.join(str(n) for n in reserved)};")
     return [*out, f"{indent}}}"]
 
 
-def _proto_type(data_type: Any, field: str, indent: str, imports: set[str]) -> tuple[str, list[str]]:
-    """A field's Protobuf type (with ``repeated`` / ``map<>``), and the nested messages it needs."""
+def _proto_type(
+    data_type: Any, field: str, indent: str, imports: set[str], numbering: Numbering
+) -> tuple[str, list[str]]:
+    """A field's Protobuf type (with ``repeated`` / ``map<>``), and the nested messages it needs
+    (numbered as ``numbering``, the enclosing message's, has its nested message of that name)."""
     from pyspark.sql import types as T
 
     if isinstance(data_type, T.StructType):
         message = _message_name(field)
-        return message, _proto_message(data_type, message, indent, imports)
+        inner = numbering.nested.get(message, Numbering())
+        return message, _proto_message(data_type, message, indent, imports, inner)
     if isinstance(data_type, T.ArrayType):
-        inner, nested = _proto_type(data_type.elementType, f"{field}_element", indent, imports)
-        return f"repeated {inner}", nested
+        inner_type, nested = _proto_type(
+            data_type.elementType, f"{field}_element", indent, imports, numbering
+        )
+        return f"repeated {inner_type}", nested
     if isinstance(data_type, T.MapType):
-        value, nested = _proto_type(data_type.valueType, f"{field}_value", indent, imports)
+        value, nested = _proto_type(data_type.valueType, f"{field}_value", indent, imports, numbering)
         return f"map<string, {value}>", nested
     if isinstance(data_type, (T.TimestampType, T.TimestampNTZType)):
         imports.add("google/protobuf/timestamp.proto")

@@ -387,3 +387,95 @@ def test_a_json_schema_topic_joins_and_a_json_schema_changelog_round_trips(spark
         ("a2", {"name": "Bob", "city": None, "zip_plus_one": None}, 1),
     ]
     assert table == {k: v for k, v, _ in published}
+
+
+PERSON_V2 = """syntax = "proto3";
+package people;
+// a message added before the topic's: Person's message indexes are [1] in this version
+message Header { string source = 1; }
+message Person {
+  string name = 1;
+  repeated string address_ids = 2;
+  optional int32 age = 3;
+  map<string, string> tags = 4;
+  message Nick { string text = 1; }
+  Nick nick = 5;
+}
+message Other { string x = 1; }
+"""
+
+
+def test_protobuf_message_indexes_are_resolved_in_the_writer_schema(spark, tmp_path, lake):
+    """A writer version that adds a message before the topic's writes Person at message indexes [1].
+    A join planned with version 1 (Person at [0]) meets it in its second micro-batch: the executor
+    outlines the new version, finds Person at [1], and reads it with the reader's Person; a record
+    whose indexes name the new Header is quarantined naming it. Python's decoder does the same."""
+    from joinkit import Feeder, produce
+
+    (tmp_path / "person.proto").write_text(PERSON)
+    (tmp_path / "v2.proto").write_text(PERSON_V2)
+    (tmp_path / "p.yaml").write_text(
+        "topics:\n"
+        "  persons: {partitions: 2, value: {format: protobuf, schema: person.proto, message: people.Person}}\n"
+        "  mails: {partitions: 2}\n"
+        "joins:\n"
+        "  t: {kind: table, left: persons, right: mails, type: left, select: {name: left.name, mail: right.v}}\n"
+    )
+    config = load_config(tmp_path / "p.yaml")
+    writer = Formats(config, lake.root).writing("persons", "value", None)
+    produce(lake, config, "persons", [("u1", writer.encode({"name": "Ann"}), 1)])
+    produce(lake, config, "mails", [("u1", "u1@x", 1), ("u2", "u2@x", 1), ("u3", "u3@x", 1)])
+    reader = Formats(config, lake.root).codec("persons", "value")  # version 1, as the job plans
+    feeder = Feeder(spark, lake, config, "t")
+    assert feeder.feed().quarantined == 0
+    v2 = writer.write_with(PERSON_V2)  # registered while the query runs
+    bob = writer.encode({"name": "Bob", "tags": {"k": "v"}, "nick": {"text": "b"}})
+    assert bob[5:].startswith(framing.message_indexes([1]))  # Person's indexes in version 2
+    header = framing.frame(v2, b"\x0a\x03crm", framing.message_indexes([0]))  # a Header, not a Person
+    produce(lake, config, "persons", [("u2", bob, 2), ("u3", header, 2)])
+    assert feeder.feed().quarantined == 1
+    rows = sorted(lake.read_arrow("t").to_pylist(), key=lambda r: r["key"])
+    assert [(r["key"], r["name"], r["mail"]) for r in rows] == [
+        (b"u1", "Ann", "u1@x"),
+        (b"u2", "Bob", "u2@x"),
+    ]
+    (quarantined,) = lake.read_arrow("quarantine").to_pylist()
+    assert quarantined["reason"].startswith(
+        "message indexes [0] name people.Header, not the topic's people.Person"
+    )
+    assert reader.decode(bob) == {"name": "Bob", "address_ids": []}  # read as version 1 has it
+    with pytest.raises(
+        DecodeError, match=r"message indexes \[0\] name people.Header, not the topic's people.Person"
+    ):
+        reader.decode(header)
+
+
+def test_the_executors_outline_of_a_proto_numbers_its_messages_as_protoc_does(spark):
+    """The outline an executor reads a writer version it did not know with (no protoc there) against
+    protoc's descriptors: nested messages, map entries, proto2 groups, comments and strings that look
+    like declarations."""
+    from spark_jobs.formats.protobuf import compile_proto
+
+    texts = [
+        PERSON,
+        PERSON_V2,
+        """syntax = "proto2";
+package a.b;
+/* message Fake { } */
+message Outer {
+  // message AlsoFake {
+  optional string message = 1 [default = "message M {"];
+  repeated group Item = 2 { optional int32 id = 3; }
+  map<string, Outer> child_nodes = 4;
+  message Inner { enum Kind { A = 0; } oneof o { string s = 5; } message Deep {} }
+  extensions 100 to 200;
+}
+enum Top { T = 0; }
+message Second { option deprecated = true; }
+service S { rpc Call (Outer) returns (Second); }
+""",
+    ]
+    for text in texts:
+        protoc = {".".join(map(str, path)): name for path, name in compile_proto(text, "test").names.items()}
+        outline = dict(spark._jvm.lake.formats.ProtobufOutline.of(text))
+        assert outline == protoc, text

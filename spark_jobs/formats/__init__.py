@@ -128,7 +128,9 @@ class Formats:
             where = f"topics.{topic}.{part}"
             if fmt in REGISTRY_FORMATS:
                 subject = spec.subject_of(part, self.kafka_name(topic))
-                self._codecs[(topic, part)] = _registered(fmt)(where, self.registry, subject)
+                message = spec.message_of(part)  # protobuf's only (the config refuses it elsewhere)
+                options = {"message": message} if message else {}
+                self._codecs[(topic, part)] = _registered(fmt)(where, self.registry, subject, **options)
             else:
                 self._codecs[(topic, part)] = _plain(fmt)(where)
         return self._codecs[(topic, part)]
@@ -185,7 +187,7 @@ def _writer_decoder(fmt: str, text: str) -> Callable[[bytes], Any] | None:
 
         def protobuf(payload: bytes) -> Any:
             path, body = framing.read_indexes(payload)
-            message = compiled.message_class()
+            message = compiled.class_of(compiled.names[tuple(path)])()  # the writer's message there
             message.ParseFromString(body)
             return json_format.MessageToDict(message, preserving_proto_field_name=True)
 

@@ -4,8 +4,11 @@ A subject's schema is ``.proto`` text; the product compiles it with protoc (``gr
 Python package carries protoc, nothing of gRPC is used) into a ``FileDescriptorSet``, which Python
 (``protobuf``'s dynamic messages: ``lake produce``, ``lake consume``) and the executors (the JVM
 function ``lake.formats.ProtobufDecode``, protobuf-java) read records with. The topic's message is the
-schema's first message (message indexes ``[0]``, what a producer of that message writes); a record
-whose indexes name another message is quarantined saying which. Imports of Google's well-known types
+reader schema's first message, or the one its ``message:`` names (as ksqlDB's
+``VALUE_SCHEMA_FULL_NAME``). A record's message indexes are resolved in the writer schema its frame
+names (a writer version that added or moved messages puts the topic's at other indexes), then read
+with the reader's message of that name; a record whose indexes name another message is quarantined
+saying which. Imports of Google's well-known types
 (``google/protobuf/timestamp.proto``, ...) resolve; a schema that references other subjects does not
 (docs/limits.md).
 """
@@ -32,11 +35,13 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Compiled:
-    """A ``.proto`` schema compiled: its descriptor set, and the topic's message (the first one)."""
+    """A ``.proto`` schema compiled: its descriptor set, its messages by their message indexes
+    (top-level and nested, in declaration order, map entries among them, as protoc numbers them),
+    and the topic's message (the one named, else the first)."""
 
     descriptor_set: bytes
     message: str  # full name
-    message_class: Any
+    names: dict[tuple[int, ...], str]  # message indexes -> full name
     pool: Any
     file: Any
 
@@ -47,11 +52,25 @@ class Compiled:
 
         return descriptor_pb2.FileDescriptorSet.FromString(self.descriptor_set).file[-1]
 
+    @property
+    def message_class(self) -> Any:
+        return self.class_of(self.message)
 
-def compile_proto(text: str, where: str) -> Compiled:
-    """Compile ``.proto`` text with protoc; a schema protoc refuses is one line with protoc's reason."""
+    def class_of(self, name: str) -> Any:
+        from google.protobuf import message_factory
+
+        return message_factory.GetMessageClass(self.pool.FindMessageTypeByName(name))
+
+    def indexes_of(self, name: str) -> list[int] | None:
+        """The message indexes of the message ``name`` in this schema (None: it has none)."""
+        return next((list(path) for path, found in self.names.items() if found == name), None)
+
+
+def compile_proto(text: str, where: str, message: str | None = None) -> Compiled:
+    """Compile ``.proto`` text with protoc; a schema protoc refuses is one line with protoc's reason.
+    ``message``: the full name of the topic's message (default: the schema's first)."""
     import grpc_tools
-    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+    from google.protobuf import descriptor_pb2, descriptor_pool
 
     include = Path(grpc_tools.__file__).parent / "_proto"
     with tempfile.TemporaryDirectory(prefix="lake-proto-") as folder:
@@ -74,62 +93,104 @@ def compile_proto(text: str, where: str) -> Compiled:
     pool = descriptor_pool.DescriptorPool()
     for proto in files.file:
         pool.Add(proto)
-    name = f"{own.package}.{own.message_type[0].name}" if own.package else own.message_type[0].name
-    descriptor = pool.FindMessageTypeByName(name)
-    return Compiled(
-        data, name, message_factory.GetMessageClass(descriptor), pool, pool.FindFileByName(own.name)
-    )
+    names: dict[tuple[int, ...], str] = {}
+
+    def walk(messages: Any, prefix: str, path: tuple[int, ...]) -> None:
+        for index, found in enumerate(messages):
+            name = f"{prefix}.{found.name}" if prefix else found.name
+            names[(*path, index)] = name
+            walk(found.nested_type, name, (*path, index))
+
+    walk(own.message_type, own.package, ())
+    chosen = message or names[(0,)]
+    if chosen not in names.values():
+        raise UserError(f"{where}: the Protobuf schema has no message {chosen} (messages: "
+                        f"{', '.join(sorted(names.values()))})")  # fmt: skip
+    return Compiled(data, chosen, names, pool, pool.FindFileByName(own.name))
 
 
 class ProtobufCodec(RegisteredCodec):
     name = "protobuf"
 
+    def __init__(self, where: str, registry: Any, subject: str, message: str | None = None):
+        self.message_name = message  # the topic's message (None: the reader schema's first)
+        super().__init__(where, registry, subject)
+
     def _parse(self, text: str) -> Compiled:
         return compile_proto(text, self.where)
 
+    def _reader(self) -> Compiled:
+        """The reader schema, with the topic's message."""
+        key = f"reader:{self.reader.text}"
+        if key not in self._parsed_cache:
+            self._parsed_cache[key] = compile_proto(self.reader.text, self.where, self.message_name)
+        return self._parsed_cache[key]
+
     # --- Python ---------------------------------------------------------------------------------
     def encode(self, value: Any) -> bytes:
+        """``value`` as the topic's message of the writer schema, framed with its message indexes in
+        that schema."""
         from google.protobuf import json_format
 
-        compiled = self._parsed(self.writer.text)
+        writer = self._parsed(self.writer.text)
+        name = self._reader().message
+        indexes = writer.indexes_of(name)
+        if indexes is None:
+            raise ValueError(
+                f"the Protobuf schema of {self.subject} (id {self.writer.schema_id}) has no message {name}"
+            )
         if not isinstance(value, dict):
             raise ValueError(f"does not fit the Protobuf schema of {self.subject}: a message is an object")
-        message = compiled.message_class()
+        message = writer.class_of(name)()
         try:
             json_format.ParseDict(value, message)
         except json_format.ParseError as exc:
             raise ValueError(f"does not fit the Protobuf schema of {self.subject}: {exc}") from None
-        return framing.frame(self.writer.schema_id, message.SerializeToString(), framing.message_indexes([0]))
+        return framing.frame(
+            self.writer.schema_id, message.SerializeToString(), framing.message_indexes(indexes)
+        )
 
     def decode(self, raw: bytes) -> Any:
+        """The record read as the topic's message: its message indexes resolved in the writer schema
+        its frame names (a writer that added or moved messages places the topic's elsewhere), the
+        bytes read with the reader schema's message of that name."""
         from google.protobuf import json_format
         from google.protobuf.message import DecodeError as ProtobufError
 
         schema_id, rest = self._split(raw)
-        self._writer(schema_id)  # one of the subject's versions, else why not
+        writer = self._writer(schema_id)  # one of the subject's versions, else why not
         try:
             path, payload = framing.read_indexes(rest)
         except framing.NotFramed as exc:
             raise DecodeError(str(exc)) from None
-        compiled = self._parsed(self.reader.text)
-        if path != [0]:
+        reader = self._reader()
+        name = writer.names.get(tuple(path))
+        if name is None:
             raise DecodeError(
-                f"message indexes {path} name another message than the topic's {compiled.message}"
+                f"message indexes {path} name no message of schema id {schema_id} ({self.subject})"
             )
-        message = compiled.message_class()
+        if name != reader.message:
+            raise DecodeError(f"message indexes {path} name {name}, not the topic's {reader.message}")
+        message = reader.message_class()
         try:
             message.ParseFromString(payload)
         except ProtobufError as exc:
-            raise DecodeError(f"not a Protobuf {compiled.message} of schema id {schema_id}: {exc}") from None
+            raise DecodeError(f"not a Protobuf {name} of schema id {schema_id}: {exc}") from None
         return json_format.MessageToDict(
             message, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
         )
 
     # --- Spark ----------------------------------------------------------------------------------
     def _decoder(self, jvm: Any) -> tuple[Any, Any]:
-        """The JVM decoder of the reader's message, and its return type."""
-        compiled = self._parsed(self.reader.text)
-        known = json.dumps(sorted(self.writers))
+        """The JVM decoder of the reader's message, and its return type; each known writer version's
+        messages by their indexes go with it (a version met later is outlined on the executor)."""
+        compiled = self._reader()
+        known = json.dumps(
+            {
+                str(i): {".".join(map(str, path)): name for path, name in self._parsed(text).names.items()}
+                for i, text in sorted(self.writers.items())
+            }
+        )
         foreign = json.dumps({str(i): reason for i, reason in sorted(self.foreign.items())})
         descriptors = base64.b64encode(compiled.descriptor_set).decode()
         registry = self.registry.for_executors

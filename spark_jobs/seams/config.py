@@ -73,6 +73,9 @@ class TopicSpec:
     value_subject: str | None = None
     key_schema: Path | None = None
     value_schema: Path | None = None
+    # protobuf: the full name of the topic's message (None: the reader schema's first message)
+    key_message: str | None = None
+    value_message: str | None = None
 
     def format_of(self, part: str) -> str:
         """The format of the record's ``key`` or ``value``."""
@@ -85,6 +88,9 @@ class TopicSpec:
 
     def schema_file_of(self, part: str) -> Path | None:
         return self.key_schema if part == "key" else self.value_schema
+
+    def message_of(self, part: str) -> str | None:
+        return self.key_message if part == "key" else self.value_message
 
     @property
     def registered(self) -> bool:
@@ -589,8 +595,10 @@ def _topic(doc: LocatedYaml, name: str, spec: Any, base: Path) -> TopicSpec:
             (*path, "partitions"),
             f"must be at most {MAX_PARTITIONS:,} (a Kafka topic's partitions), got {partitions:,}",
         )
-    key_format, key_subject, key_schema = _record_format(doc, (*path, "key"), spec.get("key", "string"), base)
-    value_format, value_subject, value_schema = _record_format(
+    key_format, key_subject, key_schema, key_message = _record_format(
+        doc, (*path, "key"), spec.get("key", "string"), base
+    )
+    value_format, value_subject, value_schema, value_message = _record_format(
         doc, (*path, "value"), spec.get("value", "json"), base
     )
     partitioner = spec.get("partitioner", "murmur2")
@@ -609,18 +617,23 @@ def _topic(doc: LocatedYaml, name: str, spec: Any, base: Path) -> TopicSpec:
         value_subject=value_subject,
         key_schema=key_schema,
         value_schema=value_schema,
+        key_message=key_message,
+        value_message=value_message,
     )
 
 
 def _record_format(
     doc: LocatedYaml, path: tuple[str, ...], raw: Any, base: Path
-) -> tuple[str, str | None, Path | None]:
-    """A topic's ``key:`` or ``value:``: a format name, or ``{format, subject, schema}`` for the
-    registry formats. Returns the format, the subject (None: the topic name strategy) and the schema
-    file (resolved against the pipeline file's folder)."""
+) -> tuple[str, str | None, Path | None, str | None]:
+    """A topic's ``key:`` or ``value:``: a format name, or ``{format, subject, schema, message}`` for
+    the registry formats. Returns the format, the subject (None: the topic name strategy), the schema
+    file (resolved against the pipeline file's folder) and, for protobuf, the topic's message (None:
+    the schema's first)."""
     allowed = KEY_FORMATS if path[-1] == "key" else VALUE_FORMATS
     settings = (
-        mapping(doc, path, raw, ("format", "subject", "schema")) if isinstance(raw, dict) else {"format": raw}
+        mapping(doc, path, raw, ("format", "subject", "schema", "message"))
+        if isinstance(raw, dict)
+        else {"format": raw}
     )
     fmt = settings.get("format")
     if fmt not in allowed:
@@ -630,7 +643,12 @@ def _record_format(
             raise doc.error(
                 path, f"subject and schema are for the registry formats ({', '.join(REGISTRY_FORMATS)})"
             )
-        return fmt, None, None
+        return fmt, None, None, None
+    message = settings.get("message")
+    if message is not None:
+        if fmt != "protobuf":
+            raise doc.error((*path, "message"), "names a Protobuf message: it is for the protobuf format")
+        message = text_value(doc, (*path, "message"), message)
     subject = settings.get("subject")
     if subject is not None:
         subject = text_value(doc, (*path, "subject"), subject)
@@ -644,7 +662,7 @@ def _record_format(
             )
         if not schema.is_file():
             raise doc.error((*path, "schema"), f"{schema}: no such file")
-    return fmt, subject, schema
+    return fmt, subject, schema, message
 
 
 def window_ms(doc: LocatedYaml, path: tuple[str, ...], value: Any) -> int:

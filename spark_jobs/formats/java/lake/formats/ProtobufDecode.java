@@ -27,10 +27,11 @@ import org.apache.spark.sql.types.StructField;
 
 /**
  * Decodes Schema Registry framed Protobuf records on the executors: {@code struct<value, error>},
- * the message read with the reader schema (a subject's version, compiled by the driver into a
- * {@code FileDescriptorSet}) at the message indexes of its frame, or why it cannot be: no magic
- * byte, truncated, message indexes that name no message of the schema or another message than the
- * topic's, a schema id outside the subject, bytes that are not such a message.
+ * the topic's message read with the reader schema (a subject's version, compiled by the driver into
+ * a {@code FileDescriptorSet}), or why it cannot be: no magic byte, truncated, message indexes that
+ * name no message of the writer schema or another message than the topic's, a schema id outside the
+ * subject, bytes that are not such a message. The message indexes are resolved in the writer schema
+ * the frame names (a writer version that added or moved messages puts the topic's elsewhere).
  */
 public final class ProtobufDecode implements UDF1<byte[], Row> {
   private static final long serialVersionUID = 1L;
@@ -43,14 +44,15 @@ public final class ProtobufDecode implements UDF1<byte[], Row> {
   private final RegistryLookup lookup;
   private transient FileDescriptor file;
   private transient Descriptor topicMessage;
-  private transient Set<Integer> known;
+  private transient Map<Integer, Map<String, String>> known; // id -> message indexes -> full name
   private transient Map<Integer, String> foreign;
 
   /**
    * @param subject the subject whose versions the records are written with (for the reasons)
    * @param descriptors base64 of the reader schema's FileDescriptorSet (its imports first)
    * @param message the full name of the topic's message in it
-   * @param knownJson [id, ...]: the subject's versions
+   * @param knownJson {"id": {"0": "pkg.Message", "1.0": "pkg.Other.Nested", ...}, ...}: the
+   *     subject's versions, each with its messages by their message indexes (protoc's)
    * @param foreignJson {"id": "reason", ...}: ids outside the subject, and why they do not decode
    * @param registry the settings to ask the registry about an id none of these name with, as JSON
    *     (lake.formats.RegistryLookup; empty: none to ask)
@@ -112,9 +114,13 @@ public final class ProtobufDecode implements UDF1<byte[], Row> {
     file = file(descriptors);
     topicMessage = find(file, message);
     ObjectMapper mapper = new ObjectMapper();
-    known = new HashSet<>();
-    for (JsonNode id : mapper.readTree(knownJson)) {
-      known.add(id.asInt());
+    known = new HashMap<>();
+    JsonNode versions = mapper.readTree(knownJson);
+    for (Iterator<String> ids = versions.fieldNames(); ids.hasNext(); ) {
+      String id = ids.next();
+      Map<String, String> names = new HashMap<>();
+      versions.get(id).fields().forEachRemaining(e -> names.put(e.getKey(), e.getValue().asText()));
+      known.put(Integer.parseInt(id), names);
     }
     foreign = new HashMap<>();
     JsonNode reasons = mapper.readTree(foreignJson);
@@ -137,16 +143,17 @@ public final class ProtobufDecode implements UDF1<byte[], Row> {
       return RowFactory.create(null, problem);
     }
     int id = Framing.schemaId(raw);
-    if (!known.contains(id) && !foreign.containsKey(id) && lookup.canAsk()) {
-      // a version registered since the job was planned (read with the reader's message), or not
-      String reason = lookup.reason(id, lookup.find(id), subject, "PROTOBUF");
+    if (!known.containsKey(id) && !foreign.containsKey(id) && lookup.canAsk()) {
+      // a version registered since the job was planned (its messages outlined here), or not
+      RegistryLookup.Found found = lookup.find(id);
+      String reason = lookup.reason(id, found, subject, "PROTOBUF");
       if (reason == null) {
-        known.add(id);
+        known.put(id, ProtobufOutline.of(found.schema));
       } else {
         foreign.put(id, reason);
       }
     }
-    if (!known.contains(id)) {
+    if (!known.containsKey(id)) {
       String reason = foreign.get(id);
       return RowFactory.create(
           null, reason != null ? reason : "unknown schema id " + id + " (not a version of " + subject + ")");
@@ -157,39 +164,35 @@ public final class ProtobufDecode implements UDF1<byte[], Row> {
     } catch (IllegalArgumentException e) {
       return RowFactory.create(null, e.getMessage());
     }
-    Descriptor found = resolve(indexes.path);
-    if (found == null) {
+    // the indexes name a message of the writer schema; the topic's is read with the reader's
+    String written = known.get(id).get(key(indexes.path));
+    if (written == null) {
       return RowFactory.create(
           null,
           "message indexes " + Arrays.toString(indexes.path) + " name no message of schema id " + id
               + " (" + subject + ")");
     }
-    if (found != topicMessage) {
+    if (!written.equals(message)) {
       return RowFactory.create(
           null,
-          "message indexes " + Arrays.toString(indexes.path) + " name " + found.getFullName()
-              + ", not the topic's " + message);
+          "message indexes " + Arrays.toString(indexes.path) + " name " + written + ", not the topic's "
+              + message);
     }
     try {
       DynamicMessage decoded =
-          DynamicMessage.parseFrom(found, Arrays.copyOfRange(raw, indexes.start, raw.length));
+          DynamicMessage.parseFrom(topicMessage, Arrays.copyOfRange(raw, indexes.start, raw.length));
       return RowFactory.create(ProtobufTypes.toSpark(decoded), null);
     } catch (InvalidProtocolBufferException e) {
       return RowFactory.create(
-          null, "not a Protobuf " + found.getFullName() + " of schema id " + id + ": " + e.getMessage());
+          null, "not a Protobuf " + message + " of schema id " + id + ": " + e.getMessage());
     }
   }
 
-  private Descriptor resolve(int[] path) {
-    List<Descriptor> level = file.getMessageTypes();
-    Descriptor found = null;
+  private static String key(int[] path) {
+    StringBuilder out = new StringBuilder();
     for (int index : path) {
-      if (index < 0 || index >= level.size()) {
-        return null;
-      }
-      found = level.get(index);
-      level = found.getNestedTypes();
+      out.append(out.length() == 0 ? "" : ".").append(index);
     }
-    return found;
+    return out.toString();
   }
 }

@@ -233,3 +233,92 @@ def test_explain_refuses_an_unknown_join_and_a_join_that_never_ran_in_one_line(l
     assert err.strip().endswith("join display has never run (no result table): run 'lake run display --once'")
     code, _, err = lake(root, "--config", str(cfg), "explain", "display", "zz", "--key-hex")
     assert code == 2 and "--key-hex: 'zz' is not hex" in err
+
+
+def _compact_soon(topic: str) -> None:
+    """Make the broker compact ``topic`` within seconds (a closed segment every 100 ms, any dirt
+    cleanable), as a lookup topic is compacted in the long run."""
+    import os
+
+    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
+
+    admin = AdminClient({"bootstrap.servers": os.environ["LAKE_KAFKA_BOOTSTRAP"]})
+    settings = {
+        "cleanup.policy": "compact",
+        "segment.ms": "100",
+        "min.cleanable.dirty.ratio": "0.001",
+        "min.compaction.lag.ms": "0",
+        "delete.retention.ms": "100",
+    }
+    entries = [ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in settings.items()]
+    for future in admin.incremental_alter_configs(
+        [ConfigResource("topic", topic, incremental_configs=entries)]
+    ).values():
+        future.result(30)
+    # the log cleaner looks for work every 15 s by default: every second here
+    (broker_id,) = admin.list_topics(timeout=30).brokers
+    broker = ConfigResource("broker", str(broker_id), incremental_configs=[
+        ConfigEntry("log.cleaner.backoff.ms", "1000", incremental_operation=AlterConfigOpType.SET)
+    ])  # fmt: skip
+    for future in admin.incremental_alter_configs([broker]).values():
+        future.result(30)
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_a_record_compacted_away_under_its_identical_successor_is_explained_by_the_successor(lake, tmp_path):
+    """The product's merchant was written, then written again with the same value: the row names the
+    first record (the one that began the value). Once compaction removes it, explain says so and
+    shows the key's newest record, which the join has read, instead of only 'no longer on Kafka'."""
+    import os
+    import time
+
+    from spark_jobs.seams.config import load_config
+    from spark_jobs.seams.kafka import connect, fetch
+
+    root = tmp_path / "lake"
+    cfg = tmp_path / "shop.yaml"
+    cfg.write_text(PIPELINE)
+    opts = ("--config", str(cfg))
+
+    def produce(topic: str, line: str, ms: int) -> None:
+        code, _, err = lake(
+            root, *opts, "produce", topic, "-K", ";", "--timestamp", str(ms), stdin=line + "\n"
+        )
+        assert code == 0, err
+
+    produce("merchants", 'm1;{"name": "Acme"}', T0)
+    produce("products", 'p1;{"title": "Hammer", "merchant_id": "m1"}', T0)
+    assert lake(root, *opts, "run", "display", "--once")[0] == 0
+    before = explained(lake, root, *opts, "explain", "display", "p1")
+    (first,) = [s for s in before["sources"][0] if s["role"] == "right"]
+    _compact_soon(f"{os.environ['LAKE_KAFKA_TOPIC_PREFIX']}merchants")
+    produce("merchants", 'm1;{"name": "Acme"}', T0 + 1000)  # the same value again
+    time.sleep(0.5)  # the next record rolls the segment: the first two become cleanable
+    produce("merchants", 'm1;{"name": "Acme"}', T0 + 2000)
+    assert lake(root, *opts, "run", "display", "--once")[0] == 0  # reads both: no change to the row
+    config = load_config(cfg)
+    cluster = connect(config, root)
+    place = ("merchants", first["partition"], first["offset"])
+    deadline = time.monotonic() + 120
+    while fetch(cluster, [place]):  # until the broker's log cleaner has removed the first record
+        assert time.monotonic() < deadline, "the topic was not compacted within 120 s"
+        time.sleep(1)
+
+    answer = explained(lake, root, *opts, "explain", "display", "p1")
+    (right,) = [s for s in answer["sources"][0] if s["role"] == "right"]
+    assert (right["partition"], right["offset"], right["gone"]) == (first["partition"], first["offset"], True)
+    later = right["successor"]
+    assert (later["key"], later["value"], later["timestamp"]) == (
+        "m1",
+        {"name": "Acme"},
+        "2026-01-01T00:00:02.000+00:00",
+    )
+    assert later["offset"] > first["offset"] and answer["rows"][0]["merchant"] == "Acme"
+    code, out, _ = lake(root, *opts, "explain", "display", "p1")
+    assert (
+        f"  right: merchants partition {first['partition']} offset {first['offset']} (no longer on Kafka: "
+        f"compacted or past retention)\n      its key's newest record: offset {later['offset']}, "
+        '2026-01-01T00:00:02.000+00:00, key m1: {"name": "Acme"}, which the join has read: the same value '
+        "written again (the row names the record that began the value), and compaction kept only this newest one"
+    ) in out, out

@@ -50,11 +50,32 @@ class Source:
     value: Any = None  # decoded (JSON-able); None for a tombstone
     gone: bool = False  # no longer on Kafka (compacted away, or past its retention)
     placement: str | None = None  # set when the record is in another partition than its key's
+    # a gone record's key's newest record in its partition (compaction keeps the newest per key), and
+    # whether the join has read it: then it has the named record's value (a record that changed the
+    # value would be named instead)
+    successor: Source | None = None
+    successor_read: bool = False
 
     def text(self) -> str:
         where = f"{self.topic} partition {self.partition} offset {self.offset}"
         if self.gone:
-            return f"{self.role}: {where} (no longer on Kafka: compacted or past retention)"
+            line = f"{self.role}: {where} (no longer on Kafka: compacted or past retention)"
+            later = self.successor
+            if later is None:
+                return line
+            value = (
+                "tombstone" if later.value is None else json.dumps(later.value, sort_keys=True, default=str)
+            )
+            said = (
+                "which the join has read: the same value written again (the row names the record that "
+                "began the value), and compaction kept only this newest one"
+                if self.successor_read
+                else "which the join has not read yet"
+            )
+            return (
+                f"{line}\n      its key's newest record: offset {later.offset}, {later.timestamp}, key "
+                f"{later.key}: {value}, {said}"
+            )
         value = "tombstone" if self.value is None else json.dumps(self.value, sort_keys=True, default=str)
         line = f"{self.role}: {where}, {self.timestamp}, key {self.key}: {value}"
         return line + (f"\n      {self.placement}" if self.placement else "")
@@ -206,6 +227,7 @@ def _explain_rows(
     records = fetch(cluster, [(t, p, o) for _, t, p, o in places])
     for row in rows:
         sources = [_source(config, formats, records, *place) for place in _provenance(spec, row)]
+        _successors(lake, config, spec, cluster, formats, row, sources, records, consumed)
         out.rows.append(_values(row, spec))
         out.sources.append(sources)
     out.reasons = _reasons(lake, config, spec, cluster, formats, key, rows, out.sources, records, consumed)
@@ -274,6 +296,79 @@ def _source(
     if m is None:
         return Source(role, topic, partition, offset, gone=True)
     return _record(config, formats, role, topic, m)
+
+
+def _successors(
+    lake: Lake,
+    config: PipelineConfig,
+    spec: JoinSpec,
+    cluster: Cluster,
+    formats: Formats,
+    row: dict,
+    sources: list[Source],
+    records: dict[tuple[str, int, int], Message],
+    consumed: dict[str, list[int]] | None,
+) -> None:
+    """For each of a row's input records that is gone from Kafka, its key's newest record after it in
+    its partition: on a compacted topic, once the same value is written again, compaction removes
+    the record the row names (the one that began the value) and keeps the newest."""
+    for source in sources:
+        if not source.gone:
+            continue
+        key = _source_key(lake, spec, formats, row, source, sources, records)
+        if key is None:
+            continue
+        later = _newest_after(cluster, config, formats, source.topic, source.partition, source.offset, key)
+        if later is None:
+            continue
+        source.successor = _record(config, formats, source.role, source.topic, later)
+        side = "left" if source.role == "left" else "right"
+        read_to = (consumed or {}).get(side)
+        source.successor_read = read_to is not None and source.successor.offset < read_to[source.partition]
+        records[(source.topic, source.partition, source.successor.offset)] = later  # fk: read from it
+
+
+def _source_key(
+    lake: Lake,
+    spec: JoinSpec,
+    formats: Formats,
+    row: dict,
+    source: Source,
+    sources: list[Source],
+    records: dict[tuple[str, int, int], Message],
+) -> bytes | None:
+    """The logical key of an input record of ``row`` (None: not known from the row, a derive join's
+    master)."""
+    if source.role.startswith("element "):
+        return source.role.removeprefix("element ").encode()
+    if spec.kind == "derive":
+        return None
+    if source.role == "right" and spec.kind == "fk":
+        return _foreign_key(lake, spec, formats, sources, records)
+    return row["key"]
+
+
+def _newest_after(
+    cluster: Cluster,
+    config: PipelineConfig,
+    formats: Formats,
+    topic: str,
+    partition: int,
+    offset: int,
+    key: bytes,
+) -> Message | None:
+    """The newest record with logical key ``key`` after ``offset`` in ``topic``'s ``partition``."""
+    spec = config.topic(topic)
+    logical = LogicalKeys(formats.registry if formats.needs_registry() else None)
+    framed = spec.key_format in ("avro", "protobuf", "json_schema")
+    newest = None
+    after = [0] * partition + [offset + 1]
+    for messages in read(cluster, spec, partitions=[partition], after=after, batch=50_000):
+        for m in messages:
+            raw = m.key()
+            if raw is not None and ((logical(raw) or raw) if framed else raw) == key:
+                newest = m
+    return newest
 
 
 def _record(config: PipelineConfig, formats: Formats, role: str, topic: str, m: Message) -> Source:
@@ -411,7 +506,9 @@ def _foreign_key(
     from spark_jobs.joins.engine import SideCodecs
     from spark_jobs.joins.keyed import LeftKeys
 
-    left = next((s for s in sources if s.role == "left" and not s.gone), None)
+    left = next((s for s in sources if s.role == "left"), None)
+    if left is not None and left.gone:
+        left = left.successor  # compacted away: the same value, in its key's newest record
     if left is None:
         return None
     path = (spec.by or "").removeprefix("left.")

@@ -322,3 +322,38 @@ def test_a_record_compacted_away_under_its_identical_successor_is_explained_by_t
         '2026-01-01T00:00:02.000+00:00, key m1: {"name": "Acme"}, which the join has read: the same value '
         "written again (the row names the record that began the value), and compaction kept only this newest one"
     ) in out, out
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_a_stream_joins_events_are_explained_newest_first_by_offset_as_a_number(lake, tmp_path):
+    """Twelve events of one key at one time: explain shows the newest first by offset as a number (11,
+    10, 9; as text 9 would come before 10 and --limit would drop the newest), in the rows and in the
+    history of the commit that wrote them all."""
+    root = tmp_path / "lake"
+    cfg = tmp_path / "shop.yaml"
+    cfg.write_text(
+        PIPELINE
+        + "  clicks_m:\n    kind: stream-table\n    left: clicks\n    right: merchants\n    type: left\n"
+        + "    select: {page: left.page, merchant: right.name}\n"
+    )
+    cfg.write_text(
+        cfg.read_text().replace("topics:\n", "topics:\n  clicks: {partitions: 2, value: json}\n", 1)
+    )
+    opts = ("--config", str(cfg))
+    lines = "".join(f'm1;{{"page": "/p{n}"}}\n' for n in range(12))
+    code, _, err = lake(root, *opts, "produce", "clicks", "-K", ";", "--timestamp", str(T0), stdin=lines)
+    assert code == 0, err
+    assert lake(root, *opts, "run", "clicks_m", "--once")[0] == 0
+    answer = explained(lake, root, *opts, "explain", "clicks_m", "m1", "--limit", "3")
+    assert [(s[0]["offset"], r["page"]) for r, s in zip(answer["rows"], answer["sources"], strict=True)] == [
+        (11, "/p11"),
+        (10, "/p10"),
+        (9, "/p9"),
+    ]
+    assert answer["history_total"] == 12
+    assert [(h["sources"]["offset"], h["row"]["page"]) for h in answer["history"]] == [
+        (11, "/p11"),
+        (10, "/p10"),
+        (9, "/p9"),
+    ]

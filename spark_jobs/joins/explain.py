@@ -264,8 +264,9 @@ def _values(row: dict, spec: JoinSpec) -> dict:
 def _rows(lake: Lake, spec: JoinSpec, key: bytes, limit: int) -> list[dict]:
     table = lake.read_keys(spec.name, "key", pa.array([key], pa.binary()))
     rows = table.to_pylist()
-    if spec.join_kind.events:  # a log of events: the newest first
-        rows.sort(key=lambda r: [str(r.get(c)) for c in spec.join_kind.meta_columns[1:]], reverse=True)
+    if spec.join_kind.events:  # a log of events: the newest first (by time, then by offset, as numbers)
+        order = spec.join_kind.meta_columns[1:]
+        rows.sort(key=lambda r: [(r.get(c) is not None, r.get(c)) for c in order], reverse=True)
     return rows[:limit]
 
 
@@ -671,7 +672,11 @@ def _history(lake: Lake, spec: JoinSpec, key: bytes, limit: int) -> tuple[list[d
     changes = changes.filter(F.col("_change_type") != "update_preimage")
     # one read of the change feed: the key's changes are few next to the table
     counted = changes.withColumn("__total", F.count(F.lit(1)).over(Window.partitionBy(F.lit(1))))
-    newest = counted.orderBy(F.col("_commit_version").desc()).limit(limit).toArrow().to_pylist()
+    # newest first: a stream kind's events of one commit by their time and offsets
+    within = (
+        [F.col(c).desc_nulls_last() for c in spec.join_kind.meta_columns[1:]] if spec.join_kind.events else []
+    )
+    newest = counted.orderBy(F.col("_commit_version").desc(), *within).limit(limit).toArrow().to_pylist()
     total = newest[0]["__total"] if newest else 0
     meta = _META[spec.kind]
     out = []

@@ -21,6 +21,11 @@ class JoinKind:
     meta_columns: tuple[str, ...]
     keyed_by: str | None = None  # the setting whose expression keys the left records (fk, derive, list)
     events: bool = False  # the result is an append-only log of events, not a table keyed by `key`
+    # the meta columns whose values depend on how records fell into micro-batches when a key's records
+    # arrive out of timestamp order (its value time and the record that began its value): a record
+    # older than its key's accepted version changes nothing, so the run of equal values it would
+    # split in a batch join is not split
+    arrival_columns: tuple[str, ...] = ()
 
     @property
     def has_right(self) -> bool:
@@ -42,7 +47,11 @@ class JoinKind:
 SOURCES = ("left_partition", "left_offset", "right_partition", "right_offset")
 
 TABLE = JoinKind(
-    "table", ("inner", "left", "outer"), ("right", "table_every"), ("key", "timestamp", *SOURCES)
+    "table",
+    ("inner", "left", "outer"),
+    ("right", "table_every"),
+    ("key", "timestamp", *SOURCES),
+    arrival_columns=("timestamp", *SOURCES),
 )
 STREAM_TABLE = JoinKind(
     "stream-table",
@@ -50,6 +59,7 @@ STREAM_TABLE = JoinKind(
     ("right", "grace"),
     ("key", "timestamp", "partition", "offset", "right_partition", "right_offset"),
     events=True,
+    arrival_columns=("right_partition", "right_offset"),
 )
 STREAM_STREAM = JoinKind(
     "stream-stream",
@@ -72,6 +82,7 @@ FK = JoinKind(
     ("right", "foreign_key", "table_every"),
     ("key", "timestamp", *SOURCES),
     keyed_by="foreign_key",
+    arrival_columns=("timestamp", *SOURCES),
 )
 LIST = JoinKind(
     "list",
@@ -80,6 +91,7 @@ LIST = JoinKind(
     # element_sources: per list position, its id and its right record's partition and offset
     ("key", "timestamp", "left_partition", "left_offset", "element_sources"),
     keyed_by="list",
+    arrival_columns=("timestamp", "left_partition", "left_offset", "element_sources"),
 )
 DERIVE = JoinKind(
     "derive",
@@ -87,6 +99,7 @@ DERIVE = JoinKind(
     ("key", "table_every"),
     ("key", "timestamp", "master_key", "left_partition", "left_offset"),
     keyed_by="key",
+    arrival_columns=("timestamp", "left_partition", "left_offset"),
 )
 
 KINDS: dict[str, JoinKind] = {k.name: k for k in (TABLE, STREAM_TABLE, STREAM_STREAM, FK, LIST, DERIVE)}

@@ -293,6 +293,8 @@ def cmd_audit(args) -> int:
                     "actual_rows": report.actual_rows,
                     "differing_keys": [k.decode("utf-8", "backslashreplace") for k in report.differing_keys],
                     "not_compared_keys": [k.decode("utf-8", "backslashreplace") for k in report.left_out],
+                    "unordered_keys": [k.decode("utf-8", "backslashreplace") for k in report.unordered],
+                    "unordered_columns": list(report.unordered_columns),
                     "read": report.read,
                 }
             )

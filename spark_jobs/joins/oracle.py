@@ -18,7 +18,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from spark_jobs.errors import UserError
@@ -79,10 +79,52 @@ def _learnt(codecs: SideCodecs, frame: DataFrame, side: str) -> DataFrame:
 class Expected:
     """The oracle's rows, and the keys it left out because the join's ``select`` fails on them (a
     data error: the engine quarantines such records and leaves the key's result as it was, which
-    depends on how the records fell into micro-batches)."""
+    depends on how the records fell into micro-batches); ``unordered_keys``: the result keys whose
+    input records came out of timestamp order, whose value time and provenance (the kind's
+    ``arrival_columns``) depend on the micro-batches too."""
 
     table: pa.Table
     failing_keys: list[bytes]
+    unordered_keys: list[bytes] = field(default_factory=list)
+
+
+def late_keys(records: DataFrame) -> DataFrame:
+    """The keys (``key``) with a record whose timestamp is older than an earlier record's of the
+    same key (by partition and offset): records that arrived out of timestamp order."""
+    before = (
+        Window.partitionBy("key").orderBy("partition", "offset").rowsBetween(Window.unboundedPreceding, -1)
+    )
+    earlier = F.max("timestamp").over(before)
+    return (
+        records.filter(F.col("key").isNotNull())
+        .withColumn("__earlier", earlier)
+        .filter(F.col("timestamp") < F.col("__earlier"))
+        .select("key")
+        .distinct()
+    )
+
+
+def unordered_keys(spec: JoinSpec, left: DataFrame, right: DataFrame | None) -> list[bytes]:
+    """The result keys whose rows a record out of timestamp order reaches: a late left record's own
+    key (a derive join's: the key it derives), a late right record's key, or, for the kinds whose
+    left records reference right keys, every left key that referenced it."""
+    kind = spec.join_kind
+    late_left = late_keys(left)
+    if kind.keyed_by == "key":  # derive: the result is keyed by what the left records derive
+        found = left.join(late_left, "key", "left_semi").select(F.col("by").alias("key"))
+    else:
+        found = late_left
+    if right is not None:
+        late_right = late_keys(right).withColumnRenamed("key", "__late")
+        if kind.has_list:
+            referenced = left.select("key", F.explode_outer("ids").alias("__late"))
+            found = found.union(referenced.join(late_right, "__late", "left_semi").select("key"))
+        elif kind.references:
+            referenced = left.select("key", F.col("by").alias("__late"))
+            found = found.union(referenced.join(late_right, "__late", "left_semi").select("key"))
+        else:
+            found = found.union(late_right.select(F.col("__late").alias("key")))
+    return sorted(r[0] for r in found.distinct().collect() if r[0] is not None)
 
 
 def expected(
@@ -121,7 +163,8 @@ def expected_rows(
     rows, project = JOBS[spec.kind].expected(spark, lake, config, spec, left, right, codecs)
     found = guarded_frame(project, rows)
     table = conform(found.output, lake.schema(spec.name), f"oracle of {spec.name}")
-    return Expected(table, sorted(set(found.failed.column("key").to_pylist())))
+    unordered = unordered_keys(spec, left, right) if spec.join_kind.arrival_columns else []
+    return Expected(table, sorted(set(found.failed.column("key").to_pylist())), unordered)
 
 
 @dataclass
@@ -135,6 +178,9 @@ class AuditReport:
     pending: int = 0
     read: str = ""  # the topics' offsets the expected rows were computed up to
     left_out: list[Any] = field(default_factory=list)  # keys the select fails on, not compared
+    # keys whose records came out of timestamp order: compared without these columns
+    unordered: list[Any] = field(default_factory=list)
+    unordered_columns: tuple[str, ...] = ()
 
     @property
     def clean(self) -> bool:
@@ -150,6 +196,13 @@ class AuditReport:
             head += (
                 f" ({len(self.left_out)} key(s) not compared, as the select fails on their records, "
                 f"which the join quarantines: {shown})"
+            )
+        if self.unordered:
+            shown = ", ".join(_shown(k) for k in self.unordered[:SAMPLE])
+            head += (
+                f" ({len(self.unordered)} key(s) whose records came out of timestamp order compared without "
+                f"{', '.join(self.unordered_columns)}, which then depend on how the records fell into "
+                f"micro-batches: {shown})"
             )
         if self.clean:
             return f"{head}: identical"
@@ -195,14 +248,26 @@ def audit(
             for t in (want_table, have_table)
         ]
         want_table, have_table = want_table.filter(compared[0]), have_table.filter(compared[1])
-    want = Counter(_hashable(r) for r in want_table.to_pylist())
-    have = Counter(_hashable(r) for r in have_table.to_pylist())
+    unordered = set(found.unordered_keys)
+    arrival = spec.join_kind.arrival_columns
+
+    def comparable(row: dict) -> Any:  # an unordered key's row without its arrival columns
+        if row["key"] in unordered:
+            row = {c: v for c, v in row.items() if c not in arrival}
+        return _hashable(row)
+
+    want = Counter(comparable(r) for r in want_table.to_pylist())
+    have = Counter(comparable(r) for r in have_table.to_pylist())
     missing = [dict(r) for r in (want - have).elements()]
     unexpected = [dict(r) for r in (have - want).elements()]
     keys = sorted({r["key"] for r in missing + unexpected}, key=lambda k: (k is None, k or b""))
     report = AuditReport(spec.name, *sizes, missing, unexpected, keys)
     report.read = read
     report.left_out = found.failing_keys
+    report.unordered = sorted(
+        unordered & set(want_table.column("key").to_pylist() + have_table.column("key").to_pylist())
+    )
+    report.unordered_columns = arrival
     # what the join holds back: a stream-table's waiting events, a keyed join's parked result rows
     held = [join_table(spec.name, part) for part in ("waiting", "parked")]
     report.pending = sum(lake.read_arrow(t).num_rows for t in held if lake.exists(t))

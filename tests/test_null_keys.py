@@ -1,6 +1,7 @@
 """KIP-962 through the public test driver: a record with a null key is an event in a stream join's
 streams (a left or outer join emits it unmatched at once, an inner join skips it and counts it), and
-a fault wherever the join keeps a table by key (quarantined, as Kafka refuses to store it)."""
+a fault wherever the join keeps a table by key (quarantined, as Kafka refuses to store it): table
+(inner, left, outer), fk (inner, left), list and derive."""
 
 from __future__ import annotations
 
@@ -22,6 +23,11 @@ joins:
   ss_outer: {kind: stream-stream, left: events, right: clicks, type: outer, window: 10 seconds, select: {page: left.page, what: right.what}}
   t_left: {kind: table, left: events, right: profiles, type: left, select: {page: left.page, name: right.name}}
   by_profile: {kind: fk, left: events, right: profiles, foreign_key: profile, type: left, select: {page: left.page, name: right.name}}
+  t_inner: {kind: table, left: events, right: profiles, type: inner, select: {page: left.page, name: right.name}}
+  t_outer: {kind: table, left: events, right: profiles, type: outer, select: {page: left.page, name: right.name}}
+  by_profile_inner: {kind: fk, left: events, right: profiles, foreign_key: profile, type: inner, select: {page: left.page, name: right.name}}
+  with_friends: {kind: list, left: events, right: profiles, list: friends, type: left, select: {page: left.page}, elements: {name: right.name}}
+  by_name: {kind: derive, left: profiles, key: name, select: {id: "cast(master_key as string)"}}
 """
 
 
@@ -33,8 +39,12 @@ def driven(spark, tmp_path_factory):
     with PipelineTestDriver(tmp / "pipeline.yaml", root=tmp / "lake", spark=spark) as d:
         d.pipe("profiles", key="u1", value={"name": "Ann"}, timestamp=1000)
         d.pipe("profiles", key=None, value={"name": "Nobody"}, timestamp=1000)
-        d.pipe("events", key="u1", value={"page": "/home", "profile": "u1"}, timestamp=2000)
-        d.pipe("events", key=None, value={"page": "/anon", "profile": "u1"}, timestamp=3000)
+        d.pipe(
+            "events", key="u1", value={"page": "/home", "profile": "u1", "friends": ["u1"]}, timestamp=2000
+        )
+        d.pipe(
+            "events", key=None, value={"page": "/anon", "profile": "u1", "friends": ["u1"]}, timestamp=3000
+        )
         d.pipe("clicks", key="u1", value={"what": "buy"}, timestamp=2500)
         d.pipe("clicks", key=None, value={"what": "ad"}, timestamp=4000)
         d.advance()
@@ -81,3 +91,21 @@ def test_table_kinds_quarantine_null_keys(driven):
     assert d.changes("by_profile") == [("u1", {"page": "/home", "name": "Ann"}, 2000)]
     # the event's and the profile's: a foreign-key join keeps both sides by key
     assert sorted(reason for _, _, reason in d.quarantined("by_profile")) == ["null key", "null key"]
+
+
+def test_the_other_table_kinds_quarantine_null_keys_too(driven):
+    """Table inner and outer, fk inner, list and derive keep their sides by key: a null-key record on
+    either side is quarantined with its reason, never joined, never a row with a null key."""
+    d = driven
+    home = ("u1", {"page": "/home", "name": "Ann"}, 2000)
+    assert d.changes("t_inner") == [home]
+    assert d.changes("t_outer") == [home]  # the null-key profile is not an outer row of its own
+    assert d.changes("by_profile_inner") == [home]
+    elements = [{"id": "u1", "matched": True, "name": "Ann"}]
+    assert d.changes("with_friends") == [("u1", {"page": "/home", "elements": elements}, 2000)]
+    assert d.changes("by_name") == [("Ann", {"id": "u1"}, 1000)]  # the null-key profile derives nothing
+    for name in ("t_inner", "t_outer", "by_profile_inner", "with_friends"):  # the event's and the profile's
+        assert sorted(reason for _, _, reason in d.quarantined(name)) == ["null key", "null key"], name
+    assert [reason for _, _, reason in d.quarantined("by_name")] == ["null key"]  # the profile's
+    for name in ("t_inner", "t_outer", "by_profile_inner", "with_friends", "by_name"):
+        assert d.queries[name].metrics.skipped == 0, name

@@ -357,3 +357,87 @@ def test_a_stream_joins_events_are_explained_newest_first_by_offset_as_a_number(
         (10, "/p10"),
         (9, "/p9"),
     ]
+
+
+STREAMS = """
+pipeline: streams
+topics:
+  views: {partitions: 2, value: json}
+  clicks: {partitions: 2, value: json}
+  profiles: {partitions: 2, value: json}
+joins:
+  view_clicks:
+    kind: stream-stream
+    left: views
+    right: clicks
+    type: left
+    window: 10 seconds
+    select: {page: left.page, what: right.what}
+  by_name:
+    kind: derive
+    left: profiles
+    key: name
+    select: {id: "cast(master_key as string)"}
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_stream_stream_and_derive_rows_are_explained_and_a_deleted_topic_is_one_line(lake, tmp_path):
+    import os
+
+    from confluent_kafka.admin import AdminClient
+
+    from spark_jobs.seams.partitioners import partition_for
+
+    root = tmp_path / "lake"
+    cfg = tmp_path / "streams.yaml"
+    cfg.write_text(STREAMS)
+    opts = ("--config", str(cfg))
+
+    def produce(topic: str, line: str, ms: int) -> None:
+        code, _, err = lake(
+            root, *opts, "produce", topic, "-K", ";", "--timestamp", str(ms), stdin=line + "\n"
+        )
+        assert code == 0, err
+
+    produce("views", 'u1;{"page": "/home"}', T0)
+    produce("clicks", 'u1;{"what": "buy"}', T0 + 2000)
+    produce("views", 'u2;{"page": "/faq"}', T0)
+    produce("views", 'u3;{"page": "/later"}', T0 + 60_000)  # past the window: u2's view is emitted unmatched
+    produce("profiles", 'p7;{"name": "Ann"}', T0)
+    for join in ("view_clicks", "by_name"):
+        assert lake(root, *opts, "run", join, "--once")[0] == 0
+
+    answer = explained(lake, root, *opts, "explain", "view_clicks", "u1")
+    assert answer["rows"] == [
+        {"left_timestamp": "2026-01-01T00:00:00+00:00", "right_timestamp": "2026-01-01T00:00:02+00:00",
+         "page": "/home", "what": "buy"}
+    ]  # fmt: skip
+    u1, u2 = partition_for(b"u1", 2), partition_for(b"u2", 2)
+    assert sources(answer) == [
+        ("left", "views", u1, 0, {"page": "/home"}),
+        ("right", "clicks", u1, 0, {"what": "buy"}),
+    ]
+    answer = explained(lake, root, *opts, "explain", "view_clicks", "u2")  # a view without a click
+    assert sources(answer) == [("left", "views", u2, 2 if u2 == u1 else 0, {"page": "/faq"})]
+    ends = [2 if p == u1 else 0 for p in range(2)]
+    reason = (
+        f"no record with key u2 in clicks up to its end offsets {ends} (murmur2 puts it in partition {u2})"
+    )
+    assert [(r["side"], r["text"]) for r in answer["reasons"]] == [("right", reason)]
+    answer = explained(lake, root, *opts, "explain", "by_name", "Ann")  # the derived row and its master
+    assert answer["rows"] == [{"timestamp": "2026-01-01T00:00:00+00:00", "master_key": "p7", "id": "p7"}]
+    assert [(s["role"], s["topic"], s["key"], s["value"]) for s in answer["sources"][0]] == [
+        ("left", "profiles", "p7", {"name": "Ann"})
+    ]
+
+    admin = AdminClient({"bootstrap.servers": os.environ["LAKE_KAFKA_BOOTSTRAP"]})
+    clicks = f"{os.environ['LAKE_KAFKA_TOPIC_PREFIX']}clicks"
+    admin.delete_topics([clicks])[clicks].result(30)
+    code, out, err = lake(root, *opts, "explain", "view_clicks", "u1")
+    assert (code, out) == (2, "")
+    assert err.strip().splitlines()[-1] == (
+        f"lake: error: join view_clicks: topic {clicks} is not on Kafka at {os.environ['LAKE_KAFKA_BOOTSTRAP']} "
+        "(deleted since the join read it?): its records cannot be shown"
+    )

@@ -356,8 +356,10 @@ def test_kill_9_in_the_middle_of_a_first_loads_publish_publishes_every_result_on
                 proc.kill()
         if point == "publish-open":
             assert changelog(lake, cfg, "t_left_changelog") == []  # nothing committed
-    committed = [r for r in changelog(lake, cfg, "t_left_changelog") if r["partition"] == 0]
+    after_kill = changelog(lake, cfg, "t_left_changelog")
+    committed = [r for r in after_kill if r["partition"] == 0]
     assert committed and {r["batch"] for r in committed} == {committed[0]["batch"]}
+    assert [r for r in after_kill if r["partition"] != 0] == []  # partition 1's was open at the kill
     run_join(spark, lake, cfg, "t_left", once=True)  # replays the first load's batch
     want = model_table(topic_history(lake, "L"), topic_history(lake, "R"), "left")
     assert len(want) == 300

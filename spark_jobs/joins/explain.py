@@ -257,8 +257,14 @@ _META = {
 
 
 def _values(row: dict, spec: JoinSpec) -> dict:
-    """A result row as JSON holds it, without its key and its sources (shown apart)."""
-    return {k: jsonable(v) for k, v in row.items() if k != "key" and k not in _META[spec.kind]}
+    """A result row as JSON holds it, without its key and its sources (shown apart); a meta column
+    that holds a key (derive's ``master_key``) as a key is shown."""
+    meta = spec.join_kind.meta_columns
+
+    def value(name: str, v: Any) -> Any:
+        return show(v) if name in meta and isinstance(v, bytes) else jsonable(v)
+
+    return {k: value(k, v) for k, v in row.items() if k != "key" and k not in _META[spec.kind]}
 
 
 def _rows(lake: Lake, spec: JoinSpec, key: bytes, limit: int) -> list[dict]:

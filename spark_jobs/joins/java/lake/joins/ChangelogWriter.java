@@ -135,7 +135,8 @@ public final class ChangelogWriter {
   /**
    * The fault tests' crash points (spark_jobs/faults.py), in a task's first attempt of its stage's first: {@code
    * LAKE_KILL_AT=publish-open} once the task's open transaction has a record on the broker, {@code
-   * publish-part} once partition 0's transaction is committed (the others' may not be).
+   * publish-part} once partition 0's transaction is committed (the other partitions' tasks wait
+   * before their commit, so theirs are open when the process dies).
    */
   private static boolean killAt(String point, TaskContext task) {
     return task.attemptNumber() == 0
@@ -231,6 +232,9 @@ public final class ChangelogWriter {
       while (rows.hasNext()) {
         last = producer.send(record(topic, partition, rows.next(), headers));
         count++;
+      }
+      if (partition != 0 && killAt("publish-part", task)) {
+        Thread.sleep(120_000); // uncommitted until partition 0's task, committed, ends the process
       }
       producer.commitTransaction();
       if (partition == 0 && killAt("publish-part", task)) { // one partition's transaction is committed

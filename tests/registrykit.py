@@ -189,3 +189,65 @@ def self_signed(folder: Path, name: str = "registry") -> tuple[Path, Path]:
         )
     )
     return cert_path, key_path
+
+
+def committed(topic: str, partitions: int = 4) -> list[tuple[bytes, bytes | None]]:
+    """The committed records of ``topic`` on the run's broker (key, value), partition by partition."""
+    import os
+
+    from confluent_kafka import Consumer, TopicPartition
+
+    settings = {"bootstrap.servers": os.environ["LAKE_KAFKA_BOOTSTRAP"], "group.id": "t"}
+    consumer = Consumer({**settings, "isolation.level": "read_committed"})
+    try:
+        consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+        records = []
+        while (message := consumer.poll(5)) is not None:
+            records.append((message.key(), message.value()))
+        return records
+    finally:
+        consumer.close()
+
+
+class Running:
+    """``lake run events_with_mail --continuous`` as a process of its own, and its result's mails."""
+
+    def __init__(self, where: list[str]):
+        import os
+        import subprocess
+        import sys
+
+        from spark_jobs.seams.delta import Lake
+
+        self.root = Lake(Path(where[1]))
+        self.proc = subprocess.Popen(
+            [str(Path(sys.executable).parent / "lake"), "run", "events_with_mail", "--continuous"]
+            + ["--trigger", "0.5", *where],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=dict(os.environ, LAKE_SPARK_UI="false"),
+        )
+
+    def mails(self) -> list[tuple[bytes, str | None]]:
+        """The result's (key, mail) rows, sorted (none before the table is written)."""
+        try:
+            rows = self.root.read_arrow("events_with_mail").to_pylist()
+        except Exception:  # noqa: BLE001 - not written yet
+            return []
+        return sorted((r["key"], r["mail"]) for r in rows)
+
+    def until(self, predicate, seconds: float) -> None:
+        """Wait until ``predicate()`` holds; the job ending first, or ``seconds`` passing, fails."""
+        import time
+
+        deadline = time.monotonic() + seconds
+        while not predicate():
+            if self.proc.poll() is not None:
+                raise AssertionError(f"the job ended: {self.proc.stderr.read()[-2000:]}")
+            assert time.monotonic() < deadline, f"waited {seconds} s; result: {self.mails()}"
+            time.sleep(0.3)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()

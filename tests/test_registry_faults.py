@@ -10,13 +10,10 @@ import re
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
-from registrykit import ACCOUNT, PIPELINE, Switch, account, lake, pipeline_in, self_signed
-
-from spark_jobs.seams.delta import Lake
+from registrykit import ACCOUNT, PIPELINE, Running, Switch, account, committed, lake, pipeline_in, self_signed
 
 
 @pytest.fixture
@@ -249,8 +246,7 @@ def test_executors_ask_a_registry_behind_tls_and_credentials_as_the_driver_does_
     config.write_text(_behind(proxy, cert, "lake:s3cret"))
     direct = tmp_path / "direct.yaml"  # the producer of the refused step writes to the registry itself
     direct.write_text(PIPELINE)
-    lake_root = Lake(Path(where[1]))
-    proc = None
+    job = None
 
     def produce(topic: str, line: str, *extra: str, via: Path = config) -> None:
         (tmp_path / "line.txt").write_text(line + "\n")
@@ -258,30 +254,11 @@ def test_executors_ask_a_registry_behind_tls_and_credentials_as_the_driver_does_
         code, _, err = lake(capsys, ["--root", where[1], "--config", str(via)], *args)
         assert code == 0, err
 
-    def mails() -> list[tuple[bytes, str | None]]:
-        try:
-            return sorted((r["key"], r["mail"]) for r in lake_root.read_arrow("events_with_mail").to_pylist())
-        except Exception:  # noqa: BLE001 - not written yet
-            return []
-
-    def until(predicate, seconds: float) -> None:
-        deadline = time.monotonic() + seconds
-        while not predicate():
-            assert proc.poll() is None, f"the job ended: {proc.stderr.read()[-2000:]}"
-            assert time.monotonic() < deadline, f"waited {seconds} s; result: {mails()}"
-            time.sleep(0.3)
-
     try:
         produce("events", 'u1;{"page":"home"}')
         produce("accounts", f"u1;{json.dumps(account(1))}")
-        proc = subprocess.Popen(
-            [str(Path(sys.executable).parent / "lake"), "run", "events_with_mail", "--continuous"]
-            + ["--trigger", "0.5", *where],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=dict(os.environ, LAKE_SPARK_UI="false"),
-        )
+        job = Running(where)
+        mails, until, proc = job.mails, job.until, job.proc
         until(lambda: mails() == [(b"u1", "u1@example.com")], 180)
         (tmp_path / "v2.avsc").write_text(json.dumps(_with_field("tier", "basic")))
         produce(
@@ -306,8 +283,8 @@ def test_executors_ask_a_registry_behind_tls_and_credentials_as_the_driver_does_
         produce("events", 'u3;{"page":"faq"}', via=direct)
         out, err = proc.communicate(timeout=180)
     finally:
-        if proc is not None and proc.poll() is None:
-            proc.kill()
+        if job is not None:
+            job.kill()
         proxy.off()
     assert proc.returncode == 2, err[-2000:]
     last = err.strip().splitlines()[-1]
@@ -355,28 +332,6 @@ def test_a_tls_failure_on_the_executors_is_a_refusal_not_an_outage(spark, tmp_pa
     assert "did not answer" not in text
 
 
-def _changelog_values(topic: str) -> list[bytes]:
-    """The values of a changelog topic, every partition, committed records only."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    consumer = Consumer(
-        {
-            "bootstrap.servers": os.environ["LAKE_KAFKA_BOOTSTRAP"],
-            "group.id": "t",
-            "isolation.level": "read_committed",
-        }
-    )
-    try:
-        consumer.assign([TopicPartition(topic, p, 0) for p in range(4)])
-        values = []
-        while (message := consumer.poll(5)) is not None:
-            if message.value() is not None:
-                values.append(message.value())
-        return values
-    finally:
-        consumer.close()
-
-
 def test_protobuf_changelog_fields_keep_their_numbers_when_a_column_is_inserted(
     spark, tmp_path, where, capsys
 ):
@@ -415,7 +370,7 @@ def test_protobuf_changelog_fields_keep_their_numbers_when_a_column_is_inserted(
         {f.name: f.number for f in compile_proto(t, "test").file_proto.message_type[0].field} for t in texts
     ]
     assert numbers == [{"page": 1, "mail": 2}, {"page": 1, "plen": 3, "mail": 2}]
-    (value,) = _changelog_values(topic)  # written with version 2
+    (value,) = [v for _, v in committed(topic) if v is not None]  # written with version 2
     read = {}
     for version, text in enumerate(texts, 1):
         message_class = compile_proto(text, "test").message_class

@@ -9,15 +9,12 @@ import base64
 import json
 import os
 import signal
-import subprocess
-import sys
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
 import pytest
-from registrykit import ACCOUNT, PIPELINE, Switch, account, lake, pipeline_in, publishing
+from registrykit import ACCOUNT, PIPELINE, Running, Switch, account, committed, lake, pipeline_in, publishing
 
 from spark_jobs.cli import main
 from spark_jobs.formats import framing
@@ -300,7 +297,6 @@ def test_a_changelog_is_registered_and_read_by_confluent_kafkas_own_deserializer
     select and registered under <changelog>-value; confluent-kafka's own deserializers (independent
     readers, with the registry; for Protobuf the registered .proto compiled by protoc) read every
     record back, tombstones as None."""
-    from confluent_kafka import Consumer, TopicPartition
     from confluent_kafka.schema_registry import SchemaRegistryClient
     from confluent_kafka.serialization import MessageField, SerializationContext
 
@@ -323,24 +319,8 @@ def test_a_changelog_is_registered_and_read_by_confluent_kafkas_own_deserializer
     registered = registry.get_latest_version(f"{topic}-value").schema
     assert registered.schema_type == {"avro": "AVRO", "json_schema": "JSON", "protobuf": "PROTOBUF"}[fmt]
     deserialize = _deserializer(fmt, registry, registered.schema_str, tmp_path)
-    consumer = Consumer(
-        {
-            "bootstrap.servers": os.environ["LAKE_KAFKA_BOOTSTRAP"],
-            "group.id": "t",
-            "isolation.level": "read_committed",
-        }
-    )
-    try:
-        consumer.assign([TopicPartition(topic, p, 0) for p in range(4)])
-        records = []
-        while True:
-            message = consumer.poll(5)
-            if message is None:
-                break
-            context = SerializationContext(topic, MessageField.VALUE)
-            records.append((message.key().decode(), deserialize(message.value(), context)))
-    finally:
-        consumer.close()
+    context = SerializationContext(topic, MessageField.VALUE)
+    records = [(key.decode(), deserialize(value, context)) for key, value in committed(topic)]
     no_mail = {"page": "cart"} if fmt == "protobuf" else {"page": "cart", "mail": None}  # proto: unset
     assert sorted(records, key=lambda r: (r[0], r[1] is None)) == [
         ("u1", {"page": "home", "mail": "u1@example.com"}),
@@ -461,37 +441,14 @@ def test_a_registry_outage_under_a_running_join_fails_the_batch_uncommitted_and_
     real = os.environ["LAKE_SCHEMA_REGISTRY_URL"]
     switch = Switch(real)
     monkeypatch.setenv("LAKE_SCHEMA_REGISTRY_URL", switch.url)
-    root = Lake(Path(where[1]))
-    proc = None
+    job = None
     try:
         (tmp_path / "events.txt").write_text('u1;{"page":"home"}\n')
         (tmp_path / "a.txt").write_text(f"u1;{json.dumps(account(1))}\n")
         assert lake(capsys, where, "produce", "events", str(tmp_path / "events.txt"), "-K", ";")[0] == 0
         assert lake(capsys, where, "produce", "accounts", str(tmp_path / "a.txt"), "-K", ";")[0] == 0
-        proc = subprocess.Popen(
-            [str(Path(sys.executable).parent / "lake"), "run", "events_with_mail", "--continuous"]
-            + ["--trigger", "0.5", *where],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=dict(os.environ, LAKE_SPARK_UI="false"),
-        )
-
-        def mails() -> list[tuple[bytes, str | None]]:
-            try:
-                rows = root.read_arrow("events_with_mail").to_pylist()
-            except Exception:  # noqa: BLE001 - not written yet
-                return []
-            return sorted((r["key"], r["mail"]) for r in rows)
-
-        def until(predicate, seconds: float) -> None:
-            deadline = time.monotonic() + seconds
-            while not predicate():
-                if proc.poll() is not None:
-                    raise AssertionError(f"the job ended: {proc.stderr.read()[-2000:]}")
-                assert time.monotonic() < deadline, f"waited {seconds} s; result: {mails()}"
-                time.sleep(0.3)
-
+        job = Running(where)
+        mails, until, proc = job.mails, job.until, job.proc
         until(lambda: mails() == [(b"u1", "u1@example.com")], 180)
         switch.off()
         # records of the version the job knows need no registry: u3's batch goes on during the outage
@@ -528,8 +485,8 @@ def test_a_registry_outage_under_a_running_join_fails_the_batch_uncommitted_and_
         )
         assert "join events_with_mail: stopped on request after" in out
     finally:
-        if proc is not None and proc.poll() is None:
-            proc.kill()
+        if job is not None:
+            job.kill()
         switch.off()
 
 

@@ -133,6 +133,7 @@ LONGEST_FIRST = (
     "test_airflow.py",
     "test_backfill_crashes.py",
     "test_registry_stories.py",
+    "test_registry_faults.py",
     "test_fk.py",
     "test_formats.py",
 )

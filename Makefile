@@ -87,7 +87,7 @@ faults: setup ## the fault suite: a 3-broker SCRAM cluster (RF 3), brokers and j
 	@$(BIN)/python tests/bench/faults.py | tee bench-results/faults.txt; exit $${PIPESTATUS[0]}
 
 lock-jvm: ## re-fetch the JVM jars (and the registry's archive) of infra/jvm/*.pom.xml and tests/bench/peer/pom.xml and rewrite their checksums (needs Maven Central)
-	@rm -rf .jvm.tmp && for entry in spark:infra/jvm/spark.pom.xml kafka:infra/jvm/kafka.pom.xml registry:infra/jvm/registry.pom.xml streams:tests/bench/peer/pom.xml; do \
+	@rm -rf .jvm.tmp && for entry in spark:infra/jvm/spark.pom.xml kafka:infra/jvm/kafka.pom.xml registry:infra/jvm/registry.pom.xml s3:infra/jvm/s3.pom.xml streams:tests/bench/peer/pom.xml; do \
 	  mvn -q -B -f $${entry#*:} dependency:copy-dependencies -DoutputDirectory=$(CURDIR)/.jvm.tmp/$${entry%%:*} >/dev/null || exit 1; done
 	@cd .jvm.tmp && find . -name '*.jar' -o -name '*.tar.gz' | sed 's|^\./||' | sort | xargs sha256sum > ../infra/jvm/jars.sha256
 	@rm -rf .jvm.tmp && echo "infra/jvm/jars.sha256: $$(wc -l < infra/jvm/jars.sha256) jars and archives locked"

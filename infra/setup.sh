@@ -53,7 +53,7 @@ fi
 
 # --- JVM jars (Maven Central, locked by infra/jvm/*.pom.xml + infra/jvm/jars.sha256) -------------
 # jar sets: name -> pom (the Kafka Streams peer of the benchmarks keeps its pom beside its sources)
-jar_sets="spark:infra/jvm/spark.pom.xml kafka:infra/jvm/kafka.pom.xml registry:infra/jvm/registry.pom.xml streams:tests/bench/peer/pom.xml"
+jar_sets="spark:infra/jvm/spark.pom.xml kafka:infra/jvm/kafka.pom.xml registry:infra/jvm/registry.pom.xml s3:infra/jvm/s3.pom.xml streams:tests/bench/peer/pom.xml"
 jvm_stamp=$(cat infra/jvm/*.pom.xml tests/bench/peer/pom.xml infra/jvm/jars.sha256 infra/setup.sh | sha256sum | cut -d' ' -f1)
 if ! [ -f .jvm/.stamp ] || [ "$(cat .jvm/.stamp)" != "$jvm_stamp" ]; then
   if ! command -v mvn >/dev/null 2>&1; then

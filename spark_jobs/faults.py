@@ -4,12 +4,13 @@ and doubles nothing whichever commit the crash fell after. Unset, every point is
 ``errors``, below every package: the Kafka seam has a point of its own.
 
 The points of a join's micro-batch, in order: ``batch`` (Spark has written the batch's offsets,
-nothing of the batch is done), ``publish-open`` (an executor's changelog transaction has a record
-on the broker, not committed), ``publish-part`` (partition 0's changelog transaction is committed,
-the others' still open: their tasks wait before committing), ``publish`` (every partition's changelog transaction is committed), ``park``
-(its result rows are parked for the table, ``--table-every``), ``write`` (its result commit is in),
-and ``fold`` (a catch-up's MERGE is in, the parked rows not yet cleared). The two ``publish-``
-points are the executors' (``lake.joins.ChangelogWriter``): they end the Spark process.
+nothing of the batch is done), ``publish-open`` (an executor's changelog transaction has a record on
+the broker, not committed), ``publish-part`` (partition 0's changelog transaction is committed, the
+others' still open: their tasks wait before committing), ``publish`` (every partition's changelog
+transaction is committed), ``park`` (its result rows are parked for the table, ``--table-every``),
+``write`` (its result commit is in), and ``fold`` (a catch-up's MERGE is in, the parked rows not yet
+cleared). The two ``publish-`` points are the executors' (``lake.joins.ChangelogWriter``): they end
+the Spark process.
 
 The points of a backfill (``lake backfill``), in order: ``backfill-read`` (the dump is read and
 counted), ``backfill-diff`` (compared with the topic, nothing produced), ``produce`` (every record

@@ -95,7 +95,7 @@ def _jvm_output(args: argparse.Namespace) -> Iterator[None]:
 
 
 def _root(args: argparse.Namespace | None) -> str:
-    from spark_jobs.seams.config import resolve_root
+    from spark_jobs.seams.storage import resolve_root
 
     return str(resolve_root(getattr(args, "root", None)))
 

@@ -37,7 +37,7 @@ def register(sub, common) -> None:
 
 def cmd_kafka_start(args) -> int:
     from spark_jobs.seams import broker
-    from spark_jobs.seams.config import resolve_root
+    from spark_jobs.seams.storage import resolve_root
 
     users = {}
     for item in args.sasl_user:
@@ -65,7 +65,7 @@ def broker_port(args) -> int:
 
 def cmd_kafka_stop(args) -> int:
     from spark_jobs.seams import broker
-    from spark_jobs.seams.config import resolve_root
+    from spark_jobs.seams.storage import resolve_root
 
     stopped = broker.stop(resolve_root(args.root), log=lambda m: print(m, file=sys.stderr))
     print("embedded Kafka broker: stopped" if stopped else "embedded Kafka broker: was not running")
@@ -75,7 +75,7 @@ def cmd_kafka_stop(args) -> int:
 def cmd_kafka_status(args) -> int:
 
     from spark_jobs.seams import broker
-    from spark_jobs.seams.config import resolve_root
+    from spark_jobs.seams.storage import resolve_root
 
     state = broker.status(resolve_root(args.root))
     print(json.dumps(state.as_dict()) if args.json else state.text())

@@ -1,7 +1,8 @@
 """``lake up`` / ``lake down``: the product's services on this machine, the embedded broker, the
 embedded Schema Registry and the Spark Connect server that quick commands use; ``lake registry
 start|stop|status`` and ``lake connect start|stop|status`` for one of them alone (the broker alone:
-``lake kafka``)."""
+``lake kafka``); ``lake s3 start|stop|status``: the embedded S3-compatible store, for a lake on
+object storage tried on one machine."""
 
 from __future__ import annotations
 
@@ -61,6 +62,28 @@ def register(sub, common) -> None:
     rst.add_argument("--json", action="store_true", help='{"running": ..., "url": ...}')
     rst.set_defaults(run=cmd_registry_status)
 
+    s3 = sub.add_parser(
+        "s3",
+        parents=[common],
+        help="the embedded S3-compatible store (S3Proxy, objects kept under <work>/_s3/data)",
+    )
+    s3sub = s3.add_subparsers(dest="s3_command", metavar="ACTION", parser_class=Parser)
+    s3s = s3sub.add_parser("start", parents=[common], help="start it; returns once it answers")
+    s3s.add_argument(
+        "--s3-port", "--port", type=int, default=None, help="its port (default $LAKE_S3_PORT or 9000)"
+    )
+    s3s.add_argument(
+        "--bucket", action="append", default=[], help="a bucket to create unless it exists (repeatable)"
+    )
+    s3s.set_defaults(run=cmd_s3_start)
+    s3t = s3sub.add_parser("stop", parents=[common], help="stop it (the objects stay under <work>/_s3/data)")
+    s3t.set_defaults(run=cmd_s3_stop)
+    s3st = s3sub.add_parser("status", parents=[common], help="is it running, its endpoint and access key")
+    s3st.add_argument(
+        "--json", action="store_true", help='{"running": ..., "endpoint": ...} (never the secret)'
+    )
+    s3st.set_defaults(run=cmd_s3_status)
+
     c = sub.add_parser("connect", parents=[common], help="the Spark Connect server of the lake root alone")
     csub = c.add_subparsers(dest="connect_command", metavar="ACTION", parser_class=Parser)
     cs = csub.add_parser("start", parents=[common], help="start it; returns once it accepts connections")
@@ -78,7 +101,7 @@ def _log(message: str) -> None:
 
 
 def _root(args):
-    from spark_jobs.seams.config import resolve_root
+    from spark_jobs.seams.storage import resolve_root
 
     return resolve_root(args.root)
 
@@ -128,6 +151,36 @@ def cmd_registry_status(args) -> int:
     from spark_jobs.seams import embedded_registry
 
     state = embedded_registry.status(_root(args))
+    print(json.dumps(state.as_dict()) if args.json else state.text())
+    return 0
+
+
+def _work(args):
+    from spark_jobs.seams.storage import work_folder
+
+    return work_folder(args.root)
+
+
+def cmd_s3_start(args) -> int:
+    from spark_jobs.seams import embedded_s3
+
+    port = args.s3_port or int(os.environ.get("LAKE_S3_PORT", embedded_s3.DEFAULT_PORT))
+    print(embedded_s3.start(_work(args), port, tuple(args.bucket), log=_log).text())
+    return 0
+
+
+def cmd_s3_stop(args) -> int:
+    from spark_jobs.seams import embedded_s3
+
+    stopped = embedded_s3.stop(_work(args), log=_log)
+    print("embedded S3 store: stopped" if stopped else "embedded S3 store: was not running")
+    return 0
+
+
+def cmd_s3_status(args) -> int:
+    from spark_jobs.seams import embedded_s3
+
+    state = embedded_s3.status(_work(args))
     print(json.dumps(state.as_dict()) if args.json else state.text())
     return 0
 

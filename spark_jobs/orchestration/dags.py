@@ -28,9 +28,10 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from spark_jobs.errors import UserError
 from spark_jobs.orchestration import tasks
 from spark_jobs.orchestration.environment import unique_pipelines
-from spark_jobs.seams.config import PARTITIONERS, PipelineConfig, load_config, resolve_root
+from spark_jobs.seams.config import PARTITIONERS, PipelineConfig, load_config
 from spark_jobs.seams.layout import QUALITY_RUNS, QUARANTINE, lookup_table
 from spark_jobs.seams.session import submit_conf
+from spark_jobs.seams.storage import resolve_root
 
 APPLICATION = str(Path(__file__).resolve().parents[1] / "_submit" / "lake_app.py")
 START_DATE = datetime(2026, 1, 1)

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from spark_jobs.seams.config import resolve_root
 from spark_jobs.seams.layout import Layout
+from spark_jobs.seams.storage import resolve_root
 
 URL_PREFIX = "/lake-reports"
 

@@ -45,7 +45,6 @@ TOP_LEVEL_KEYS = ("pipeline", "description", "kafka", "topics", "lookups", "join
 MAX_PARTITIONS = 10_000  # far above any real topic; a broker asked for millions would not answer
 KAFKA_TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{0,200}$")
 ENV_REF_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
-DEFAULT_ROOT = "lakehouse"
 FIELD_PATH_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 COLUMN_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 WINDOW_RE = re.compile(
@@ -247,11 +246,6 @@ class PipelineConfig:
         """The partitioner a backfill uses by default: the one of the topics it is joined with."""
         first = lookup.joined_with[0] if lookup.joined_with else lookup.topic
         return self.topics[first].partitioner
-
-
-def resolve_root(root: str | os.PathLike[str] | None = None) -> Path:
-    """``--root`` wins, then ``LAKE_ROOT``, then ``./lakehouse``."""
-    return Path(root or os.environ.get("LAKE_ROOT") or DEFAULT_ROOT).absolute()
 
 
 def bundled_config_path(name: str = DEFAULT_CONFIG) -> Path:

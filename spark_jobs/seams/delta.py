@@ -36,8 +36,8 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from spark_jobs.errors import UserError
-from spark_jobs.seams.config import resolve_root
 from spark_jobs.seams.layout import Layout
+from spark_jobs.seams.storage import resolve_root
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

@@ -20,6 +20,7 @@
                                   broker.log, broker.out, broker.json
   _registry/                      the embedded Schema Registry: data/, registry.log, registry.json
   _connect/                       the Spark Connect server: server.json, server.log, warm-up/
+  _s3/                            the embedded S3 store: data/, s3.json, s3.log (spark_jobs.seams.embedded_s3)
   _airflow/<dag>/<run>/           what one DAG run's tasks hand each other
   reports/quality/                the report pages, Data Docs and run pages (ReportFolder)
   catalog/                        the Spark catalog's metastore (embedded Derby)

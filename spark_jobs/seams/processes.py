@@ -108,10 +108,14 @@ def read_state(path: Path) -> dict[str, Any] | None:
     return info if pid > 0 and alive(pid) else None
 
 
-def write_state(path: Path, info: dict[str, Any]) -> None:
-    """A running service's state file (pid, address, log), replaced atomically."""
+def write_state(path: Path, info: dict[str, Any], private: bool = False) -> None:
+    """A running service's state file (pid, address, log), replaced atomically; ``private``: readable
+    by its owner only (it holds a secret)."""
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(info))
+    tmp.unlink(missing_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600 if private else 0o644)
+    with os.fdopen(fd, "w") as out:
+        out.write(json.dumps(info))
     tmp.replace(path)
 
 

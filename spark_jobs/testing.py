@@ -44,6 +44,7 @@ from spark_jobs.seams.config import REGISTRY_FORMATS, PipelineConfig, RegistrySp
 from spark_jobs.seams.delta import Lake
 from spark_jobs.seams.layout import QUARANTINE
 from spark_jobs.seams.schema_registry import Registry
+from spark_jobs.seams.storage import remove_tree
 
 
 class Record(NamedTuple):
@@ -152,7 +153,6 @@ class JoinQuery:
         """``ends(topic)``: how far the caller's records of a topic go (the next offset of each
         partition), which the stream kinds compare with what they have read; ``formats``: the
         records' codecs (by default the pipeline's)."""
-        import shutil
 
         from pyspark.sql import DataFrame
 
@@ -163,7 +163,7 @@ class JoinQuery:
         self.inputs = MemoryInputs(ends or (lambda topic: np.zeros(topic.partitions, dtype=np.int64)))
         self.job.inputs = self.inputs
         self.checkpoint = lake.layout.driver_checkpoint(name)
-        shutil.rmtree(self.checkpoint, ignore_errors=True)  # the source starts empty: so does the query
+        remove_tree(self.checkpoint)  # the source starts empty: so does the query
         empty = spark.createDataFrame([], RECORDS)
         self._columns = empty.columns
         schema = spark._jsparkSession.parseDataType(empty.schema.json())
@@ -334,7 +334,7 @@ class PipelineTestDriver:
 
         self.config: PipelineConfig = load_config(pipeline)
         self.lake = Lake(root)
-        self.spark = spark or get_spark(app_name="pipeline-test-driver")
+        self.spark = spark or get_spark(app_name="pipeline-test-driver", root=self.lake.root)
         self.formats = _formats(self.config, self.lake)
         self._piped: dict[str, list[tuple[bytes | None, bytes | None, int]]] = {}
         self._clock = 0  # the timestamp of a record piped without one: the latest seen

@@ -58,6 +58,30 @@ def schema_registry(tmp_path_factory):
     embedded_registry.stop(root)
 
 
+S3_BUCKET = "lake-tests"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def s3_store(tmp_path_factory):
+    """One embedded S3-compatible store for the run, reached the way a user's own store is: through
+    AWS_ENDPOINT_URL and the AWS_* credentials (set before any Spark starts: its S3A connector reads
+    them). Tests keep their lakes under s3a://lake-tests/<a prefix of their own>."""
+    from spark_jobs.seams import embedded_s3
+
+    work = tmp_path_factory.mktemp("s3-store")
+    state = embedded_s3.start(work, _free_port(), (S3_BUCKET,))
+    os.environ.update(
+        {
+            "AWS_ENDPOINT_URL": str(state.endpoint),
+            "AWS_ACCESS_KEY_ID": str(state.access_key),
+            "AWS_SECRET_ACCESS_KEY": str(state.secret_key),
+            "AWS_REGION": embedded_s3.REGION,
+        }
+    )
+    yield state
+    embedded_s3.stop(work)
+
+
 @pytest.fixture(autouse=True)
 def _own_topics(monkeypatch, request):
     """Each test's Kafka topics live under a prefix of its own (tests share the broker)."""

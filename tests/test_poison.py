@@ -151,6 +151,12 @@ def test_lake_audit_leaves_out_and_names_the_keys_the_select_fails_on(spark, tmp
         "differing_keys": [],
         "not_compared_keys": ["p1", "p2"],
         "unordered_keys": [],
-        "unordered_columns": ["timestamp", "left_partition", "left_offset", "right_partition", "right_offset"],
+        "unordered_columns": [
+            "timestamp",
+            "left_partition",
+            "left_offset",
+            "right_partition",
+            "right_offset",
+        ],
         "read": "products up to offsets [4, 0], merchants up to offsets [4, 2]",
     }

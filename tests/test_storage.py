@@ -26,15 +26,50 @@ def lake(cwd, *args: str, env: dict[str, str] | None = None) -> subprocess.Compl
     )
 
 
+WITHOUT_AWS = {"AWS_ENDPOINT_URL": "", "AWS_ACCESS_KEY_ID": "", "AWS_SECRET_ACCESS_KEY": ""}
+
+
+@pytest.mark.parametrize(
+    "root, said",
+    [
+        ("gs://lakebar/root", "lake root gs://lakebar/root: no file system for gs:// here; "),
+        (
+            "s3://lakebar/root",
+            "lake root s3://lakebar/root: no file system for s3:// here (Hadoop's S3A connector: s3a://); ",
+        ),
+    ],
+)
 @pytest.mark.parametrize("command", [["status"], ["check"], ["demo", "--topics-only"]])
-def test_a_root_on_another_file_system_is_refused_in_one_line_and_no_local_folder_is_made(tmp_path, command):
-    done = lake(tmp_path, *command, env={"LAKE_ROOT": "s3a://lakebar/root"})
+def test_a_root_on_a_file_system_without_a_connector_is_refused_in_one_line_and_no_local_folder_is_made(
+    tmp_path, root, said, command
+):
+    done = lake(tmp_path, *command, env={"LAKE_ROOT": root})
     assert done.returncode == 2
     assert done.stderr.splitlines() == [
-        "lake: error: lake root s3a://lakebar/root: this version keeps the lake in a local folder only, "
-        "not on a s3a:// file system; give a local folder (--root or LAKE_ROOT)"
+        f"lake: error: {said}a lake root is a local folder or s3a://bucket/prefix"
     ]
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_bucket_that_is_not_there_or_credentials_it_refuses_are_one_line_and_nothing_is_written(
+    tmp_path, s3_store
+):
+    env = {"LAKE_WORK": str(tmp_path / "work")}
+    missing = lake(tmp_path, "--root", "s3a://no-such-bucket/lake", "status", env=env)
+    assert missing.returncode == 2
+    assert missing.stderr.splitlines() == [
+        f"lake: error: lake root s3a://no-such-bucket/lake: bucket no-such-bucket does not exist at {s3_store.endpoint}"
+    ]
+    refused = lake(
+        tmp_path, "--root", "s3a://lake-tests/refused", "status",
+        env={**env, "AWS_SECRET_ACCESS_KEY": "not-it"},
+    )  # fmt: skip
+    assert refused.returncode == 2
+    assert refused.stderr.splitlines() == [
+        f"lake: error: lake root s3a://lake-tests/refused: {s3_store.endpoint} refused this machine's "
+        "credentials for bucket lake-tests"
+    ]
+    assert not (tmp_path / "work").exists() or not any((tmp_path / "work").rglob("*.json"))
 
 
 def test_a_file_uri_root_is_the_local_folder(tmp_path):
@@ -90,3 +125,18 @@ def test_the_embedded_s3_store_starts_serves_its_buckets_to_its_key_only_and_sto
         stopped = lake(tmp_path, "--root", str(root), "s3", "stop")
     assert stopped.stdout == "embedded S3 store: stopped\n"
     assert lake(tmp_path, "--root", str(root), "s3", "status").stdout == "embedded S3 store: not running\n"
+
+
+def test_a_root_in_the_embedded_store_is_found_through_its_work_folder_without_any_aws_setting(tmp_path):
+    """``lake s3 start`` with an s3a:// root creates its bucket; every command on that root then finds
+    the store (its endpoint and key) in the root's work folder, as the embedded broker is found."""
+    env = {**WITHOUT_AWS, "LAKE_WORK": str(tmp_path / "work"), "LAKE_ROOT": "s3a://first-look/lake"}
+    port = _free_port()
+    started = lake(tmp_path, "s3", "start", "--port", str(port), env=env)
+    assert started.returncode == 0, started.stderr
+    try:
+        status = lake(tmp_path, "status", env=env)
+        assert status.returncode == 0, status.stderr
+        assert (tmp_path / "work" / "_s3" / "data" / "first-look").is_dir()
+    finally:
+        lake(tmp_path, "s3", "stop", env=env)

@@ -84,9 +84,10 @@ def _jvm_output(args: argparse.Namespace) -> Iterator[None]:
     root (``$LAKE_SPARK_LOG`` when set: a detached job's log), not into the command's output."""
     from spark_jobs.seams import session
     from spark_jobs.seams.layout import Layout
+    from spark_jobs.seams.storage import resolve_root
 
     named = os.environ.get("LAKE_SPARK_LOG")
-    log = Path(named) if named else Layout(Path(_root(args))).spark_log(args.command)
+    log = Path(named) if named else Layout(resolve_root(getattr(args, "root", None))).spark_log(args.command)
     session.send_jvm_output_to(log)
     try:
         yield

@@ -115,7 +115,7 @@ def cmd_run(args) -> int:
         for item in reset_join(lake, config, args.join):
             stderr(f"reset: removed {item}")
     stderr("starting Spark ...")
-    spark = get_spark(app_name=f"join-{args.join}")
+    spark = get_spark(app_name=f"join-{args.join}", root=lake.root)
     watch_queries(spark, stderr)
     summary = run_join(
         spark,
@@ -282,7 +282,7 @@ def cmd_audit(args) -> int:
         raise UserError(f"join {args.join} has no result yet: run 'lake run {args.join} --once' first")
     registry_first(config, lake, [topic for _, topic in spec.sides])
     stderr("starting Spark ...")
-    report = audit(get_spark(app_name=f"audit-{args.join}"), lake, config, args.join)
+    report = audit(get_spark(app_name=f"audit-{args.join}", root=lake.root), lake, config, args.join)
     if args.json:
         print(
             json.dumps(

@@ -59,7 +59,7 @@ def cmd_backfill(args) -> int:
 
     registry_first(config, lake, [lookup.topic])
     stderr("starting Spark ...")
-    spark = get_spark(app_name=f"backfill-{args.lookup}")
+    spark = get_spark(app_name=f"backfill-{args.lookup}", root=lake.root)
     with SparkProgress(spark):
         summary = run_backfill(
             spark,

@@ -57,7 +57,7 @@ def cmd_check(args) -> int:
     registry_first(config, lake, read)
     preload_great_expectations()
     stderr("starting Spark ...")
-    spark = get_spark(app_name="quality")
+    spark = get_spark(app_name="quality", root=lake.root)
     try:
         with SparkProgress(spark):
             report = run_suites(

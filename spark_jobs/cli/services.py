@@ -165,7 +165,10 @@ def cmd_s3_start(args) -> int:
     from spark_jobs.seams import embedded_s3
 
     port = args.s3_port or int(os.environ.get("LAKE_S3_PORT", embedded_s3.DEFAULT_PORT))
-    print(embedded_s3.start(_work(args), port, tuple(args.bucket), log=_log).text())
+    from spark_jobs.seams.storage import bucket_of
+
+    buckets = tuple(dict.fromkeys([*([bucket_of(args.root)] if bucket_of(args.root) else []), *args.bucket]))
+    print(embedded_s3.start(_work(args), port, buckets, log=_log).text())
     return 0
 
 

@@ -328,7 +328,7 @@ def cmd_ingest(args) -> int:
         raise UserError("--trigger must be a positive number of seconds")
     if args.detach or args.stop:
         return _ingest_job(args, config, lake)
-    spark = get_spark(app_name=f"ingest-{config.name}")
+    spark = get_spark(app_name=f"ingest-{config.name}", root=lake.root)
     watch_queries(spark, lambda m: print(m, flush=True))
     summary = run_ingest(
         spark,
@@ -367,7 +367,7 @@ def cmd_repartition(args) -> int:
 
     config, lake = context(args)
     config.topic(args.topic)  # an unknown topic fails before Spark starts
-    spark = get_spark(app_name="lake-repartition")
+    spark = get_spark(app_name="lake-repartition", root=lake.root)
     result = repartition(
         spark, lake, config, args.topic, args.partitioner, log=lambda m: print(m, flush=True)
     )

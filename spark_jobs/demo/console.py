@@ -53,7 +53,7 @@ def _demo_stories(lake: Lake, stories) -> int:
 
     print(f"lake root: {lake.root}", flush=True)
     print("(starting Spark for the quality suites, the backfills and the joins ...)", flush=True)
-    spark = get_spark(app_name="demo")
+    spark = get_spark(app_name="demo", root=lake.root)
 
     def run(config, name: str) -> None:
         summary = run_join(spark, lake, config, name, once=True, log=_batch_line)
@@ -175,7 +175,7 @@ def _demo_consents(config: PipelineConfig, lake: Lake, topics_only: bool) -> int
         return 0
 
     print("\n(starting Spark for the quality suites, the backfill and the joins ...)", flush=True)
-    spark = get_spark(app_name="demo")
+    spark = get_spark(app_name="demo", root=lake.root)
 
     passed = _gate(spark, lake, config, numbered(2))
     if not passed:

@@ -31,6 +31,7 @@ from spark_jobs.formats.codec import Codec, DecodeError, as_json
 from spark_jobs.seams.config import REGISTRY_FORMATS, PipelineConfig
 from spark_jobs.seams.kafka import topic_prefix
 from spark_jobs.seams.schema_registry import Registry, connect_registry
+from spark_jobs.seams.storage import Root
 
 if TYPE_CHECKING:
     from pyspark.sql import Column
@@ -47,7 +48,7 @@ class Formats:
     def __init__(
         self,
         config: PipelineConfig,
-        root: Path,
+        root: Root | Path,
         kafka_name: Callable[[str], str] | None = None,
         registry: Registry | None = None,
     ):

@@ -16,7 +16,6 @@ from __future__ import annotations
 import itertools
 import json
 import re
-import shutil
 import threading
 import time
 from collections.abc import Callable
@@ -58,6 +57,7 @@ from spark_jobs.seams.kafka import (
     partition_counts,
     topic_ids,
 )
+from spark_jobs.seams.storage import remove_tree, write_whole
 from spark_jobs.topics import ingest
 from spark_jobs.topics.snapshots import offsets_text, stream
 
@@ -449,8 +449,7 @@ def _check_checkpoint(lake: Lake, spec: JoinSpec, cluster: Cluster) -> None:
                 f"(a new Kafka topic id: 'lake topic repartition', or deleted and created again), so its "
                 f"checkpoint's offsets point into a topic that is gone; rerun with --reset"
             )
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(ids))
+    write_whole(path, json.dumps(ids))
 
 
 def _refuse_bronze_checkpoint(checkpoint: Path, spec: JoinSpec) -> None:
@@ -537,7 +536,7 @@ def reset_join(lake: Lake, config: PipelineConfig, name: str) -> list[str]:
     removed += [table for table in dict.fromkeys(tables) if lake.drop(table)]
     checkpoint = checkpoint_dir(lake, spec)
     if checkpoint.exists():
-        shutil.rmtree(checkpoint)
+        remove_tree(checkpoint)
         removed.append(str(checkpoint))
     last_batch_path(lake, join_job(spec)).unlink(missing_ok=True)
     if spec.publish:  # the rebuilt join publishes its whole result again, into a fresh changelog
@@ -545,8 +544,7 @@ def reset_join(lake: Lake, config: PipelineConfig, name: str) -> list[str]:
         delete_topics(cluster, [cluster.topic(spec.publish)])
         removed.append(f"Kafka topic {cluster.topic(spec.publish)}")
         ingest_checkpoint = ingest.checkpoint_dir(lake, spec.publish)
-        if ingest_checkpoint.exists():
-            shutil.rmtree(ingest_checkpoint)
+        remove_tree(ingest_checkpoint)
     return removed
 
 

@@ -31,7 +31,7 @@ from spark_jobs.orchestration.environment import unique_pipelines
 from spark_jobs.seams.config import PARTITIONERS, PipelineConfig, load_config
 from spark_jobs.seams.layout import QUALITY_RUNS, QUARANTINE, lookup_table
 from spark_jobs.seams.session import submit_conf
-from spark_jobs.seams.storage import resolve_root
+from spark_jobs.seams.storage import Root, resolve_root
 
 APPLICATION = str(Path(__file__).resolve().parents[1] / "_submit" / "lake_app.py")
 START_DATE = datetime(2026, 1, 1)
@@ -39,11 +39,10 @@ JOIN_TRIGGER_SECONDS = 5.0
 JOINS_CATCH_UP_TIMEOUT = 30 * 60
 
 
-def lookup_asset(config: PipelineConfig, root: Path, lookup: str) -> Asset:
+def lookup_asset(config: PipelineConfig, root: str, lookup: str) -> Asset:
     """The Asset of a lookup's Delta table (what data-aware DAGs wait for)."""
-    return Asset(
-        name=f"{config.name}.lookup_{lookup}", uri=f"file://{root}/tables/lookup_{lookup}", group="lake"
-    )
+    where = root if "://" in root else f"file://{root}"
+    return Asset(name=f"{config.name}.lookup_{lookup}", uri=f"{where}/tables/lookup_{lookup}", group="lake")
 
 
 class LakeSubmitOperator(SparkSubmitOperator):
@@ -65,7 +64,7 @@ class LakeSubmitOperator(SparkSubmitOperator):
 class _Builder:
     """Shared pieces of one pipeline's DAGs."""
 
-    def __init__(self, config_path: Path, root: Path):
+    def __init__(self, config_path: Path, root: Root | Path):
         self.config = load_config(config_path)
         self.config_path = str(config_path)
         self.root = str(root)
@@ -297,7 +296,7 @@ def manual_backfill_dag(b: _Builder) -> DAG:
                 f"Records an update of the Asset of lookup `{name}` when this run wrote to it (skipped "
                 "otherwise), so data-aware DAGs such as the quality DAG run after it.",
                 op_kwargs={"root": b.root, "lookup": name},
-                outlets=[lookup_asset(config, Path(b.root), name)],
+                outlets=[lookup_asset(config, b.root, name)],
             )
             for name in lookups
         ]
@@ -316,7 +315,7 @@ def manual_backfill_dag(b: _Builder) -> DAG:
 
 def quality_dag(b: _Builder) -> DAG:
     config = b.config
-    assets = [lookup_asset(config, Path(b.root), name) for name in config.lookups]
+    assets = [lookup_asset(config, b.root, name) for name in config.lookups]
     schedule: object = b.af.quality_schedule
     if assets:
         on_assets = AssetAny(*assets)

@@ -15,10 +15,10 @@ import json
 import logging
 import os
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 from spark_jobs.seams.layout import Layout
+from spark_jobs.seams.storage import append_line
 
 log = logging.getLogger(__name__)
 
@@ -28,12 +28,12 @@ BACKFILL_JSON = "backfill.json"
 
 def run_dir_template(root: str) -> str:
     """This DAG run's folder as a Jinja template (for a task's templated arguments)."""
-    return str(Layout(Path(root)).airflow_run("{{ dag.dag_id }}", "{{ run_id }}"))
+    return str(Layout(root).airflow_run("{{ dag.dag_id }}", "{{ run_id }}"))
 
 
-def run_dir(root: str, context: dict) -> Path:
+def run_dir(root: str, context: dict) -> Any:
     """The folder :func:`run_dir_template` renders to for this task's DAG run."""
-    return Layout(Path(root)).airflow_run(context["dag"].dag_id, context["run_id"])
+    return Layout(root).airflow_run(context["dag"].dag_id, context["run_id"])
 
 
 def _fail(message: str):
@@ -50,7 +50,7 @@ def _skip(message: str):
     return AirflowSkipException(message)
 
 
-def _read_json(path: Path, what: str) -> dict:
+def _read_json(path: Any, what: str) -> dict:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -81,7 +81,7 @@ def quality_lines(report: dict, root: str) -> list[str]:
     url = report_url(report.get("summary_html"), root, base)
     if url:
         lines.append(f"report in the browser: {url}")
-    pipeline_page = Layout(Path(root)).report_folder.pipeline_page(str(report.get("pipeline")))
+    pipeline_page = Layout(root).report_folder.pipeline_page(str(report.get("pipeline")))
     pipeline_url = report_url(str(pipeline_page), root, base)
     if pipeline_url:
         lines.append(
@@ -317,7 +317,4 @@ def alert_on_failure(root: str, context: dict) -> None:
         "error": str(error).splitlines()[0] if error else None,
     }
     log.error("ALERT %s.%s failed: %s", alert["dag_id"], alert["task_id"], alert["error"])
-    path = Layout(Path(root)).alerts
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a", encoding="utf-8") as out:
-        out.write(json.dumps(alert) + "\n")
+    append_line(Layout(root).alerts, json.dumps(alert))

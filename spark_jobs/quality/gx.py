@@ -4,9 +4,31 @@ extra expectations) and renders Data Docs once per run."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from pyspark.sql import DataFrame
+
+from spark_jobs.seams.storage import copy_tree, remove_tree
+
+
+@contextmanager
+def project_folder(report_dir: Any, staging: Path) -> Iterator[Path]:
+    """The local folder of the report directory's Great Expectations project (``gx/``), which GE reads
+    and writes as local files: the report directory itself when it is local; for one on an object
+    store a copy of its ``gx/`` under ``staging``, copied back when the block ends without an error,
+    and removed either way."""
+    if isinstance(report_dir, Path):
+        yield report_dir
+        return
+    copy_tree(report_dir / "gx", staging / "gx")
+    try:
+        yield staging
+        copy_tree(staging / "gx", report_dir / "gx")
+    finally:
+        remove_tree(staging)
 
 
 def preload_great_expectations() -> None:

@@ -16,9 +16,9 @@ expectation, passed or failed, with its findings in words (:func:`render_summary
 from __future__ import annotations
 
 import html
-import os
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from spark_jobs.quality.results import QualityReport
 from spark_jobs.seams.config import PipelineConfig
@@ -409,12 +409,13 @@ def _chart_section(per_run: list[tuple[datetime, str, int, int]]) -> list[str]:
 # --- a run's own page ----------------------------------------------------------------------------
 
 
-def docs_href(docs: str | None, page: Path) -> str | None:
-    """The Data Docs link as seen from ``page``: relative, so it works on disk (file://) and when the
-    reports are served over http (the Airflow UI's "Data quality" view)."""
+def docs_href(docs: str | None, page: Any, folder: ReportFolder) -> str | None:
+    """The Data Docs link as seen from ``page`` of ``folder``: relative, so it works on disk
+    (file://), when the reports are served over http (the Airflow UI's "Data quality" view) and on
+    an object store. ``docs``: the site Great Expectations built (in the folder's ``gx/``)."""
     if not docs or not docs.startswith("file://"):
         return docs
-    return os.path.relpath(docs.removeprefix("file://"), page.parent)
+    return folder.link(page, folder.data_docs_index)
 
 
 def render_summary(report: QualityReport, docs_href: str | None = None) -> str:

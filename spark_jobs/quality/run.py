@@ -22,7 +22,7 @@ from pyspark.sql import DataFrame, SparkSession
 from spark_jobs.errors import UserError
 from spark_jobs.formats import Formats
 from spark_jobs.quality.findings import as_row, offending
-from spark_jobs.quality.gx import GreatExpectations, outcome, unexpected_rows
+from spark_jobs.quality.gx import GreatExpectations, outcome, project_folder, unexpected_rows
 from spark_jobs.quality.pages import docs_href, render_summary, write_report
 from spark_jobs.quality.results import ExpectationResult, QualityReport
 from spark_jobs.quality.suites import CHECKS, Check, Suite, load_suite
@@ -85,7 +85,7 @@ def _run_suites(
     report_dir: Path | None,
     log,
 ) -> QualityReport:
-    folder = ReportFolder((report_dir or lake.layout.quality_reports).absolute())
+    folder = ReportFolder(report_dir.absolute()) if report_dir else lake.layout.report_folder
     folder.path.mkdir(parents=True, exist_ok=True)
     cluster = connect(config, lake.root)
     read = list(dict.fromkeys(t for suite in suites for t in suite.topics(config)))
@@ -94,20 +94,22 @@ def _run_suites(
     formats = Formats(config, lake.root, cluster.topic)
     topics = SnapshotReader(spark, cluster, {t: config.topic(t) for t in read}, snapshot, formats)
     log("loading Great Expectations ...")
-    gxr = GreatExpectations(folder.path)
     run_id = str(uuid.uuid4())
     run_time = datetime.now(UTC)
     results: list[ExpectationResult] = []
-    try:
-        for suite in suites:
-            for check in suite.checks:
-                log(f"checking {suite.name} / {check.name} ...")
-                results += _run_check(spark, topics, config, gxr, suite, check)
-    finally:
-        topics.close()
+    with project_folder(folder.path, lake.layout.staging / run_id) as project:
+        gxr = GreatExpectations(project)
+        try:
+            for suite in suites:
+                for check in suite.checks:
+                    log(f"checking {suite.name} / {check.name} ...")
+                    results += _run_check(spark, topics, config, gxr, suite, check)
+        finally:
+            topics.close()
+        docs = gxr.docs_index()
     success = all(r.success for r in results)
-    docs = gxr.docs_index()
-    report = QualityReport(run_id, run_time.isoformat(), config.name, success, results, docs, None)
+    shown = docs if project == folder.path or not docs else str(folder.data_docs_index)
+    report = QualityReport(run_id, run_time.isoformat(), config.name, success, results, shown, None)
     report.offsets_at = snapshot.taken_at.isoformat(timespec="seconds")
     report.offsets = {t: list(snapshot.ends[t]) for t in read}
     # every run keeps its own page (runs/<time>-<id>.html); summary.html/.json are the latest run
@@ -115,14 +117,12 @@ def _run_suites(
     page.parent.mkdir(exist_ok=True)
     report.summary_html = str(page)
     for target in (page, folder.summary):
-        target.write_text(render_summary(report, docs_href(docs, target)), encoding="utf-8")
+        target.write_text(render_summary(report, docs_href(docs, target, folder)), encoding="utf-8")
     as_json = json.dumps(report.as_dict(), indent=2)
     for target in (page.with_suffix(".json"), folder.summary_json):
         target.write_text(as_json, encoding="utf-8")
     _record(spark, lake, report, suites, snapshot)
-    pipeline_page = write_report(
-        lake, config, docs_href(docs, lake.layout.report_folder.pipeline_page(config.name))
-    )
+    pipeline_page = write_report(lake, config, docs_href(docs, folder.pipeline_page(config.name), folder))
     log(f"report: {pipeline_page}")
     return report
 

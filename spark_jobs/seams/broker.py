@@ -38,6 +38,7 @@ from spark_jobs.seams.processes import (
     stop_service,
     write_state,
 )
+from spark_jobs.seams.storage import Root
 
 DEFAULT_PORT = 9092
 START_TIMEOUT_S = 60
@@ -87,7 +88,7 @@ class BrokerStatus:
         )
 
 
-def status(root: Path) -> BrokerStatus:
+def status(root: Root | Path) -> BrokerStatus:
     """The broker's state from ``broker.json``; a file left by a dead broker reads as not running."""
     info = read_state(Layout(root).broker_state)
     if info is None:
@@ -166,7 +167,7 @@ def _server_properties(
 
 
 def start(
-    root: Path,
+    root: Root | Path,
     port: int = DEFAULT_PORT,
     sasl_port: int | None = None,
     sasl_users: dict[str, str] | None = None,
@@ -252,6 +253,6 @@ def _answers(bootstrap: str) -> bool:
     return broker_answers(bootstrap)
 
 
-def stop(root: Path, log=lambda _: None) -> bool:
+def stop(root: Root | Path, log=lambda _: None) -> bool:
     """Stop the broker (controlled shutdown, then SIGKILL after 30 s); False when it was not running."""
     return stop_service(Layout(root).broker_state, "the embedded Kafka broker", STOP_TIMEOUT_S, log)

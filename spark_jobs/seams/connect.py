@@ -27,6 +27,7 @@ from spark_jobs.errors import UserError
 from spark_jobs.seams.layout import Layout
 from spark_jobs.seams.processes import HOST, await_answer, port_free, read_state, stop_service, write_state
 from spark_jobs.seams.session import DEFAULT_MASTER, get_spark, submit_conf
+from spark_jobs.seams.storage import Root, resolve_root
 
 DEFAULT_PORT = 15002  # Spark Connect's own default
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
@@ -54,7 +55,7 @@ class ConnectStatus:
         )
 
 
-def status(root: Path) -> ConnectStatus:
+def status(root: Root | Path) -> ConnectStatus:
     """The server's state from ``server.json``; a file left by a dead server reads as not running."""
     info = read_state(Layout(root).connect_state)
     if info is None:
@@ -83,7 +84,7 @@ def answering(state: ConnectStatus) -> bool:
     return state.running and state.url is not None and _answers(int(state.url.rsplit(":", 1)[1]))
 
 
-def start(root: Path, port: int = DEFAULT_PORT, log=lambda _: None) -> ConnectStatus:
+def start(root: Root | Path, port: int = DEFAULT_PORT, log=lambda _: None) -> ConnectStatus:
     """Start the server unless it runs; returns once it accepts connections."""
     current = status(root)
     if current.running:
@@ -97,7 +98,7 @@ def start(root: Path, port: int = DEFAULT_PORT, log=lambda _: None) -> ConnectSt
     layout = Layout(root)
     layout.connect.mkdir(parents=True, exist_ok=True)
     server_log = layout.connect_log
-    conf = submit_conf() | {
+    conf = submit_conf(resolve_root(root)) | {
         "spark.connect.grpc.binding.address": HOST,
         "spark.connect.grpc.binding.port": str(port),
     }
@@ -142,13 +143,13 @@ def _warm_up(url: str, table: Path) -> None:
         spark.stop()
 
 
-def stop(root: Path, log=lambda _: None) -> bool:
+def stop(root: Root | Path, log=lambda _: None) -> bool:
     """Stop the server (SIGTERM: Spark stops its context, then SIGKILL after 30 s); False when it was
     not running."""
     return stop_service(Layout(root).connect_state, "the Spark Connect server", STOP_TIMEOUT_S, log)
 
 
-def quick_session(root: Path, app_name: str = "lake", log: Any = lambda _: None):
+def quick_session(root: Root | Path, app_name: str = "lake", log: Any = lambda _: None):
     """A session for a command that only reads the lake (``lake show``): the lake root's Spark Connect
     server when it runs (``lake up``), a second or two instead of a local
     Spark's start-up; else, or when the server does not answer, a local session (:func:`get_spark`)."""
@@ -166,4 +167,4 @@ def quick_session(root: Path, app_name: str = "lake", log: Any = lambda _: None)
         except Exception as exc:  # a stuck or dying server: the command still runs
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             log(f"the Spark Connect server at {server.url} did not answer ({first}); starting a local Spark")
-    return get_spark(app_name=app_name)
+    return get_spark(app_name=app_name, root=resolve_root(root))

@@ -23,21 +23,19 @@ import fcntl
 import json
 import os
 import re
-import shutil
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from spark_jobs.errors import UserError
 from spark_jobs.seams.layout import Layout
-from spark_jobs.seams.storage import resolve_root
+from spark_jobs.seams.storage import check_root, move_tree, remove_tree, resolve_root
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -100,39 +98,39 @@ class CommitInfo:
     metrics: dict[str, str] | None = None  # the commit's operationMetrics (rows inserted, updated...)
 
 
-def read_commit(table_path: str | os.PathLike[str], version: int) -> CommitInfo:
-    """Summarize the actions of commit ``version`` of the table at ``table_path``."""
-    log = Path(table_path) / "_delta_log" / f"{version:020d}.json"
+def read_commit(table_path: Any, version: int) -> CommitInfo:
+    """Summarize the actions of commit ``version`` of the table at ``table_path`` (a local path or an
+    object store's, :mod:`spark_jobs.seams.storage`)."""
+    log = table_path / "_delta_log" / f"{version:020d}.json"
     added = removed = cdc = 0
     ts = 0
     op = ""
     txn = None
     metrics: dict[str, str] = {}
-    with open(log, encoding="utf-8") as fh:
-        for line in fh:
-            if not line.strip():
-                continue
-            action = json.loads(line)
-            if "add" in action:
-                added += 1
-            elif "remove" in action and action["remove"].get("dataChange", True):
-                removed += 1
-            elif "cdc" in action:
-                cdc += 1
-            elif "txn" in action:
-                txn = (action["txn"]["appId"], int(action["txn"]["version"]))
-            elif "commitInfo" in action:
-                ts = int(action["commitInfo"].get("timestamp", 0))
-                op = action["commitInfo"].get("operation", "")
-                metrics = action["commitInfo"].get("operationMetrics", {})
+    for line in log.read_text(encoding="utf-8").splitlines():
+        if not line.strip():
+            continue
+        action = json.loads(line)
+        if "add" in action:
+            added += 1
+        elif "remove" in action and action["remove"].get("dataChange", True):
+            removed += 1
+        elif "cdc" in action:
+            cdc += 1
+        elif "txn" in action:
+            txn = (action["txn"]["appId"], int(action["txn"]["version"]))
+        elif "commitInfo" in action:
+            ts = int(action["commitInfo"].get("timestamp", 0))
+            op = action["commitInfo"].get("operation", "")
+            metrics = action["commitInfo"].get("operationMetrics", {})
     return CommitInfo(version, ts, op, added, removed, cdc, txn, metrics)
 
 
-def log_versions(table_path: str | os.PathLike[str]) -> tuple[int, int] | None:
-    """The oldest readable and the newest version of the Delta table at ``table_path``, from its
-    log's file names (None: not a Delta table)."""
+def log_versions(table_path: Any) -> tuple[int, int] | None:
+    """The oldest readable and the newest version of the Delta table at ``table_path`` (a local path
+    or an object store's), from its log's file names (None: not a Delta table)."""
     try:
-        names = os.listdir(Path(table_path) / "_delta_log")
+        names = [p.name for p in (table_path / "_delta_log").iterdir()]
     except OSError:
         return None
     commits = [int(m.group(1)) for n in names if (m := _COMMIT_FILE.match(n))]
@@ -159,25 +157,33 @@ class Lake:
         """``quick``: a lake that only reads takes the root's Spark Connect server when it runs
         (:func:`spark_jobs.seams.connect.quick_session`), built on first use like the local session."""
         self.root = resolve_root(root)
+        check_root(self.root)
         self.layout = Layout(self.root)  # every path under the root
         self._spark = spark
+        self._given_root = False
         self._quick, self._log = quick, log
 
     @property
     def spark(self) -> SparkSession:
-        if self._spark is None:
-            from spark_jobs.seams.connect import quick_session
-            from spark_jobs.seams.session import get_spark
+        from spark_jobs.seams.connect import quick_session
+        from spark_jobs.seams.session import get_spark, use_root
 
-            self._spark = quick_session(self.root, log=self._log) if self._quick else get_spark()
+        if self._spark is None:
+            self._spark = (
+                quick_session(self.root, log=self._log) if self._quick else get_spark(root=self.root)
+            )
+        elif self.root.on_object_storage and not self._given_root:
+            use_root(self._spark, self.root)  # a session given to the lake, built without its root
+        self._given_root = True
         return self._spark
 
     # --- locations ------------------------------------------------------------------------------
     @property
-    def tables_dir(self) -> Path:
+    def tables_dir(self) -> Any:
         return self.layout.tables
 
-    def path(self, name: str) -> Path:
+    def path(self, name: str) -> Any:
+        """Where table ``name`` is: a local path, or an object store's (``str()``: what Spark reads)."""
         return self.tables_dir / name
 
     def uri(self, name: str) -> str:
@@ -222,7 +228,7 @@ class Lake:
         """Delete a table with its files (True: it existed)."""
         if not self.exists(name):
             return False
-        shutil.rmtree(self.path(name))
+        remove_tree(self.path(name))
         return True
 
     def rename(self, name: str, new: str) -> None:
@@ -230,7 +236,7 @@ class Lake:
         self._known(name)
         if self.path(new).exists():
             raise UserError(f"cannot rename table '{name}' to '{new}': '{new}' exists in lake {self.root}")
-        self.path(name).rename(self.path(new))
+        move_tree(self.path(name), self.path(new))
 
     def tables(self) -> list[str]:
         if not self.tables_dir.is_dir():

@@ -31,6 +31,7 @@ from spark_jobs.errors import UserError
 from spark_jobs.seams.jvm import registry_app
 from spark_jobs.seams.layout import Layout
 from spark_jobs.seams.processes import HOST, await_answer, port_free, read_state, stop_service, write_state
+from spark_jobs.seams.storage import Root
 
 DEFAULT_PORT = 8081  # Confluent's
 API = "/apis/ccompat/v7"  # Apicurio's Confluent-compatible API
@@ -61,7 +62,7 @@ class RegistryStatus:
         )
 
 
-def status(root: Path) -> RegistryStatus:
+def status(root: Root | Path) -> RegistryStatus:
     """The registry's state from ``registry.json``; a file left by a dead registry reads as not running."""
     info = read_state(Layout(root).registry_state)
     if info is None:
@@ -71,7 +72,7 @@ def status(root: Path) -> RegistryStatus:
     )
 
 
-def start(root: Path, port: int = DEFAULT_PORT, log=lambda _: None) -> RegistryStatus:
+def start(root: Root | Path, port: int = DEFAULT_PORT, log=lambda _: None) -> RegistryStatus:
     """Start the registry unless it runs; returns once it answers, its compatibility set to BACKWARD."""
     current = status(root)
     if current.running:
@@ -134,7 +135,7 @@ def start(root: Path, port: int = DEFAULT_PORT, log=lambda _: None) -> RegistryS
     return status(root)
 
 
-def stop(root: Path, log=lambda _: None) -> bool:
+def stop(root: Root | Path, log=lambda _: None) -> bool:
     """Stop the registry (SIGTERM, then SIGKILL after 30 s); False when it was not running."""
     return stop_service(Layout(root).registry_state, "the embedded Schema Registry", STOP_TIMEOUT_S, log)
 

@@ -48,6 +48,7 @@ from spark_jobs.seams import partitioners
 from spark_jobs.seams.config import PipelineConfig, TopicSpec
 from spark_jobs.seams.layout import Layout
 from spark_jobs.seams.processes import read_state
+from spark_jobs.seams.storage import Root
 
 FETCH_WAIT_MS = "10"  # Spark's Kafka reads: see Cluster.spark_options (a pipeline's own setting wins)
 TIMEOUT_S = float(os.environ.get("LAKE_KAFKA_TIMEOUT", "15"))  # a request to an unreachable cluster
@@ -152,7 +153,7 @@ def topic_prefix(config: PipelineConfig) -> str:
     return config.kafka.topic_prefix or os.environ.get("LAKE_KAFKA_TOPIC_PREFIX", "")
 
 
-def connect(config: PipelineConfig, root: Path) -> Cluster:
+def connect(config: PipelineConfig, root: Root | Path) -> Cluster:
     """The cluster the pipeline uses (see the module doc)."""
     prefix = topic_prefix(config)
     if config.kafka.bootstrap_servers:
@@ -646,11 +647,12 @@ def forget_publishers(spark: Any, transactional_id: str) -> None:
     spark._jvm.lake.joins.ChangelogWriter.forget(transactional_id)
 
 
-def producer_id(root: Path, *names: str) -> str:
+def producer_id(root: Any, *names: str) -> str:
     """A transactional id that is the same every time one writer of a lake root on this host runs
     (e.g. ``("join", "consents_enriched")``, or a topic and a producer slot), and differs between
     hosts and lake roots that share a cluster."""
-    where = hashlib.sha1(str(Path(root).resolve()).encode()).hexdigest()[:10]
+    text = str(root)
+    where = hashlib.sha1((text if "://" in text else str(Path(text).resolve())).encode()).hexdigest()[:10]
     return "-".join(["lake", socket.gethostname(), where, *names])
 
 

@@ -1,7 +1,9 @@
-"""The lake root's layout, spelled once: every folder and file the product keeps under a root.
+"""The lake root's layout, spelled once: every folder and file the product keeps under a root, and
+what it keeps in this machine's work folder (:mod:`spark_jobs.seams.storage`: for a local root the
+root itself, so a local lake is one folder).
 
 ```
-<root>/
+<root>/                           durable: a local folder or an object store's prefix (s3a://)
   tables/<table>/                 Delta tables: bronze mirrors of the topics (<topic>), lookups
                                   (lookup_<lookup>), join results (<join>) and the tables a join owns
                                   (<join>__<part>, JOIN_PARTS), system tables (SYSTEM_TABLES)
@@ -10,33 +12,42 @@
   _checkpoints/lookups/<lookup>.json
                                   the Kafka offsets a lookup's table is complete up to
   _checkpoints/.driver/<join>/    a join's checkpoint under the pipeline test driver (spark_jobs.testing)
+  _repair/<topic>.json            a topic repartition in progress
+  _airflow/<dag>/<run>/           what one DAG run's tasks hand each other; alerts.jsonl
+  reports/quality/                the report pages, Data Docs and run pages (ReportFolder)
+  warehouse/                      the catalog's managed tables (the dbt marts)
+
+<work>/                           this machine's: a local folder
   _jobs/<job>.json|.lock|.log|.last.json
                                   long-running jobs: registry entry, lock, output, last micro-batch
   _logs/<command>.log             what Spark's JVM printed during a command (its warnings, Java stack
                                   traces): kept out of the command's own output
   _locks/<name>.lock              cross-process locks (topic producers, ingest, catalog, ...)
-  _repair/<topic>.json            a topic repartition in progress
   _kafka/                         the embedded broker: data/, server.properties, log4j2.properties,
                                   broker.log, broker.out, broker.json
   _registry/                      the embedded Schema Registry: data/, registry.log, registry.json
-  _connect/                       the Spark Connect server: server.json, server.log, warm-up/
   _s3/                            the embedded S3 store: data/, s3.json, s3.log (spark_jobs.seams.embedded_s3)
-  _airflow/<dag>/<run>/           what one DAG run's tasks hand each other
-  reports/quality/                the report pages, Data Docs and run pages (ReportFolder)
+  _connect/                       the Spark Connect server: server.json, server.log, warm-up/
+  _staging/<id>/                  a command's local copies while it works on an object store's root
   catalog/                        the Spark catalog's metastore (embedded Derby)
-  warehouse/                      the catalog's managed tables (the dbt marts)
   dbt/target/, dbt/logs/          dbt's target and logs
 ```
 
 Other modules ask the lake's ``Layout`` (``Lake.layout``, or ``Layout(root)`` where there is no lake
-yet) for a path, and the functions below for a table's name, instead of joining strings.
+yet) for a path, and the functions below for a table's name, instead of joining strings. A durable
+path is a ``pathlib.Path`` under a local root and a :class:`spark_jobs.seams.storage.ObjectPath`
+under an object store's: both answer the same questions; ``str()`` of either is what Spark is given.
 """
 
 from __future__ import annotations
 
+import posixpath
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
+
+from spark_jobs.seams.storage import Root, resolve_root
 
 # The system tables under tables/ (their schemas: spark_jobs.seams.system_tables). No topic, lookup or join
 # may take these names.
@@ -81,56 +92,66 @@ def is_reserved(name: str) -> bool:
     return name in SYSTEM_TABLES or name.startswith(LOOKUP_PREFIX) or OWNED in name
 
 
-@dataclass(frozen=True)
 class Layout:
-    root: Path
+    """``root``: a :class:`Root`, or a local folder (then also its own work folder)."""
+
+    def __init__(self, root: Root | Path | str):
+        self.lake = resolve_root(root)
+        self.root: Any = self.lake.path  # durable: Path or ObjectPath
+        self.work: Path = self.lake.work  # this machine's
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Layout) and (self.root, self.work) == (other.root, other.work)
+
+    def __hash__(self) -> int:
+        return hash((self.root, self.work))
 
     # --- data -------------------------------------------------------------------------------------
     @property
-    def tables(self) -> Path:
+    def tables(self) -> Any:
         return self.root / "tables"
 
-    def table(self, name: str) -> Path:
+    def table(self, name: str) -> Any:
         return self.tables / name
 
     @property
     def catalog(self) -> Path:
-        return self.root.absolute() / "catalog"
+        return self.work / "catalog"
 
     @property
-    def warehouse(self) -> Path:
-        return self.root.absolute() / "warehouse"
+    def warehouse(self) -> Any:
+        return self.root / "warehouse"
 
     # --- streaming progress -----------------------------------------------------------------------
-    def join_checkpoint(self, join: str) -> Path:
+    def join_checkpoint(self, join: str) -> Any:
         return self.root / "_checkpoints" / join
 
-    def join_tables(self, join: str) -> list[Path]:
+    def join_tables(self, join: str) -> list[Any]:
         """The tables join ``join`` owns that exist (``<join>__<part>``)."""
         return sorted(self.tables.glob(f"{join}{OWNED}*")) if self.tables.is_dir() else []
 
-    def join_inputs(self, join: str) -> Path:
+    def join_inputs(self, join: str) -> Any:
         """The Kafka topic ids a join's checkpoint has read (beside Spark's own files)."""
         return self.join_checkpoint(join) / "lake-inputs.json"
 
-    def driver_checkpoint(self, join: str) -> Path:
+    def driver_checkpoint(self, join: str) -> Any:
         return self.root / "_checkpoints" / ".driver" / join
 
-    def ingest_checkpoint(self, topic: str) -> Path:
+    def ingest_checkpoint(self, topic: str) -> Any:
         return self.root / "_checkpoints" / "ingest" / topic
 
-    def lookup_position(self, lookup: str) -> Path:
+    def lookup_position(self, lookup: str) -> Any:
         """The Kafka offsets a lookup's table is complete up to, recorded by its last refresh."""
         return self.root / "_checkpoints" / "lookups" / f"{lookup}.json"
 
-    def ingest_start(self, topic: str) -> Path:
+    def ingest_start(self, topic: str) -> Any:
         """Where a rebuilt bronze table's records end: the next ingest checkpoint starts there."""
         return self.root / "_checkpoints" / "ingest" / f"{topic}.start.json"
 
     # --- coordination -----------------------------------------------------------------------------
     @property
     def jobs(self) -> Path:
-        return self.root / "_jobs"
+        return self.work / "_jobs"
 
     def job_entry(self, job: str) -> Path:
         """A running job's registry entry (pid, mode, heartbeat)."""
@@ -144,7 +165,7 @@ class Layout:
 
     def spark_log(self, command: str) -> Path:
         """Where a command's Spark JVM writes its own output (``lake backfill``: ``backfill.log``)."""
-        return self.root / "_logs" / f"{command}.log"
+        return self.work / "_logs" / f"{command}.log"
 
     def job_last_batch(self, job: str) -> Path:
         """A job's last micro-batch (its figures); it outlives the run."""
@@ -152,17 +173,17 @@ class Layout:
 
     @property
     def locks(self) -> Path:
-        return self.root / "_locks"
+        return self.work / "_locks"
 
     def lock(self, name: str) -> Path:
         return self.locks / f"{name}.lock"
 
-    def repair_marker(self, topic: str) -> Path:
+    def repair_marker(self, topic: str) -> Any:
         return self.root / "_repair" / f"{topic}.json"
 
     @property
     def kafka(self) -> Path:
-        return self.root / "_kafka"
+        return self.work / "_kafka"
 
     @property
     def broker_state(self) -> Path:
@@ -194,7 +215,7 @@ class Layout:
 
     @property
     def registry(self) -> Path:
-        return self.root / "_registry"
+        return self.work / "_registry"
 
     @property
     def registry_state(self) -> Path:
@@ -212,7 +233,7 @@ class Layout:
 
     @property
     def connect(self) -> Path:
-        return self.root / "_connect"
+        return self.work / "_connect"
 
     @property
     def connect_state(self) -> Path:
@@ -228,29 +249,35 @@ class Layout:
         """The small Delta table the Connect server writes and reads once at its start."""
         return self.connect / "warm-up"
 
-    def airflow_run(self, dag_id: str, run_id: str) -> Path:
+    def airflow_run(self, dag_id: str, run_id: str) -> Any:
         return self.root / "_airflow" / dag_id / run_id
 
     @property
-    def alerts(self) -> Path:
+    def alerts(self) -> Any:
         return self.root / "_airflow" / "alerts.jsonl"
 
     # --- what people read -------------------------------------------------------------------------
     @property
-    def reports(self) -> Path:
+    def reports(self) -> Any:
         return self.root / "reports"
 
     @property
-    def quality_reports(self) -> Path:
-        return self.root.absolute() / "reports" / "quality"
+    def quality_reports(self) -> Any:
+        return self.root / "reports" / "quality"
 
     @property
     def report_folder(self) -> ReportFolder:
         return ReportFolder(self.quality_reports)
 
     @property
+    def staging(self) -> Path:
+        """Where a command keeps local copies while it works on a root on an object store (Great
+        Expectations' project during a quality run): removed when it ends."""
+        return self.work / "_staging"
+
+    @property
     def dbt(self) -> Path:
-        return self.root.absolute() / "dbt"
+        return self.work / "dbt"
 
     @property
     def dbt_target(self) -> Path:
@@ -268,35 +295,40 @@ class ReportFolder:
     ``summary.json`` (the latest run), ``runs/<time>-<id>.html|.json`` (each run's own page) and
     Great Expectations' project (``gx/``) with its Data Docs."""
 
-    path: Path
+    path: Any  # a local Path or an object store's (spark_jobs.seams.storage.ObjectPath)
 
     @property
-    def index(self) -> Path:
+    def index(self) -> Any:
         return self.path / "index.html"
 
     @property
-    def summary(self) -> Path:
+    def summary(self) -> Any:
         return self.path / "summary.html"
 
     @property
-    def summary_json(self) -> Path:
+    def summary_json(self) -> Any:
         return self.path / "summary.json"
 
-    def pipeline_page(self, pipeline: str) -> Path:
+    def pipeline_page(self, pipeline: str) -> Any:
         return self.path / f"{pipeline}.html"
 
-    def pipeline_pages(self) -> list[Path]:
+    def pipeline_pages(self) -> list[Any]:
         """The pipelines' pages present, by name."""
         return sorted(p for p in self.path.glob("*.html") if p not in (self.index, self.summary))
 
-    def run_page(self, run_time: datetime, run_id: str) -> Path:
+    def run_page(self, run_time: datetime, run_id: str) -> Any:
         return self.path / "runs" / f"{run_time.astimezone(UTC).strftime('%Y%m%dT%H%M%SZ')}-{run_id[:8]}.html"
 
     @property
-    def data_docs_index(self) -> Path:
+    def data_docs_index(self) -> Any:
         """The index of the Data Docs site Great Expectations builds in its project (``gx/``)."""
         return self.path / "gx" / "uncommitted" / "data_docs" / "local_site" / "index.html"
 
-    def href(self, target: Path) -> str:
+    def href(self, target: Any) -> str:
         """``target``'s address relative to the folder (a link between the folder's pages)."""
         return target.relative_to(self.path).as_posix()
+
+    def link(self, page: Any, target: Any) -> str:
+        """The relative link from ``page`` to ``target``, both in the folder: it works on disk, over
+        http (the Airflow UI's "Data quality" view) and on an object store's web endpoint alike."""
+        return posixpath.relpath(self.href(target), posixpath.dirname(self.href(page)) or ".")

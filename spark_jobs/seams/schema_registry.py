@@ -25,6 +25,7 @@ from spark_jobs.errors import UserError
 from spark_jobs.seams.config import PipelineConfig, RegistrySpec
 from spark_jobs.seams.layout import Layout
 from spark_jobs.seams.processes import read_state
+from spark_jobs.seams.storage import Root
 
 ENV_URL = "LAKE_SCHEMA_REGISTRY_URL"
 # every request waits at most this long for an answer (kafka.schema_registry.timeout), and is tried
@@ -250,7 +251,7 @@ class Registry:
         return int(schema_id)
 
 
-def connect_registry(config: PipelineConfig, root: Path) -> Registry:
+def connect_registry(config: PipelineConfig, root: Root | Path) -> Registry:
     """The registry the pipeline uses (see the module doc); a one-line error when there is none."""
     if config.kafka.schema_registry is not None:
         return Registry(config.kafka.schema_registry, config.source)

@@ -36,6 +36,7 @@ from typing import Any
 from spark_jobs.errors import UserError
 from spark_jobs.seams.jvm import class_archive_options, locked_jars, product_jars
 from spark_jobs.seams.layout import Layout
+from spark_jobs.seams.storage import Root, hadoop_conf
 
 DEFAULT_MASTER = "local[2]"
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
@@ -108,7 +109,7 @@ def _log4j_config() -> str:
     return str(Path(__file__).with_name("log4j2.properties"))
 
 
-def catalog_conf(root: Path) -> dict[str, str]:
+def catalog_conf(root: Root | Path) -> dict[str, str]:
     """The settings of a persistent catalog under the lake root ``root``."""
     layout = Layout(root)
     return {
@@ -125,8 +126,9 @@ def catalog_conf(root: Path) -> dict[str, str]:
     }
 
 
-def spark_conf(master: str | None = None, app_name: str = "lake") -> dict[str, str]:
-    """The settings :func:`get_spark` uses (exposed for spark-submit and tests)."""
+def spark_conf(master: str | None = None, app_name: str = "lake", root: Root | None = None) -> dict[str, str]:
+    """The settings :func:`get_spark` uses (exposed for spark-submit and tests); ``root``: with the
+    settings of its file system (an object store's endpoint)."""
     ui = os.environ.get("LAKE_SPARK_UI", "0") == "1"
     log4j = f"-Dlog4j.configurationFile=file:{_log4j_config()}"
     jvm = os.environ.get("LAKE_JVM_OPTS", "-XX:+UseParallelGC")
@@ -177,6 +179,8 @@ def spark_conf(master: str | None = None, app_name: str = "lake") -> dict[str, s
     }
     if os.environ.get("LAKE_SPARK_CORES_MAX"):  # on a shared cluster: cores per application
         conf["spark.cores.max"] = os.environ["LAKE_SPARK_CORES_MAX"]
+    if root is not None:
+        conf.update(hadoop_conf(root))
     return conf
 
 
@@ -192,11 +196,11 @@ def default_partitions(master: str) -> str:
     return str(os.cpu_count() or 1) if cores == "*" else cores
 
 
-def submit_conf() -> dict[str, str]:
+def submit_conf(root: Root | None = None) -> dict[str, str]:
     """``--conf`` settings for spark-submit: the session's settings except the deploy ones, which
     spark-submit takes from its connection (master) and arguments. The driver's JVM options go too:
     in client mode spark-submit starts the driver JVM with them."""
-    conf = spark_conf()
+    conf = spark_conf(root=root)
     return {k: v for k, v in conf.items() if k not in DEPLOY_KEYS[:2]}
 
 
@@ -212,18 +216,25 @@ def arrow_frame(spark: Any, table: Any) -> Any:
     return spark.createDataFrame(table.combine_chunks())
 
 
-def get_spark(master: str | None = None, app_name: str = "lake", catalog: Path | None = None):
-    """Return the process's SparkSession, building it on first use.
+def get_spark(
+    master: str | None = None,
+    app_name: str = "lake",
+    catalog: Root | Path | None = None,
+    root: Root | None = None,
+):
+    """Return the process's SparkSession, building it on first use; ``root``: a lake root it reads and
+    writes (an object store's settings, :func:`use_root`).
 
     The master and the catalog are fixed when the session is built; asking again with another
     master, or for a catalog the session was built without, is an error rather than a silent no-op.
     """
+    root = root if root is not None else (catalog if isinstance(catalog, Root) else None)
     # Workers must run this interpreter, or the project's packages are missing inside them.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    conf = spark_conf(master, app_name)
+    conf = spark_conf(master, app_name, root)
     if catalog is not None:
         extra = catalog_conf(catalog)
         extra["spark.driver.extraJavaOptions"] = (
@@ -241,6 +252,8 @@ def get_spark(master: str | None = None, app_name: str = "lake", catalog: Path |
             and active.conf.get("spark.sql.warehouse.dir") != conf["spark.sql.warehouse.dir"]
         ):
             raise RuntimeError("the running Spark session was built without this lake's catalog")
+        if root is not None:
+            use_root(active, root)
         return active
     if submitted():
         conf = {k: v for k, v in conf.items() if k not in DEPLOY_KEYS}
@@ -251,3 +264,16 @@ def get_spark(master: str | None = None, app_name: str = "lake", catalog: Path |
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return spark
+
+
+def use_root(spark: Any, root: Root) -> None:
+    """Give a running session the settings of ``root``'s file system (a session built before the root
+    was known: a test's, the pipeline test driver's). Spark hands its Hadoop settings to the tasks of
+    every job it starts after this; a Spark Connect session's server got them when it started."""
+    settings = hadoop_conf(root)
+    jsc = getattr(getattr(spark, "sparkContext", None), "_jsc", None) if settings else None
+    if jsc is None:
+        return
+    hadoop = jsc.hadoopConfiguration()
+    for key, value in settings.items():
+        hadoop.set(key.removeprefix("spark.hadoop."), value)

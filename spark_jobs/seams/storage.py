@@ -1,25 +1,53 @@
-"""Where the lake lives: its root, a local folder or a URI, and the machine's local work folder.
+"""Where the lake lives: its root, a local folder or an object store's URI, and this machine's work
+folder. The one seam to the lake's file system outside Spark.
 
 A root is what ``--root`` or ``LAKE_ROOT`` names (``./lakehouse`` by default). A path without a
-scheme (or a ``file://`` URI) is a local folder; anything else with a scheme (``s3a://bucket/prefix``)
-is a Hadoop file system's URI. The local work folder holds what belongs to one machine: the embedded
-services' files, the jobs' pid and lock files, logs. For a local root it is the root itself (the
-layout of ``docs/cli.md``); for a URI root ``LAKE_WORK``, else ``~/.local/state/lake/<root as a
-name>``, the same folder for every command on this machine whatever its working directory.
+scheme (or a ``file://`` URI) is a local folder; ``s3a://bucket/prefix`` is a prefix in an S3 bucket
+(AWS S3 or any S3-compatible store: ``lake s3 start`` runs one on loopback). Everything durable lives
+under the root (Delta tables, checkpoints, lookup positions, the quality reports, the DAG runs'
+hand-offs), written by Spark through Hadoop's S3A connector and by the product itself through
+:class:`ObjectPath`. The work folder holds what belongs to one machine: the embedded services'
+files, the jobs' pid and lock files, logs, the Spark catalog's Derby database. For a local root it
+is the root itself; for a URI root ``LAKE_WORK``, else ``~/.local/state/lake/<root as a name>``, the
+same folder for every command on this machine whatever its working directory.
+
+Where the S3 store is and who the lake is to it, in this order:
+
+- the endpoint: ``AWS_ENDPOINT_URL_S3``, else ``AWS_ENDPOINT_URL`` (as the AWS tools read them), else
+  the embedded store when it runs for this root (``lake s3 start``), else AWS's own endpoints; a
+  custom endpoint implies path-style requests;
+- the region: ``AWS_REGION``, else ``AWS_DEFAULT_REGION``, else ``us-east-1``;
+- the credentials: the embedded store's key when it is the endpoint, else the standard chains (the
+  ``AWS_*`` variables, a profile, an instance or container role): Spark's S3A connector and the
+  product's own reads and writes each ask them, so no secret is written into a setting or the lake.
+
+Hadoop's own settings (``spark.hadoop.fs.s3a.*`` in ``spark-defaults.conf``, ``core-site.xml``) still
+apply to Spark beside these.
 """
 
 from __future__ import annotations
 
+import fnmatch
+import io
+import json
 import os
+import posixpath
 import re
-from pathlib import Path
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path, PurePosixPath
+from typing import Any
 
 from spark_jobs.errors import UserError
 
 DEFAULT_ROOT = "lakehouse"
+OBJECT_SCHEMES = ("s3a",)
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://(.*)$")
 
 
+# --- the root ------------------------------------------------------------------------------------
 def scheme_of(root: str) -> str | None:
     """The URI scheme of ``root`` (lower case), None for a plain path."""
     found = _SCHEME.match(root)
@@ -28,32 +56,432 @@ def scheme_of(root: str) -> str | None:
 
 def root_text(root: str | os.PathLike[str] | None = None) -> str:
     """``--root`` wins, then ``LAKE_ROOT``, then ``./lakehouse``: as given."""
-    return str(root or os.environ.get("LAKE_ROOT") or DEFAULT_ROOT)
+    return os.fspath(root or os.environ.get("LAKE_ROOT") or DEFAULT_ROOT)
 
 
-def resolve_root(root: str | os.PathLike[str] | None = None) -> Path:
-    """The lake root as a local folder (``file://`` URIs included). A root on another file system is
-    refused in one line rather than taken for a local folder named after its URI."""
+@dataclass(frozen=True)
+class S3Settings:
+    """Where an S3 store is and the key to give it (None: the standard chains)."""
+
+    endpoint: str | None
+    region: str
+    access_key: str | None = field(default=None, repr=False)
+    secret_key: str | None = field(default=None, repr=False)
+
+    @property
+    def names(self) -> str:
+        return self.endpoint or f"AWS S3 ({self.region})"
+
+
+@dataclass(frozen=True)
+class Root:
+    """A lake root: ``path`` (a local :class:`Path` or an :class:`ObjectPath`), ``work`` (this
+    machine's folder for it) and ``s3`` (an object store's settings)."""
+
+    path: Any
+    work: Path
+    s3: S3Settings | None = None
+
+    @classmethod
+    def local(cls, path: Path) -> Root:
+        path = Path(path).absolute()
+        return cls(path, path)
+
+    @property
+    def on_object_storage(self) -> bool:
+        return isinstance(self.path, ObjectPath)
+
+    def __str__(self) -> str:
+        return str(self.path)
+
+
+def resolve_root(root: str | os.PathLike[str] | Root | None = None) -> Root:
+    """The lake root ``--root``/``LAKE_ROOT`` names (no request is made: :func:`check_root` asks an
+    object store). A root on a file system the product cannot reach is refused in one line, never
+    taken for a local folder named after its URI."""
+    if isinstance(root, Root):
+        return root
+    return _resolve(root_text(root))
+
+
+@cache
+def _resolve(text: str) -> Root:
+    scheme = scheme_of(text)
+    if scheme is None:
+        return Root.local(Path(text))
+    if scheme == "file":
+        return Root.local(Path(text[len("file://") :]))
+    if scheme not in OBJECT_SCHEMES:
+        hint = " (Hadoop's S3A connector: s3a://)" if scheme == "s3" else ""
+        raise UserError(
+            f"lake root {text}: no file system for {scheme}:// here{hint}; "
+            f"a lake root is a local folder or s3a://bucket/prefix"
+        )
+    bucket, _, prefix = text[len(scheme) + 3 :].partition("/")
+    if not bucket:
+        raise UserError(f"lake root {text}: names no bucket (s3a://bucket/prefix)")
+    work = work_folder(text)
+    settings = s3_settings(work)
+    path = ObjectPath(_s3_filesystem(settings), scheme, f"{bucket}/{prefix.strip('/')}".rstrip("/"))
+    return Root(path, work, settings)
+
+
+def bucket_of(root: str | os.PathLike[str] | None = None) -> str | None:
+    """The bucket of an object store's root, None for a local root."""
     text = root_text(root)
     scheme = scheme_of(text)
-    if scheme == "file":
-        return Path(text[len("file://") :]).absolute()
-    if scheme is not None:
-        raise UserError(
-            f"lake root {text}: this version keeps the lake in a local folder only, not on a {scheme}:// "
-            "file system; give a local folder (--root or LAKE_ROOT)"
-        )
-    return Path(text).absolute()
+    if scheme in OBJECT_SCHEMES:
+        return text[len(scheme) + 3 :].partition("/")[0] or None
+    return None
+
+
+@cache
+def check_root(root: Root) -> None:
+    """Once per process: the bucket of a root on an object store exists and lets this machine list
+    the root, else one line naming the root and what failed. Nothing to ask for a local root."""
+    if isinstance(root.path, ObjectPath) and root.s3 is not None:
+        _check_bucket(str(root), root.path.key.partition("/")[0], root.s3, root.path)
 
 
 def work_folder(root: str | os.PathLike[str] | None = None) -> Path:
     """The machine-local work folder of the lake at ``root`` (see the module's text)."""
     text = root_text(root)
     scheme = scheme_of(text)
-    if scheme is None or scheme == "file":
-        return resolve_root(text)
+    if scheme is None:
+        return Path(text).absolute()
+    if scheme == "file":
+        return Path(text[len("file://") :]).absolute()
     if os.environ.get("LAKE_WORK"):
         return Path(os.environ["LAKE_WORK"]).absolute()
     name = re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-")
     state = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
     return state / "lake" / name
+
+
+# --- the S3 store ---------------------------------------------------------------------------------
+def s3_settings(work: Path) -> S3Settings:
+    """The store of a root whose work folder is ``work`` (see the module's text)."""
+    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    if endpoint:
+        return S3Settings(endpoint.rstrip("/"), region)
+    from spark_jobs.seams import embedded_s3
+
+    store = embedded_s3.status(work)
+    if store.running:
+        return S3Settings(store.endpoint, embedded_s3.REGION, store.access_key, store.secret_key)
+    return S3Settings(None, region)
+
+
+def _s3_filesystem(settings: S3Settings) -> Any:
+    from pyarrow import fs
+
+    options: dict[str, Any] = {"region": settings.region, "connect_timeout": 5, "request_timeout": 30}
+    if settings.endpoint:
+        options["endpoint_override"] = settings.endpoint
+        options["scheme"] = "https" if settings.endpoint.startswith("https:") else "http"
+    if settings.access_key:
+        options["access_key"], options["secret_key"] = settings.access_key, settings.secret_key
+    return fs.S3FileSystem(**options)
+
+
+def _check_bucket(text: str, bucket: str, settings: S3Settings, root: ObjectPath) -> None:
+    """One request: the bucket exists and lets this machine list the root."""
+    from pyarrow import fs
+
+    try:
+        root.fs.get_file_info(fs.FileSelector(root.key, allow_not_found=False, recursive=False))
+    except FileNotFoundError:
+        pass  # a new root: nothing under it yet
+    except OSError as e:
+        said = str(e)
+        refused = ("ACCESS_DENIED", "SIGNATURE_DOES_NOT_MATCH", "INVALID_ACCESS_KEY", "HTTP status 403")
+        if "NO_SUCH_BUCKET" in said:
+            why = f"bucket {bucket} does not exist at {settings.names}"
+        elif any(word in said for word in refused):
+            why = f"{settings.names} refused this machine's credentials for bucket {bucket}"
+        elif "curlCode" in said or "connect" in said.lower() or "resolve" in said.lower():
+            why = f"no answer from {settings.names}"
+        else:
+            why = f"{settings.names} answered: {said.splitlines()[0] if said else type(e).__name__}"
+        raise UserError(f"lake root {text}: {why}") from None
+
+
+def hadoop_conf(root: Root) -> dict[str, str]:
+    """Spark's settings for the root's file system (none for a local root): the S3A connector told
+    the endpoint and region, and the embedded store's key, which Spark redacts in its UI and logs."""
+    if root.s3 is None:
+        return {}
+    s3 = root.s3
+    conf = {
+        "spark.hadoop.fs.s3a.endpoint.region": s3.region,
+        # a file copied up (RocksDB's state checkpoints) goes through the S3 client every other write
+        # uses: the "optimized" copy takes the SDK's asynchronous client, whose Netty transport the
+        # slim SDK set leaves out (netty-nio-client; without this setting every state commit fails)
+        "spark.hadoop.fs.s3a.optimized.copy.from.local.enabled": "false",
+    }
+    if s3.endpoint:
+        conf.update(
+            {
+                "spark.hadoop.fs.s3a.endpoint": s3.endpoint,
+                "spark.hadoop.fs.s3a.path.style.access": "true",
+                "spark.hadoop.fs.s3a.connection.ssl.enabled": str(s3.endpoint.startswith("https:")).lower(),
+            }
+        )
+    if s3.access_key:
+        conf.update(
+            {
+                "spark.hadoop.fs.s3a.access.key": s3.access_key,
+                "spark.hadoop.fs.s3a.secret.key": str(s3.secret_key),
+                "spark.hadoop.fs.s3a.aws.credentials.provider": (
+                    "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider"
+                ),
+            }
+        )
+    return conf
+
+
+# --- paths on an object store ---------------------------------------------------------------------
+class ObjectPath:
+    """A key (or a prefix: a "folder") in a bucket, with the part of ``pathlib.Path``'s interface the
+    product uses on the lake root. Folders do not exist on an object store: one exists while a key is
+    under it, ``mkdir`` does nothing, and removing its last key removes it. A write is one PUT, whole
+    or not at all; there is no appending and no rename."""
+
+    def __init__(self, filesystem: Any, scheme: str, key: str):
+        self.fs, self.scheme, self.key = filesystem, scheme, key.strip("/")
+
+    # naming
+    def __str__(self) -> str:
+        return f"{self.scheme}://{self.key}"
+
+    def __repr__(self) -> str:
+        return f"ObjectPath({self})"
+
+    def __fspath__(self) -> str:
+        raise TypeError(f"{self} is on object storage, not a local file")
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ObjectPath) and (self.scheme, self.key) == (other.scheme, other.key)
+
+    def __hash__(self) -> int:
+        return hash((self.scheme, self.key))
+
+    def __lt__(self, other: ObjectPath) -> bool:
+        return self.key < other.key
+
+    def __truediv__(self, part: str | os.PathLike[str]) -> ObjectPath:
+        return ObjectPath(self.fs, self.scheme, posixpath.join(self.key, os.fspath(part)))
+
+    def joinpath(self, *parts: str) -> ObjectPath:
+        out = self
+        for part in parts:
+            out = out / part
+        return out
+
+    def as_uri(self) -> str:
+        return str(self)
+
+    def absolute(self) -> ObjectPath:
+        return self
+
+    resolve = absolute
+
+    @property
+    def name(self) -> str:
+        return posixpath.basename(self.key)
+
+    @property
+    def stem(self) -> str:
+        return PurePosixPath(self.name).stem
+
+    @property
+    def suffix(self) -> str:
+        return PurePosixPath(self.name).suffix
+
+    @property
+    def parent(self) -> ObjectPath:
+        return ObjectPath(self.fs, self.scheme, posixpath.dirname(self.key))
+
+    @property
+    def parts(self) -> tuple[str, ...]:
+        return tuple(self.key.split("/"))
+
+    def with_name(self, name: str) -> ObjectPath:
+        return self.parent / name
+
+    def with_suffix(self, suffix: str) -> ObjectPath:
+        return self.with_name(self.stem + suffix)
+
+    def relative_to(self, other: ObjectPath) -> PurePosixPath:
+        return PurePosixPath(self.key).relative_to(other.key)
+
+    # asking
+    def _info(self) -> Any:
+        return self.fs.get_file_info(self.key)
+
+    def exists(self) -> bool:
+        return self.is_file() or self.is_dir()
+
+    def is_file(self) -> bool:
+        from pyarrow import fs
+
+        return bool(self._info().type == fs.FileType.File)
+
+    def is_dir(self) -> bool:
+        from pyarrow import fs
+
+        if self._info().type == fs.FileType.Directory:
+            return True
+        found = self.fs.get_file_info(fs.FileSelector(self.key, allow_not_found=True, recursive=False))
+        return bool(found)
+
+    def stat(self) -> os.stat_result:
+        info = self._info()
+        if info.size is None:
+            raise FileNotFoundError(2, "No such file", str(self))
+        mtime = info.mtime.timestamp() if info.mtime else 0.0
+        return os.stat_result((0o100644, 0, 0, 1, 0, 0, info.size, int(mtime), int(mtime), int(mtime)))
+
+    def iterdir(self) -> Iterator[ObjectPath]:
+        from pyarrow import fs
+
+        for info in self.fs.get_file_info(fs.FileSelector(self.key, allow_not_found=True, recursive=False)):
+            yield ObjectPath(self.fs, self.scheme, info.path)
+
+    def glob(self, pattern: str) -> Iterator[ObjectPath]:
+        """Names of one folder level (``*.html``, ``[0-9]*``); ``**/`` patterns match at any depth."""
+        from pyarrow import fs
+
+        deep = pattern.startswith("**/")
+        name = pattern[3:] if deep else pattern
+        if "/" in name:
+            raise ValueError(f"glob pattern {pattern!r}: one level, or **/NAME")
+        selector = fs.FileSelector(self.key, allow_not_found=True, recursive=deep)
+        for info in self.fs.get_file_info(selector):
+            if fnmatch.fnmatchcase(posixpath.basename(info.path), name):
+                yield ObjectPath(self.fs, self.scheme, info.path)
+
+    def rglob(self, pattern: str) -> Iterator[ObjectPath]:
+        return self.glob(f"**/{pattern}")
+
+    def files(self) -> Iterator[ObjectPath]:
+        """Every object under this prefix, at any depth (one listing, no request per object)."""
+        from pyarrow import fs
+
+        for info in self.fs.get_file_info(fs.FileSelector(self.key, allow_not_found=True, recursive=True)):
+            if info.type == fs.FileType.File:
+                yield ObjectPath(self.fs, self.scheme, info.path)
+
+    # reading and writing
+    def read_bytes(self) -> bytes:
+        try:
+            with self.fs.open_input_stream(self.key) as stream:
+                return bytes(stream.read())
+        except FileNotFoundError:
+            raise FileNotFoundError(2, "No such file", str(self)) from None
+
+    def read_text(self, encoding: str = "utf-8", errors: str = "strict") -> str:
+        return self.read_bytes().decode(encoding, errors)
+
+    def write_bytes(self, data: bytes) -> int:
+        with self.fs.open_output_stream(self.key) as stream:
+            stream.write(data)
+        return len(data)
+
+    def write_text(self, text: str, encoding: str = "utf-8") -> int:
+        return self.write_bytes(text.encode(encoding))
+
+    def open(self, mode: str = "r", encoding: str = "utf-8") -> Any:
+        if mode in ("r", "rb"):
+            data = io.BytesIO(self.read_bytes())
+            return data if mode == "rb" else io.TextIOWrapper(data, encoding=encoding)
+        if mode in ("w", "wb"):
+            stream = self.fs.open_output_stream(self.key)
+            return stream if mode == "wb" else io.TextIOWrapper(stream, encoding=encoding)
+        raise ValueError(f"{self}: an object store cannot open a file in mode {mode!r}")
+
+    def mkdir(self, parents: bool = False, exist_ok: bool = False) -> None:
+        """Nothing: a folder on an object store exists while a key is under it."""
+
+    def unlink(self, missing_ok: bool = False) -> None:
+        try:
+            self.fs.delete_file(self.key)
+        except FileNotFoundError:
+            if not missing_ok:
+                raise
+
+    def rmdir(self) -> None:
+        self.fs.delete_dir(self.key)
+
+    def replace(self, target: ObjectPath) -> ObjectPath:
+        """A copy and a delete: not atomic (write the target in one PUT where that matters)."""
+        self.fs.copy_file(self.key, target.key)
+        self.fs.delete_file(self.key)
+        return target
+
+
+# --- what pathlib lacks ---------------------------------------------------------------------------
+def remove_tree(path: Any) -> None:
+    """Remove a folder and everything under it (nothing when it is not there)."""
+    if isinstance(path, ObjectPath):
+        try:
+            path.fs.delete_dir(path.key)
+        except FileNotFoundError:
+            pass
+    elif Path(path).exists():
+        shutil.rmtree(path)
+
+
+def move_tree(source: Any, target: Any) -> None:
+    """Move a folder: a rename on a local disk; on an object store a copy of each file, then the
+    source removed (not atomic: a reader may see both for a moment)."""
+    if not isinstance(source, ObjectPath):
+        source.rename(target)
+        return
+    for file in source.rglob("*"):
+        if file.is_file():
+            source.fs.copy_file(file.key, (target / str(file.relative_to(source))).key)
+    remove_tree(source)
+
+
+def write_whole(path: Any, text: str) -> None:
+    """Write a small file so that a reader sees the old text or the new, never a part: a local file
+    through a temporary one and a rename, an object in one PUT."""
+    if isinstance(path, ObjectPath):
+        path.write_text(text)
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+def append_line(path: Any, line: str) -> None:
+    """Add a line at the end of a small file: appended on a local disk; an object is read and written
+    whole again (an object store has no append)."""
+    if isinstance(path, ObjectPath):
+        before = path.read_text() if path.is_file() else ""
+        path.write_text(before + line + "\n")
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a", encoding="utf-8") as out:
+        out.write(line + "\n")
+
+
+def write_json(path: Any, data: Any) -> None:
+    write_whole(path, json.dumps(data, indent=2) + "\n")
+
+
+def copy_tree(source: Any, target: Any) -> int:
+    """Copy the folder ``source`` to ``target``, each a local folder or an object store's prefix,
+    file by file (nothing when ``source`` is not there). Returns the files copied."""
+    if isinstance(source, ObjectPath):
+        files = list(source.files())
+    else:
+        files = sorted(p for p in source.rglob("*") if p.is_file()) if source.is_dir() else []
+    for file in files:
+        dest = target / file.relative_to(source).as_posix()
+        dest.parent.mkdir(parents=True, exist_ok=True)  # nothing to do on an object store
+        dest.write_bytes(file.read_bytes())
+    return len(files)

@@ -17,7 +17,6 @@ the joins, the quality suites, the audits and the backfills read Kafka itself.
 from __future__ import annotations
 
 import json
-import shutil
 import threading
 import time
 from collections.abc import Callable
@@ -36,6 +35,7 @@ from spark_jobs.seams import checkpoints
 from spark_jobs.seams.config import LookupSpec, PipelineConfig, TopicSpec
 from spark_jobs.seams.delta import Lake
 from spark_jobs.seams.kafka import Cluster, connect, ensure_topics, watermarks
+from spark_jobs.seams.storage import remove_tree, write_whole
 from spark_jobs.topics.lookup_tables import refresh_lookup
 from spark_jobs.topics.snapshots import RECORD_SCHEMA, records, stream
 
@@ -295,11 +295,10 @@ def rebuild_bronze(spark: SparkSession, lake: Lake, config: PipelineConfig, spec
         ensure_bronze(lake, spec)
         lake.overwrite(spec.name, frame)
         checkpoint = checkpoint_dir(lake, spec.name)
-        if checkpoint.exists():
-            shutil.rmtree(checkpoint)
-        checkpoint.parent.mkdir(parents=True, exist_ok=True)
-        lake.layout.ingest_start(spec.name).write_text(
-            json.dumps({cluster.topic(spec.name): {str(p): end for p, end in enumerate(ends)}})
+        remove_tree(checkpoint)
+        write_whole(
+            lake.layout.ingest_start(spec.name),
+            json.dumps({cluster.topic(spec.name): {str(p): end for p, end in enumerate(ends)}}),
         )
     return mirrored_records(lake, spec)
 

@@ -33,6 +33,7 @@ from spark_jobs.seams import layout
 from spark_jobs.seams.config import LookupSpec, PipelineConfig
 from spark_jobs.seams.delta import Lake
 from spark_jobs.seams.kafka import connect, offset_ranges
+from spark_jobs.seams.storage import write_whole
 
 LOOKUP_SCHEMA = pa.schema(
     [
@@ -130,12 +131,8 @@ def lookup_lags(lake: Lake, config: PipelineConfig) -> tuple[list[LookupLag], st
 
 
 def _record_position(lake: Lake, lookup: LookupSpec, covers: list[int]) -> None:
-    path = lake.layout.lookup_position(lookup.name)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
     at = datetime.now(UTC).isoformat(timespec="seconds")
-    tmp.write_text(json.dumps({"offsets": covers, "recorded_at": at}))
-    tmp.replace(path)
+    write_whole(lake.layout.lookup_position(lookup.name), json.dumps({"offsets": covers, "recorded_at": at}))
 
 
 def _refresh_lookup(spark: SparkSession, lake: Lake, lookup: LookupSpec) -> int:

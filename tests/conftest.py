@@ -82,6 +82,27 @@ def s3_store(tmp_path_factory):
     embedded_s3.stop(work)
 
 
+@pytest.fixture
+def s3(s3_store):
+    """The run's S3 store as any S3 client sees it (pyarrow's), with the settings the lake uses."""
+    from pyarrow import fs
+
+    return fs.S3FileSystem(
+        access_key=s3_store.access_key,
+        secret_key=s3_store.secret_key,
+        endpoint_override=s3_store.endpoint,
+        region=os.environ["AWS_REGION"],
+    )
+
+
+def bucket_files(s3, prefix: str) -> list[str]:
+    """The objects under ``prefix`` of the tests' bucket, as ``bucket/key``."""
+    from pyarrow import fs
+
+    selector = fs.FileSelector(f"{S3_BUCKET}/{prefix}", recursive=True)
+    return [info.path for info in s3.get_file_info(selector) if info.type == fs.FileType.File]
+
+
 @pytest.fixture(autouse=True)
 def _own_topics(monkeypatch, request):
     """Each test's Kafka topics live under a prefix of its own (tests share the broker)."""

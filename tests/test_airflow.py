@@ -11,10 +11,12 @@ import json
 import os
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
 from airflowkit import Airflow, asset_events, demo_topics, output, ran
+from conftest import S3_BUCKET, bucket_files
 
 from spark_jobs.seams.config import bundled_config_path
 
@@ -243,6 +245,43 @@ def test_a_manual_backfill_dry_run_writes_nothing_then_a_real_one_completes_the_
     ]
     quarantined = [r for r in af.lake.read_arrow("quarantine").to_pylist() if r["job"] == "backfill:accounts"]
     assert [(r["line"], r["raw_hex"]) for r in quarantined] == [(2, b"not a line".hex().upper())]
+
+
+def test_a_manual_backfill_on_an_s3_root_keeps_its_hand_offs_lookup_and_report_in_the_bucket(tmp_path, s3):
+    """The same DAG with ``--root s3a://...``: its tasks (spark-submit, and the worker's own) hand each
+    other the backfill's and the suites' summaries through the run's folder in the bucket, the lookup's
+    Asset names the table there, and this machine keeps only locks and logs."""
+    prefix = f"airflow/{uuid.uuid4().hex[:12]}"
+    root = f"s3a://{S3_BUCKET}/{prefix}"
+    af = Airflow(tmp_path / "airflow", root, env={"LAKE_WORK": str(tmp_path / "work")})  # type: ignore[arg-type]
+    assert af("db", "migrate").returncode == 0
+    demo_topics(af)
+    dump = tmp_path / "from-crm.dump"
+    dump.write_text('user_9;"user9@example.com"\nuser_10;"user10@example.com"\n')
+
+    real = af.test_dag("consents_manual_backfill", {"lookup": "accounts", "source": str(dump)})
+    text = output(real)
+    assert real.returncode == 0, text[-3000:]
+    assert "2 new, 0 changed, 0 unchanged, 0 rejected; wrote 2 records to customer_accounts" in text
+    assert "quality gate passed: 6 check(s)" in text
+    assert asset_events(af.home) == [
+        (
+            "consents.lookup_accounts",
+            f"{root}/tables/lookup_accounts",
+            "consents_manual_backfill",
+            "publish_lookup_accounts",
+        )
+    ]
+    lookup = af.lake.read_arrow("lookup_accounts").to_pylist()
+    assert sorted(r["key"].decode() for r in lookup) == sorted(f"user_{n}" for n in range(1, 11))
+    kept = bucket_files(s3, prefix)
+    hand_offs = sorted(p.rsplit("/", 1)[1] for p in kept if "/_airflow/consents_manual_backfill/" in p)
+    assert hand_offs == ["backfill.json", "quality.json"]
+    assert f"{S3_BUCKET}/{prefix}/reports/quality/consents.html" in kept
+    local = [
+        p.relative_to(tmp_path / "work").as_posix() for p in (tmp_path / "work").rglob("*") if p.is_file()
+    ]
+    assert local and all(p.startswith(("_locks/", "_logs/", "_jobs/")) for p in local), local
 
 
 @pytest.mark.filterwarnings("ignore:Using `httpx` with `starlette.testclient`")

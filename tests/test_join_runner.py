@@ -223,7 +223,7 @@ def _terminate(proc) -> tuple[str, str]:
 
 
 def _heartbeat(lake):
-    entry = lake.root / "_jobs" / "t_left.json"
+    entry = lake.layout.job_entry("t_left")
     try:
         return json.loads(entry.read_text()).get("last_batch_id")
     except (OSError, ValueError):
@@ -247,7 +247,7 @@ def test_continuous_run_stops_gracefully_on_sigterm_and_refuses_a_second_copy(sp
         if proc.poll() is None:
             proc.kill()
     assert "join t_left: stopped on request after" in out
-    assert not (lake.root / "_jobs" / "t_left.json").exists()
+    assert not lake.layout.job_entry("t_left").exists()
     assert not next(r for r in status(lake, cfg) if r["join"] == "t_left")["running"]
 
 
@@ -434,7 +434,7 @@ def test_a_table_join_checkpoint_from_before_the_state_store_asks_for_reset(spar
     produce(lake, cfg, "L", [("k1", "x", T0)])
     produce(lake, cfg, "R", [("k1", "r", T0)])
     # what an earlier version left: committed batches, the state in <join>__left / __right tables
-    checkpoint = Path(lake.root) / "_checkpoints" / "t_inner"
+    checkpoint = lake.layout.join_checkpoint("t_inner")
     (checkpoint / "commits").mkdir(parents=True)
     (checkpoint / "commits" / "0").write_text("v1\n{}\n")
     lake.create("t_inner__left", pa.schema([("key", pa.binary())]))
@@ -462,10 +462,10 @@ def test_start_is_idempotent_and_stop_ends_the_detached_job(spark, setup, capsys
         pid = int(started.split("join t_left: started (pid ")[1].split(")")[0])
         assert main(["start", "t_left", *opts]) == 0
         assert capsys.readouterr().out.endswith(
-            f"join t_left: already running (pid {pid}); log: {lake.root / '_jobs' / 't_left.log'}\n"
+            f"join t_left: already running (pid {pid}); log: {lake.layout.job_log('t_left')}\n"
         )
         # a record produced to Kafka reaches the running join
-        update = _lines(lake.root / "r.txt", 'a;{"v": "r1"}')
+        update = _lines(lake.layout.work / "r.txt", 'a;{"v": "r1"}')
         assert main(["produce", "R", "-K", ";", str(update), *opts]) == 0  # kcat's order of arguments
         assert _wait(
             lambda: lake.exists("t_left") and result_rows(lake, "t_left") == [("a", "a1", "r1")], 120
@@ -482,7 +482,7 @@ def test_start_is_idempotent_and_stop_ends_the_detached_job(spark, setup, capsys
     assert capsys.readouterr().out == (
         "join t_left: was not running\nthe continuous ingest of joins-test: was not running\n"
     )
-    log = (lake.root / "_jobs" / "t_left.log").read_text()
+    log = lake.layout.job_log("t_left").read_text()
     assert "join t_left: stopped on request after" in log
 
 

@@ -9,28 +9,15 @@ reach it the way they reach a session given to a lake."""
 
 from __future__ import annotations
 
-import os
 import uuid
 from pathlib import Path
 
 import pytest
-from conftest import S3_BUCKET
-from pyarrow import fs
+from conftest import S3_BUCKET, bucket_files
 from test_stories import ACCOUNTS, CONSENTS, account, consent, ends, placed, produce
 
 from spark_jobs.cli import main
 from spark_jobs.seams.delta import Lake
-
-
-@pytest.fixture
-def s3():
-    """The bucket as any S3 client sees it, with the same settings the lake uses."""
-    return fs.S3FileSystem(
-        access_key=os.environ["AWS_ACCESS_KEY_ID"],
-        secret_key=os.environ["AWS_SECRET_ACCESS_KEY"],
-        endpoint_override=os.environ["AWS_ENDPOINT_URL"],
-        region=os.environ["AWS_REGION"],
-    )
 
 
 @pytest.fixture
@@ -88,7 +75,7 @@ def test_the_consents_story_on_s3_keeps_every_table_checkpoint_and_report_in_the
     ]
 
     # in the bucket: the tables, the checkpoints, the lookup's position and the reports
-    kept = {info.path.removeprefix(f"{S3_BUCKET}/{prefix}/") for info in _listing(s3, prefix)}
+    kept = {path.removeprefix(f"{S3_BUCKET}/{prefix}/") for path in bucket_files(s3, prefix)}
     for expected in (
         "tables/consents_with_mail/_delta_log/00000000000000000001.json",
         "tables/lookup_accounts/_delta_log/00000000000000000000.json",
@@ -111,8 +98,3 @@ def test_the_consents_story_on_s3_keeps_every_table_checkpoint_and_report_in_the
     assert local and all(p.startswith(("_locks/", "_logs/", "_jobs/")) for p in local), local
     assert not any(p.endswith((".parquet", ".html", ".crc")) or "_delta_log" in p for p in local)
     assert not Path("s3a:").exists()
-
-
-def _listing(s3, prefix: str) -> list:
-    selector = fs.FileSelector(f"{S3_BUCKET}/{prefix}", recursive=True)
-    return [info for info in s3.get_file_info(selector) if info.type == fs.FileType.File]

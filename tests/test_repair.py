@@ -85,7 +85,7 @@ def test_repartition_refuses_while_a_dependent_job_runs(spark, lake, demo_config
     produce_lines(
         cluster, spec, io.BytesIO(b'user_10;{"v":1}\n'), "-", key_sep=";", partitioner="consistent_random"
     )
-    jobs = lake.root / "_jobs"
+    jobs = lake.layout.jobs
     jobs.mkdir(parents=True)
     (jobs / "lookup_accounts.json").write_text(json.dumps({"job": "lookup:accounts", "pid": os.getpid()}))
     with pytest.raises(

@@ -197,7 +197,7 @@ def test_report_page_shows_what_failed_as_a_person_sees_it(shop, browser, tmp_pa
     (q,) = visible_rows(page, "quarantine")
     assert q[1:] == [
         "backfill:customers",
-        f"{lake.root.parent / 'dump.txt'}:3",
+        f"{lake.layout.work.parent / 'dump.txt'}:3",
         "no separator '|'",
         "broken line",
     ]

@@ -73,13 +73,11 @@ class Progress:
 
 
 def write_json(path: str, data: dict) -> None:
-    from pathlib import Path
+    """Write ``data`` to the file ``path`` names (a local path, or an s3a:// URI: a DAG run's folder
+    under a root on object storage), whole or not at all."""
+    from spark_jobs.seams.storage import location, write_whole
 
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=2), encoding="utf-8")
-    tmp.replace(target)
+    write_whole(location(path), json.dumps(data, indent=2))
 
 
 class SparkProgress:

@@ -102,7 +102,7 @@ class _Builder:
             application=APPLICATION,
             application_args=args,
             conn_id=self.af.spark_conn_id,
-            conf=submit_conf(),
+            conf=submit_conf(resolve_root(self.root)),  # with an object store's settings
             name=f"{self.config.name}-{task_id}",
             spark_binary="spark-submit",
             doc_md=doc,

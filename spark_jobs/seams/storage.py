@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import fnmatch
 import io
-import json
 import os
 import posixpath
 import re
@@ -124,6 +123,15 @@ def _resolve(text: str) -> Root:
     settings = s3_settings(work)
     path = ObjectPath(_s3_filesystem(settings), scheme, f"{bucket}/{prefix.strip('/')}".rstrip("/"))
     return Root(path, work, settings)
+
+
+def location(text: str) -> Any:
+    """A file or folder named by a path or a URI: a local :class:`Path`, or an :class:`ObjectPath` on
+    the store the URI names (reached with the settings a root there would use)."""
+    scheme = scheme_of(text)
+    if scheme is None:
+        return Path(text).absolute()
+    return _resolve(text).path
 
 
 def bucket_of(root: str | os.PathLike[str] | None = None) -> str | None:
@@ -467,10 +475,6 @@ def append_line(path: Any, line: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a", encoding="utf-8") as out:
         out.write(line + "\n")
-
-
-def write_json(path: Any, data: Any) -> None:
-    write_whole(path, json.dumps(data, indent=2) + "\n")
 
 
 def copy_tree(source: Any, target: Any) -> int:

@@ -66,6 +66,7 @@ bench: setup ## benchmarks (minutes); figures go to bench-results/ and belong in
 	@$(BIN)/python tests/bench/bench_freshness.py | tee bench-results/freshness.txt
 	@$(BIN)/python tests/bench/bench_quality.py | tee bench-results/quality.txt
 	@$(BIN)/python tests/bench/bench_joins.py | tee bench-results/joins.txt
+	@$(BIN)/python tests/bench/bench_s3.py | tee bench-results/s3.txt
 	@$(BIN)/python tests/bench/bench_keyed.py --hot-million | tee bench-results/keyed.txt
 	@$(BIN)/python tests/bench/bench_diagnose.py | tee bench-results/diagnose.txt
 	@$(BIN)/python tests/bench/bench_cli.py | tee bench-results/cli.txt

@@ -31,9 +31,9 @@ from spark_jobs.seams.layout import Layout
 from spark_jobs.seams.processes import (
     HOST,
     await_answer,
+    check_port,
     free_port,
     last_line,
-    port_free,
     read_state,
     stop_service,
     write_state,
@@ -180,14 +180,9 @@ def start(
     sasl_users = sasl_users or {}
     if sasl_users and sasl_port is None:
         sasl_port = port + 2
-    for what, p in (("port", port), ("SASL port", sasl_port)):
-        if p is not None and not (0 < p < 65536):
-            raise UserError(f"{what} {p} is not a TCP port (1..65535)")
-        if p is not None and not port_free(p):
-            raise UserError(
-                f"{what} {p} on {HOST} is already taken by another process; choose another with "
-                f"--{'sasl-' if what != 'port' else ''}port"
-            )
+    check_port(port, "--port")
+    if sasl_port is not None:
+        check_port(sasl_port, "--sasl-port", what="SASL port")
     jars = locked_jars("kafka")
     layout = Layout(root)
     data = layout.broker_data

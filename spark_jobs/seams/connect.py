@@ -23,9 +23,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from spark_jobs.errors import UserError
 from spark_jobs.seams.layout import Layout
-from spark_jobs.seams.processes import HOST, await_answer, port_free, read_state, stop_service, write_state
+from spark_jobs.seams.processes import HOST, await_answer, check_port, read_state, stop_service, write_state
 from spark_jobs.seams.session import DEFAULT_MASTER, get_spark, submit_conf
 from spark_jobs.seams.storage import Root, resolve_root
 
@@ -89,12 +88,7 @@ def start(root: Root | Path, port: int = DEFAULT_PORT, log=lambda _: None) -> Co
     current = status(root)
     if current.running:
         return current
-    if not (0 < port < 65536):
-        raise UserError(f"port {port} is not a TCP port (1..65535)")
-    if not port_free(port):
-        raise UserError(
-            f"port {port} on {HOST} is already taken by another process; choose another with --connect-port"
-        )
+    check_port(port, "--connect-port")
     layout = Layout(root)
     layout.connect.mkdir(parents=True, exist_ok=True)
     server_log = layout.connect_log

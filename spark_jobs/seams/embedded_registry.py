@@ -20,17 +20,23 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import urllib.request
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from spark_jobs.errors import UserError
 from spark_jobs.seams.jvm import registry_app
 from spark_jobs.seams.layout import Layout
-from spark_jobs.seams.processes import HOST, await_answer, port_free, read_state, stop_service, write_state
+from spark_jobs.seams.processes import (
+    HOST,
+    await_answer,
+    check_port,
+    read_state,
+    spawn,
+    stop_service,
+    write_state,
+)
 from spark_jobs.seams.storage import Root
 
 DEFAULT_PORT = 8081  # Confluent's
@@ -77,12 +83,7 @@ def start(root: Root | Path, port: int = DEFAULT_PORT, log=lambda _: None) -> Re
     current = status(root)
     if current.running:
         return current
-    if not 0 < port < 65536:
-        raise UserError(f"port {port} is not a TCP port (1..65535)")
-    if not port_free(port):
-        raise UserError(
-            f"port {port} on {HOST} is already taken by another process; choose another with --port"
-        )
+    check_port(port, "--port")
     app = registry_app()
     layout = Layout(root)
     data = layout.registry_data
@@ -101,17 +102,7 @@ def start(root: Root | Path, port: int = DEFAULT_PORT, log=lambda _: None) -> Re
         str(app),
     ]
     log(f"starting the embedded Schema Registry on {HOST}:{port} (data {data}) ...")
-    with open(layout.registry_log, "a") as out:
-        out.write(f"\n== {datetime.now(UTC).isoformat(timespec='seconds')} start\n")
-        out.flush()
-        proc = subprocess.Popen(
-            java,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            cwd=data,  # where Quarkus may write files of its own
-            start_new_session=True,  # outlives the command that started it
-        )
+    proc = spawn(java, layout.registry_log, cwd=data)  # data: where Quarkus may write files of its own
     await_answer(
         proc,
         lambda: _answers(url),

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 import secrets
-import subprocess
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -28,7 +27,16 @@ from typing import Any
 
 from spark_jobs.errors import UserError
 from spark_jobs.seams.jvm import locked_jars
-from spark_jobs.seams.processes import HOST, await_answer, port_free, read_state, stop_service, write_state
+from spark_jobs.seams.layout import Layout
+from spark_jobs.seams.processes import (
+    HOST,
+    await_answer,
+    check_port,
+    read_state,
+    spawn,
+    stop_service,
+    write_state,
+)
 
 DEFAULT_PORT = 9000  # MinIO's, which users' local set-ups often take: --port or LAKE_S3_PORT to move it
 START_TIMEOUT_S = 60
@@ -44,37 +52,6 @@ _LOGBACK = """<configuration>
   <root level="WARN"><appender-ref ref="out"/></root>
 </configuration>
 """
-
-
-@dataclass(frozen=True)
-class Folder:
-    """The store's files under a work folder."""
-
-    work: Path
-
-    @property
-    def path(self) -> Path:
-        return self.work / "_s3"
-
-    @property
-    def data(self) -> Path:
-        return self.path / "data"
-
-    @property
-    def state(self) -> Path:
-        return self.path / "s3.json"
-
-    @property
-    def log(self) -> Path:
-        return self.path / "s3.log"
-
-    @property
-    def properties(self) -> Path:
-        return self.path / "s3.properties"
-
-    @property
-    def logback(self) -> Path:
-        return self.path / "logback.xml"
 
 
 @dataclass(frozen=True)
@@ -103,7 +80,7 @@ class S3Status:
 
 def status(work: Path) -> S3Status:
     """The store's state from ``s3.json``; a file left by a dead store reads as not running."""
-    info = read_state(Folder(work).state)
+    info = read_state(Layout(work).s3_state)
     if info is None:
         return S3Status(False)
     return S3Status(
@@ -131,21 +108,18 @@ def start(
 
 
 def _launch(work: Path, port: int, log) -> S3Status:
-    if not 0 < port < 65536:
-        raise UserError(f"port {port} is not a TCP port (1..65535)")
-    if not port_free(port):
-        raise UserError(
-            f"port {port} on {HOST} is already taken by another process; choose another with --port"
-        )
+    check_port(port, "--port")
     jars = locked_jars("s3")
-    folder = Folder(work)
+    layout = Layout(work)
     try:
-        folder.data.mkdir(parents=True, exist_ok=True)
+        layout.s3_data.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise UserError(f"cannot create the embedded S3 store's folder {folder.data}: {e.strerror}") from None
+        raise UserError(
+            f"cannot create the embedded S3 store's folder {layout.s3_data}: {e.strerror}"
+        ) from None
     endpoint = f"http://{HOST}:{port}"
     secret = secrets.token_hex(16)
-    folder.properties.write_text(
+    layout.s3_properties.write_text(
         "\n".join(
             [
                 f"s3proxy.endpoint={endpoint}",
@@ -153,49 +127,39 @@ def _launch(work: Path, port: int, log) -> S3Status:
                 f"s3proxy.identity={ACCESS_KEY}",
                 f"s3proxy.credential={secret}",
                 "jclouds.provider=filesystem",
-                f"jclouds.filesystem.basedir={folder.data}",
+                f"jclouds.filesystem.basedir={layout.s3_data}",
                 "",
             ]
         )
     )
-    folder.properties.chmod(0o600)
-    folder.logback.write_text(_LOGBACK)
+    layout.s3_properties.chmod(0o600)
+    layout.s3_log_config.write_text(_LOGBACK)
     java = [
         "java",
         f"-Xmx{HEAP}",
         "-XX:+UseSerialGC",
         "-XX:TieredStopAtLevel=1",  # a small service: C1 starts it faster and keeps it small
-        f"-Dlogback.configurationFile={folder.logback}",
+        f"-Dlogback.configurationFile={layout.s3_log_config}",
         "-cp",
         os.pathsep.join(str(j) for j in jars),
         "org.gaul.s3proxy.Main",
         "--properties",
-        str(folder.properties),
+        str(layout.s3_properties),
     ]
-    log(f"starting the embedded S3 store on {endpoint} (data {folder.data}) ...")
-    with open(folder.log, "a") as out:
-        out.write(f"\n== {datetime.now(UTC).isoformat(timespec='seconds')} start\n")
-        out.flush()
-        proc = subprocess.Popen(
-            java,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            cwd=folder.path,
-            start_new_session=True,  # outlives the command that started it
-        )
+    log(f"starting the embedded S3 store on {endpoint} (data {layout.s3_data}) ...")
+    proc = spawn(java, layout.s3_log, cwd=layout.s3)
     await_answer(
-        proc, lambda: _answers(endpoint), "the embedded S3 store", endpoint, [folder.log], START_TIMEOUT_S
+        proc, lambda: _answers(endpoint), "the embedded S3 store", endpoint, [layout.s3_log], START_TIMEOUT_S
     )
     write_state(
-        folder.state,
+        layout.s3_state,
         {
             "pid": proc.pid,
             "port": port,
             "endpoint": endpoint,
             "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
-            "data_dir": str(folder.data),
-            "log": str(folder.log),
+            "data_dir": str(layout.s3_data),
+            "log": str(layout.s3_log),
             "access_key": ACCESS_KEY,
             "secret_key": secret,
         },
@@ -206,7 +170,7 @@ def _launch(work: Path, port: int, log) -> S3Status:
 
 def stop(work: Path, log=lambda _: None) -> bool:
     """Stop the store (SIGTERM, then SIGKILL after 20 s); False when it was not running."""
-    return stop_service(Folder(work).state, "the embedded S3 store", STOP_TIMEOUT_S, log)
+    return stop_service(Layout(work).s3_state, "the embedded S3 store", STOP_TIMEOUT_S, log)
 
 
 def create_bucket(store: S3Status, bucket: str) -> None:

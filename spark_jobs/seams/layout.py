@@ -100,12 +100,6 @@ class Layout:
         self.root: Any = self.lake.path  # durable: Path or ObjectPath
         self.work: Path = self.lake.work  # this machine's
 
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Layout) and (self.root, self.work) == (other.root, other.work)
-
-    def __hash__(self) -> int:
-        return hash((self.root, self.work))
-
     # --- data -------------------------------------------------------------------------------------
     @property
     def tables(self) -> Any:
@@ -230,6 +224,33 @@ class Layout:
     def registry_data(self) -> Path:
         """The embedded registry's storage (an H2 database: the schemas outlive a restart)."""
         return self.registry / "data"
+
+    @property
+    def s3(self) -> Path:
+        return self.work / "_s3"
+
+    @property
+    def s3_state(self) -> Path:
+        """The running embedded S3 store: its pid, endpoint and key (readable by its owner only)."""
+        return self.s3 / "s3.json"
+
+    @property
+    def s3_log(self) -> Path:
+        return self.s3 / "s3.log"
+
+    @property
+    def s3_data(self) -> Path:
+        """The embedded S3 store's objects, as files: ``data/<bucket>/<key>``."""
+        return self.s3 / "data"
+
+    @property
+    def s3_properties(self) -> Path:
+        """The embedded S3 store's settings, written at each start."""
+        return self.s3 / "s3.properties"
+
+    @property
+    def s3_log_config(self) -> Path:
+        return self.s3 / "logback.xml"
 
     @property
     def connect(self) -> Path:

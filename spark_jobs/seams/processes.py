@@ -11,6 +11,7 @@ import socket
 import subprocess
 import time
 from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,33 @@ def port_free(port: int) -> bool:
         except OSError:
             return False
     return True
+
+
+def check_port(port: int, flag: str, what: str = "port") -> None:
+    """A port a service is about to listen on must be a TCP port and free on loopback; else one line
+    naming the option (``flag``) that moves it."""
+    if not 0 < port < 65536:
+        raise UserError(f"{what} {port} is not a TCP port (1..65535)")
+    if not port_free(port):
+        raise UserError(
+            f"{what} {port} on {HOST} is already taken by another process; choose another with {flag}"
+        )
+
+
+def spawn(command: Sequence[str], log: Path, cwd: Path) -> subprocess.Popen:
+    """Start a service's process in a session of its own (it outlives the command that started it),
+    its output appended to ``log`` after a line with the time of the start."""
+    with open(log, "a") as out:
+        out.write(f"\n== {datetime.now(UTC).isoformat(timespec='seconds')} start\n")
+        out.flush()
+        return subprocess.Popen(
+            list(command),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            cwd=cwd,
+            start_new_session=True,
+        )
 
 
 def free_port() -> int:

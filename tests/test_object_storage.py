@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from conftest import S3_BUCKET, bucket_files
-from test_stories import ACCOUNTS, CONSENTS, account, consent, ends, placed, produce
+from test_stories import ACCOUNTS, CONSENTS, account, consent, ends, produce, referenced_once
 
 from spark_jobs.cli import main
 from spark_jobs.seams.delta import Lake
@@ -41,12 +41,7 @@ def test_the_consents_story_on_s3_keeps_every_table_checkpoint_and_report_in_the
 
     code, out, err = lake(root, "check")
     assert code == 1, err
-    at = placed(users)
-    where = [
-        f"{u} (referenced by 1 record(s) of {CONSENTS}, first at partition {at[u][0]} offset {at[u][1]}, "
-        f"last at partition {at[u][0]} offset {at[u][1]})"
-        for u in ("user_10", "user_9")
-    ]
+    where = referenced_once(users, ["user_10", "user_9"])
     assert f"FAILED: 2 keys missing in accounts: {'; '.join(where)}." in out
     assert f"summary: {root}/reports/quality/runs/" in out
     assert f"Data Docs: {root}/reports/quality/gx/uncommitted/data_docs/local_site/index.html" in out

@@ -61,6 +61,17 @@ def placed(keys: list[str], partitions: int = 4) -> dict[str, tuple[int, int]]:
     return out
 
 
+def referenced_once(users: list[str], missing: list[str]) -> list[str]:
+    """How `lake check` names each of ``missing``, referenced by one consent of one transaction of
+    ``users`` (in order)."""
+    at = placed(users)
+    return [
+        f"{u} (referenced by 1 record(s) of {CONSENTS}, first at partition {at[u][0]} offset {at[u][1]}, "
+        f"last at partition {at[u][0]} offset {at[u][1]})"
+        for u in missing
+    ]
+
+
 def ends(keys: list[str], partitions: int = 4) -> list[int]:
     """The end offsets after one transaction of ``keys``: its records and a commit marker in every
     partition it wrote."""
@@ -81,12 +92,7 @@ def test_check_right_after_produce_answers_for_the_topics_on_kafka(lake, tmp_pat
 
     code, out, err = lake(root, "check")
     assert code == 1, err
-    at = placed(users)
-    where = [
-        f"{u} (referenced by 1 record(s) of {CONSENTS}, first at partition {at[u][0]} offset {at[u][1]}, "
-        f"last at partition {at[u][0]} offset {at[u][1]})"
-        for u in ("user_10", "user_9")
-    ]
+    where = referenced_once(users, ["user_10", "user_9"])
     assert (
         f"FAIL  consents_lookups / completeness:{CONSENTS}->accounts: Every key that {CONSENTS} "
         f"references exists in lookup accounts. FAILED: 2 keys missing in accounts: {'; '.join(where)}."

@@ -163,11 +163,11 @@ def _work(args):
 
 def cmd_s3_start(args) -> int:
     from spark_jobs.seams import embedded_s3
-
-    port = args.s3_port or int(os.environ.get("LAKE_S3_PORT", embedded_s3.DEFAULT_PORT))
     from spark_jobs.seams.storage import bucket_of
 
-    buckets = tuple(dict.fromkeys([*([bucket_of(args.root)] if bucket_of(args.root) else []), *args.bucket]))
+    port = args.s3_port or int(os.environ.get("LAKE_S3_PORT", embedded_s3.DEFAULT_PORT))
+    root_bucket = bucket_of(args.root)  # an s3a:// root's bucket is made with the store
+    buckets = tuple(dict.fromkeys([root_bucket, *args.bucket] if root_bucket else args.bucket))
     print(embedded_s3.start(_work(args), port, buckets, log=_log).text())
     return 0
 

@@ -165,14 +165,16 @@ class Lake:
 
     @property
     def spark(self) -> SparkSession:
-        from spark_jobs.seams.connect import quick_session
-        from spark_jobs.seams.session import get_spark, use_root
-
         if self._spark is None:
+            from spark_jobs.seams.connect import quick_session
+            from spark_jobs.seams.session import get_spark
+
             self._spark = (
                 quick_session(self.root, log=self._log) if self._quick else get_spark(root=self.root)
             )
         elif self.root.on_object_storage and not self._given_root:
+            from spark_jobs.seams.session import use_root
+
             use_root(self._spark, self.root)  # a session given to the lake, built without its root
         self._given_root = True
         return self._spark

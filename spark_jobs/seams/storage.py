@@ -28,7 +28,6 @@ apply to Spark beside these.
 from __future__ import annotations
 
 import fnmatch
-import io
 import os
 import posixpath
 import re
@@ -136,19 +135,8 @@ def location(text: str) -> Any:
 
 def bucket_of(root: str | os.PathLike[str] | None = None) -> str | None:
     """The bucket of an object store's root, None for a local root."""
-    text = root_text(root)
-    scheme = scheme_of(text)
-    if scheme in OBJECT_SCHEMES:
-        return text[len(scheme) + 3 :].partition("/")[0] or None
-    return None
-
-
-@cache
-def check_root(root: Root) -> None:
-    """Once per process: the bucket of a root on an object store exists and lets this machine list
-    the root, else one line naming the root and what failed. Nothing to ask for a local root."""
-    if isinstance(root.path, ObjectPath) and root.s3 is not None:
-        _check_bucket(str(root), root.path.key.partition("/")[0], root.s3, root.path)
+    path = resolve_root(root).path
+    return path.bucket if isinstance(path, ObjectPath) else None
 
 
 def work_folder(root: str | os.PathLike[str] | None = None) -> Path:
@@ -193,12 +181,19 @@ def _s3_filesystem(settings: S3Settings) -> Any:
     return fs.S3FileSystem(**options)
 
 
-def _check_bucket(text: str, bucket: str, settings: S3Settings, root: ObjectPath) -> None:
-    """One request: the bucket exists and lets this machine list the root."""
+@cache
+def check_root(root: Root) -> None:
+    """Once per process, one request: the bucket of a root on an object store exists and lets this
+    machine list the root, else one line naming the root and what failed. Nothing to ask for a
+    local root."""
     from pyarrow import fs
 
+    path, settings = root.path, root.s3
+    if not isinstance(path, ObjectPath) or settings is None:
+        return
+    bucket = path.bucket
     try:
-        root.fs.get_file_info(fs.FileSelector(root.key, allow_not_found=False, recursive=False))
+        path.fs.get_file_info(fs.FileSelector(path.key, allow_not_found=False, recursive=False))
     except FileNotFoundError:
         pass  # a new root: nothing under it yet
     except OSError as e:
@@ -212,7 +207,7 @@ def _check_bucket(text: str, bucket: str, settings: S3Settings, root: ObjectPath
             why = f"no answer from {settings.names}"
         else:
             why = f"{settings.names} answered: {said.splitlines()[0] if said else type(e).__name__}"
-        raise UserError(f"lake root {text}: {why}") from None
+        raise UserError(f"lake root {root}: {why}") from None
 
 
 def hadoop_conf(root: Root) -> dict[str, str]:
@@ -287,13 +282,9 @@ class ObjectPath:
             out = out / part
         return out
 
-    def as_uri(self) -> str:
-        return str(self)
-
-    def absolute(self) -> ObjectPath:
-        return self
-
-    resolve = absolute
+    @property
+    def bucket(self) -> str:
+        return self.key.partition("/")[0]
 
     @property
     def name(self) -> str:
@@ -304,16 +295,8 @@ class ObjectPath:
         return PurePosixPath(self.name).stem
 
     @property
-    def suffix(self) -> str:
-        return PurePosixPath(self.name).suffix
-
-    @property
     def parent(self) -> ObjectPath:
         return ObjectPath(self.fs, self.scheme, posixpath.dirname(self.key))
-
-    @property
-    def parts(self) -> tuple[str, ...]:
-        return tuple(self.key.split("/"))
 
     def with_name(self, name: str) -> ObjectPath:
         return self.parent / name
@@ -329,7 +312,9 @@ class ObjectPath:
         return self.fs.get_file_info(self.key)
 
     def exists(self) -> bool:
-        return self.is_file() or self.is_dir()
+        from pyarrow import fs
+
+        return self._info().type != fs.FileType.NotFound or self._has_keys_under()
 
     def is_file(self) -> bool:
         from pyarrow import fs
@@ -339,17 +324,12 @@ class ObjectPath:
     def is_dir(self) -> bool:
         from pyarrow import fs
 
-        if self._info().type == fs.FileType.Directory:
-            return True
-        found = self.fs.get_file_info(fs.FileSelector(self.key, allow_not_found=True, recursive=False))
-        return bool(found)
+        return self._info().type == fs.FileType.Directory or self._has_keys_under()
 
-    def stat(self) -> os.stat_result:
-        info = self._info()
-        if info.size is None:
-            raise FileNotFoundError(2, "No such file", str(self))
-        mtime = info.mtime.timestamp() if info.mtime else 0.0
-        return os.stat_result((0o100644, 0, 0, 1, 0, 0, info.size, int(mtime), int(mtime), int(mtime)))
+    def _has_keys_under(self) -> bool:
+        from pyarrow import fs
+
+        return bool(self.fs.get_file_info(fs.FileSelector(self.key, allow_not_found=True, recursive=False)))
 
     def iterdir(self) -> Iterator[ObjectPath]:
         from pyarrow import fs
@@ -358,20 +338,10 @@ class ObjectPath:
             yield ObjectPath(self.fs, self.scheme, info.path)
 
     def glob(self, pattern: str) -> Iterator[ObjectPath]:
-        """Names of one folder level (``*.html``, ``[0-9]*``); ``**/`` patterns match at any depth."""
-        from pyarrow import fs
-
-        deep = pattern.startswith("**/")
-        name = pattern[3:] if deep else pattern
-        if "/" in name:
-            raise ValueError(f"glob pattern {pattern!r}: one level, or **/NAME")
-        selector = fs.FileSelector(self.key, allow_not_found=True, recursive=deep)
-        for info in self.fs.get_file_info(selector):
-            if fnmatch.fnmatchcase(posixpath.basename(info.path), name):
-                yield ObjectPath(self.fs, self.scheme, info.path)
-
-    def rglob(self, pattern: str) -> Iterator[ObjectPath]:
-        return self.glob(f"**/{pattern}")
+        """Names of one folder level (``*.html``, ``[0-9]*``)."""
+        if "/" in pattern:
+            raise ValueError(f"glob pattern {pattern!r}: one folder level only")
+        return (path for path in self.iterdir() if fnmatch.fnmatchcase(path.name, pattern))
 
     def files(self) -> Iterator[ObjectPath]:
         """Every object under this prefix, at any depth (one listing, no request per object)."""
@@ -400,15 +370,6 @@ class ObjectPath:
     def write_text(self, text: str, encoding: str = "utf-8") -> int:
         return self.write_bytes(text.encode(encoding))
 
-    def open(self, mode: str = "r", encoding: str = "utf-8") -> Any:
-        if mode in ("r", "rb"):
-            data = io.BytesIO(self.read_bytes())
-            return data if mode == "rb" else io.TextIOWrapper(data, encoding=encoding)
-        if mode in ("w", "wb"):
-            stream = self.fs.open_output_stream(self.key)
-            return stream if mode == "wb" else io.TextIOWrapper(stream, encoding=encoding)
-        raise ValueError(f"{self}: an object store cannot open a file in mode {mode!r}")
-
     def mkdir(self, parents: bool = False, exist_ok: bool = False) -> None:
         """Nothing: a folder on an object store exists while a key is under it."""
 
@@ -418,15 +379,6 @@ class ObjectPath:
         except FileNotFoundError:
             if not missing_ok:
                 raise
-
-    def rmdir(self) -> None:
-        self.fs.delete_dir(self.key)
-
-    def replace(self, target: ObjectPath) -> ObjectPath:
-        """A copy and a delete: not atomic (write the target in one PUT where that matters)."""
-        self.fs.copy_file(self.key, target.key)
-        self.fs.delete_file(self.key)
-        return target
 
 
 # --- what pathlib lacks ---------------------------------------------------------------------------
@@ -447,9 +399,8 @@ def move_tree(source: Any, target: Any) -> None:
     if not isinstance(source, ObjectPath):
         source.rename(target)
         return
-    for file in source.rglob("*"):
-        if file.is_file():
-            source.fs.copy_file(file.key, (target / str(file.relative_to(source))).key)
+    for file in source.files():
+        source.fs.copy_file(file.key, (target / str(file.relative_to(source))).key)
     remove_tree(source)
 
 

@@ -322,7 +322,7 @@ def test_manual_backfill_params_are_checked_before_any_spark_work(demo, tmp_path
     assert "Spark-Submit cmd" not in text
     relative = demo.test_dag("consents_manual_backfill", {"lookup": "accounts", "source": "accounts.dump"})
     assert relative.returncode == 1
-    assert "params: source must be an absolute path or a file:// URI, got 'accounts.dump'" in output(relative)
+    assert "params: source must be an absolute path, a file:// or an s3a:// URI, got 'accounts.dump'" in output(relative)
 
 
 def test_two_pipeline_files_with_one_name_are_refused(tmp_path, monkeypatch):

@@ -104,7 +104,7 @@ def test_demo_dump_holds_all_ten_accounts():
         (["run", "consents_with_mail", "--once", "--continuous"], None, "not allowed with argument"),
         (["run", "consents_with_mail", "--continuous", "--trigger", "0"], None, "--trigger must be a positive"),
         (["audit", "consents_with_mail"], None, "has no result yet: run 'lake run consents_with_mail --once'"),
-        (["backfill", "accounts", "--from", "s3://bucket/dump"], None, "s3://bucket/dump: only local files and file:// URIs"),
+        (["backfill", "accounts", "--from", "s3://bucket/dump"], None, "s3://bucket/dump: no file system for s3:// here; a dump is a local file or s3a://"),
         (["backfill", "accounts", "--from", "file:///no/such/dump"], None, "/no/such/dump: no such file"),
         (["health", "nope"], None, "unknown join 'nope'"),
         (["health", "--max-behind", "-1"], None, "--max-behind must not be negative"),

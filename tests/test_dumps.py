@@ -4,32 +4,41 @@ numbers, the three formats, and a BOM or CRLF never inside a key or value."""
 from __future__ import annotations
 
 import pytest
+from pyarrow import fs
 
 from spark_jobs.errors import UserError
-from spark_jobs.lookups.dumps import line_ranges, local_source, parse_dump, read_lines
+from spark_jobs.lookups.dumps import dump_source, line_ranges, parse_dump, read_lines
 from spark_jobs.seams.config import BackfillSpec
 
 
 def test_byte_ranges_end_at_newlines_and_know_their_first_line(tmp_path):
     dump = tmp_path / "d.txt"
     dump.write_bytes(b"a;1\nbb;22\nccc;333\nd;4")  # no newline at the end
-    ranges = line_ranges(str(dump), range_bytes=5)
+    with fs.LocalFileSystem().open_input_file(str(dump)) as fh:
+        ranges = line_ranges(fh, range_bytes=5)
     assert ranges == [(0, 10, 1), (10, 18, 3), (18, 21, 4)]
     data = dump.read_bytes()
     assert b"".join(data[s:e] for s, e, _ in ranges) == data
     (tmp_path / "empty.txt").touch()
-    assert line_ranges(str(tmp_path / "empty.txt"), 5) == []
+    with fs.LocalFileSystem().open_input_file(str(tmp_path / "empty.txt")) as fh:
+        assert line_ranges(fh, 5) == []
 
 
-def test_a_dump_is_a_local_file(tmp_path):
+def test_a_dump_is_a_local_file_or_an_object_on_s3(tmp_path, s3, monkeypatch):
     dump = tmp_path / "d.txt"
     dump.write_text("a;1\n")
-    assert local_source(str(dump)) == str(dump)
-    assert local_source(f"file://{dump}") == str(dump)
-    with pytest.raises(UserError, match=r"^s3://b/d\.txt: only local files and file:// URIs"):
-        local_source("s3://b/d.txt")
+    monkeypatch.chdir(tmp_path)
+    assert dump_source("d.txt") == str(dump)
+    assert dump_source(f"file://{dump}") == str(dump)
+    with s3.open_output_stream("lake-tests/dumps/d.txt") as out:
+        out.write(b"a;1\n")
+    assert dump_source("s3a://lake-tests/dumps/d.txt") == "s3a://lake-tests/dumps/d.txt"
+    with pytest.raises(UserError, match=r"^s3a://lake-tests/dumps/e\.txt: no such file$"):
+        dump_source("s3a://lake-tests/dumps/e.txt")
+    with pytest.raises(UserError, match=r"^s3://b/d\.txt: no file system for s3:// here; a dump is a local"):
+        dump_source("s3://b/d.txt")
     with pytest.raises(UserError, match=r"no such file$"):
-        local_source(str(tmp_path / "missing.txt"))
+        dump_source(str(tmp_path / "missing.txt"))
 
 
 def parsed(spark, path, spec: BackfillSpec, **kwargs) -> list[tuple]:

@@ -48,6 +48,7 @@ def test_the_consents_story_on_s3_keeps_every_table_checkpoint_and_report_in_the
 
     code, out, err = lake(root, "backfill", "accounts")
     assert code == 0, err
+    assert f"to {root}/_uploads/" in out + err and " for the executors ..." in out + err
     assert "2 new keys, 0 changed, 8 unchanged" in out
 
     code, out, err = lake(root, "check")
@@ -84,6 +85,8 @@ def test_the_consents_story_on_s3_keeps_every_table_checkpoint_and_report_in_the
     ):
         assert expected in kept, expected
     assert any(p.startswith("_checkpoints/consents_with_mail/state/0/") for p in kept)  # RocksDB's
+    # the backfill's dump was copied up for the executors to read, and removed when it ended
+    assert not any(p.startswith("_uploads/") for p in kept)
     page = s3.open_input_stream(f"{S3_BUCKET}/{prefix}/reports/quality/consents.html").read().decode()
     assert f"{CONSENTS} up to offsets {ends(users)}" in page
 

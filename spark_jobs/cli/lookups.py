@@ -53,9 +53,9 @@ def cmd_backfill(args) -> int:
     if args.max_rejects < 0:
         raise UserError("--max-rejects must not be negative")
     if args.source:
-        from spark_jobs.lookups.dumps import local_source
+        from spark_jobs.lookups.dumps import dump_source
 
-        args.source = local_source(args.source)
+        args.source = dump_source(args.source)
 
     registry_first(config, lake, [lookup.topic])
     stderr("starting Spark ...")

@@ -17,8 +17,11 @@ Crash points (``spark_jobs.faults``): ``backfill-read``, ``backfill-diff``, then
 
 from __future__ import annotations
 
+import shutil
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -30,7 +33,7 @@ from pyspark.sql import functions as F
 from spark_jobs import faults
 from spark_jobs.errors import UserError
 from spark_jobs.formats import Codec, Formats
-from spark_jobs.lookups.dumps import parse_dump, read_lines
+from spark_jobs.lookups.dumps import dump_source, parse_dump, read_lines
 from spark_jobs.seams import partitioners
 from spark_jobs.seams.config import LookupSpec, PipelineConfig
 from spark_jobs.seams.delta import Lake
@@ -116,30 +119,30 @@ def run_backfill(
     path = source or (str(spec.source) if spec.source else None)
     if path is None:
         raise UserError(f"lookup '{lookup.name}' declares no backfill source: give one with --from FILE")
-    if not Path(path).is_file():
-        raise UserError(f"{path}: no such file")
+    path = dump_source(path)
     chosen = partitioners.check_partitioner(partitioner or config.lookup_partitioner(lookup))
     summary = BackfillSummary(lookup.name, topic.name, str(path), chosen, dry_run, missing_only)
 
     cluster = connect(config, lake.root)
     formats = Formats(config, lake.root, cluster.topic)
     codecs = (formats.writing(topic.name, "key", None), formats.writing(topic.name, "value", None))
-    log(f"reading {path} ...")
     key_format = topic.key_format if not codecs[0].registered else "string"  # a registry key: its text
     value_format = topic.value_format if not codecs[1].registered else "json"  # a registry value: JSON
-    parsed = parse_dump(read_lines(spark, str(path)), spec, separator, key_format, value_format)
-    if codecs[0].registered or codecs[1].registered:
-        parsed = _encoded(spark, parsed, codecs)
-    parsed = parsed.persist()
-    try:
-        counts = parsed.agg(F.count("*").alias("lines"), F.count("reason").alias("rejected")).first()
-        assert counts is not None  # an aggregate without grouping always has one row
-        summary.lines, summary.rejected = int(counts["lines"]), int(counts["rejected"])
-        faults.point("backfill-read")
-        with lake.lock(f"backfill-{topic.name}", log):
-            _diff_and_produce(spark, lake, cluster, formats, lookup, parsed, summary, max_rejects, log)
-    finally:
-        parsed.unpersist()
+    with _readable(lake, path, log) as where:
+        log(f"reading {path} ...")
+        parsed = parse_dump(read_lines(spark, where, path), spec, separator, key_format, value_format)
+        if codecs[0].registered or codecs[1].registered:
+            parsed = _encoded(spark, parsed, codecs)
+        parsed = parsed.persist()
+        try:
+            counts = parsed.agg(F.count("*").alias("lines"), F.count("reason").alias("rejected")).first()
+            assert counts is not None  # an aggregate without grouping always has one row
+            summary.lines, summary.rejected = int(counts["lines"]), int(counts["rejected"])
+            faults.point("backfill-read")
+            with lake.lock(f"backfill-{topic.name}", log):
+                _diff_and_produce(spark, lake, cluster, formats, lookup, parsed, summary, max_rejects, log)
+        finally:
+            parsed.unpersist()
     if not dry_run:
         # the mirror and the lookup table, up to the topic's end: also when nothing was written, so a
         # rerun after a crash between the write and the refresh finishes what that run began
@@ -153,6 +156,27 @@ def run_backfill(
         log(f"lookup {lookup.name}: up to offsets {summary.lookup_up_to}")
     summary.seconds = time.perf_counter() - started
     return summary
+
+
+@contextmanager
+def _readable(lake: Lake, source: str, log) -> Iterator[str]:
+    """Where the executors read the dump ``source`` from: where it is, or, for a local file and a
+    lake on an object store (whose executors may run on machines without this one's disk), a copy
+    under the root (``_uploads/``), removed when the backfill ends."""
+    from spark_jobs.seams.storage import ObjectPath, remove_tree, scheme_of
+
+    if scheme_of(source) is not None or not lake.root.on_object_storage:
+        yield source
+        return
+    target = lake.layout.upload(Path(source).name)
+    assert isinstance(target, ObjectPath)
+    log(f"copying {source} ({Path(source).stat().st_size:,} bytes) to {target} for the executors ...")
+    try:
+        with open(source, "rb") as local, target.fs.open_output_stream(target.key) as remote:
+            shutil.copyfileobj(local, remote, 8 * 1024 * 1024)
+        yield str(target)
+    finally:
+        remove_tree(target.parent)
 
 
 def _diff_and_produce(

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import re
+from typing import Any
 
 import pyarrow as pa
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -28,58 +29,90 @@ SCHEMA = "source string, line long, raw binary"
 
 
 class _Range(InputPartition):
-    def __init__(self, path: str, start: int, end: int, first_line: int):
-        super().__init__((path, start, end, first_line))
+    def __init__(self, start: int, end: int, first_line: int):
+        super().__init__((start, end, first_line))
 
 
-def local_source(source: str) -> str:
-    """A dump given as a path or a ``file://`` URI, checked to exist."""
-    if source.startswith("file://"):
+def dump_source(source: str) -> str:
+    """A dump given as a local path, a ``file://`` URI or an object store's URI (``s3a://``), checked
+    to exist: the local file's absolute path, or the URI."""
+    from spark_jobs.seams.storage import OBJECT_SCHEMES, location, scheme_of
+
+    scheme = scheme_of(source)
+    if scheme == "file":
         source = source.removeprefix("file://")
-    elif "://" in source:
-        raise UserError(f"{source}: only local files and file:// URIs can be backfilled from")
+    elif scheme is not None:
+        if scheme not in OBJECT_SCHEMES:
+            raise UserError(
+                f"{source}: no file system for {scheme}:// here; a dump is a local file or s3a://"
+            )
+        try:
+            found = location(source).is_file()
+        except OSError as err:
+            raise UserError(f"{source}: {str(err).splitlines()[0]}") from None
+        if not found:
+            raise UserError(f"{source}: no such file")
+        return source
     if not os.path.isfile(source):
         raise UserError(f"{source}: no such file")
-    return source
+    return os.path.abspath(source)
 
 
-def line_ranges(path: str, range_bytes: int = RANGE_BYTES) -> list[tuple[int, int, int]]:
-    """(start, end, first line number) of newline-aligned byte ranges covering the file."""
-    size = os.path.getsize(path)
+def _file(source: str) -> tuple[Any, str]:
+    """The (pyarrow file system, path) a dump is read through: local, or the object store its URI
+    names. Picklable: executors open the dump themselves, wherever they run."""
+    from pyarrow import fs
+
+    from spark_jobs.seams.storage import ObjectPath, location
+
+    where = location(source)
+    if isinstance(where, ObjectPath):
+        return where.fs, where.key
+    return fs.LocalFileSystem(), str(where)
+
+
+def line_ranges(fh: Any, range_bytes: int = RANGE_BYTES) -> list[tuple[int, int, int]]:
+    """(start, end, first line number) of newline-aligned byte ranges covering the open file."""
+    size = fh.size()
     ranges = []
-    with open(path, "rb") as fh:
-        start, line = 0, 1
-        while start < size:
-            fh.seek(min(start + range_bytes, size))
-            tail = fh.readline() if start + range_bytes < size else b""
-            end = min(start + range_bytes, size) + len(tail)
-            fh.seek(start)
-            block = fh.read(end - start)
-            ranges.append((start, end, line))
-            line += block.count(b"\n")
-            start = end
+    start, line = 0, 1
+    while start < size:
+        end = min(start + range_bytes, size)
+        fh.seek(start)
+        block = fh.read(end - start)
+        while end < size and not block.endswith(b"\n"):  # on to the end of the range's last line
+            chunk = fh.read(min(64 * 1024, size - end))
+            cut = chunk.find(b"\n")
+            piece = chunk if cut < 0 else chunk[: cut + 1]
+            block += piece
+            end += len(piece)
+        ranges.append((start, end, line))
+        line += block.count(b"\n")
+        start = end
     return ranges
 
 
 class _Reader(DataSourceReader):
-    def __init__(self, path: str):
-        self.path = path
+    def __init__(self, source: str, name: str):
+        self.file, self.name = _file(source), name
 
     def partitions(self):
-        return [_Range(self.path, s, e, first) for s, e, first in line_ranges(self.path)]
+        filesystem, path = self.file
+        with filesystem.open_input_file(path) as fh:
+            return [_Range(s, e, first) for s, e, first in line_ranges(fh)]
 
     def read(self, partition):
         from spark_jobs.topics.produce_consume import split_lines
 
-        path, start, end, first = partition.value
-        with open(path, "rb") as fh:
-            fh.seek(start)
-            block = fh.read(end - start)
+        start, end, first = partition.value
+        filesystem, path = self.file
+        with filesystem.open_input_file(path) as fh:
+            block = fh.read_at(end - start, start)
         lines = split_lines(block)
         n = len(lines)
         yield pa.RecordBatch.from_arrays(
             [
-                pa.repeat(pa.scalar(path, pa.string()), n),
+                pa.repeat(pa.scalar(self.name, pa.string()), n),
                 pa.array(range(first, first + n), pa.int64()),
                 lines.cast(pa.binary()),
             ],
@@ -88,7 +121,8 @@ class _Reader(DataSourceReader):
 
 
 class DumpLines(DataSource):
-    """``spark.read.format("dumplines").load(path)``: one row per line of a local file."""
+    """``spark.read.format("dumplines").option("name", shown).load(source)``: one row per line of a
+    local file or an object store's (``source`` is :func:`dump_source`'s), ``shown`` as its source."""
 
     @classmethod
     def name(cls) -> str:
@@ -98,14 +132,14 @@ class DumpLines(DataSource):
         return SCHEMA
 
     def reader(self, schema) -> DataSourceReader:
-        return _Reader(self.options["path"])
+        return _Reader(self.options["path"], self.options.get("name") or self.options["path"])
 
 
-def read_lines(spark: SparkSession, path: str) -> DataFrame:
-    if not os.path.isfile(path):
-        raise UserError(f"{path}: no such file")
+def read_lines(spark: SparkSession, source: str, name: str | None = None) -> DataFrame:
+    """The lines of the dump at ``source`` (a :func:`dump_source`), their ``source`` column ``name``
+    (the dump as the user named it) or ``source``."""
     spark.dataSource.register(DumpLines)
-    return spark.read.format("dumplines").load(os.path.abspath(path))
+    return spark.read.format("dumplines").option("name", name or source).load(source)
 
 
 # What a line means, as opposed to its bytes (``raw``, kept for the quarantine): a UTF-8 byte-order mark

@@ -236,7 +236,7 @@ def choose_action(**context: Any) -> str:
 def backfill_args(config_path: str, root: str, **context: Any) -> list[str]:
     """Check the trigger's params and turn them into the ``lake backfill`` arguments."""
     from spark_jobs.errors import UserError
-    from spark_jobs.lookups.dumps import local_source
+    from spark_jobs.lookups.dumps import dump_source
     from spark_jobs.seams.config import load_config
 
     params = context["params"]
@@ -245,8 +245,8 @@ def backfill_args(config_path: str, root: str, **context: Any) -> list[str]:
         config.lookup(params["lookup"])
         source = params.get("source") or None
         if source and not (source.startswith("/") or "://" in source):
-            raise UserError(f"source must be an absolute path or a file:// URI, got {source!r}")
-        source = local_source(source) if source else None
+            raise UserError(f"source must be an absolute path, a file:// or an s3a:// URI, got {source!r}")
+        source = dump_source(source) if source else None
     except UserError as err:
         raise _fail(f"params: {err}") from None
     args = ["backfill", params["lookup"], "--root", root, "--config", config_path]

@@ -13,6 +13,8 @@ root itself, so a local lake is one folder).
                                   the Kafka offsets a lookup's table is complete up to
   _checkpoints/.driver/<join>/    a join's checkpoint under the pipeline test driver (spark_jobs.testing)
   _repair/<topic>.json            a topic repartition in progress
+  _uploads/<id>/                  a local dump a backfill on an object store's root copied up for the
+                                  cluster's executors to read (removed when the backfill ends)
   _airflow/<dag>/<run>/           what one DAG run's tasks hand each other; alerts.jsonl
   reports/quality/                the report pages, Data Docs and run pages (ReportFolder)
   warehouse/                      the catalog's managed tables (the dbt marts)
@@ -289,6 +291,12 @@ class Layout:
     @property
     def report_folder(self) -> ReportFolder:
         return ReportFolder(self.quality_reports)
+
+    def upload(self, name: str) -> Any:
+        """Where a backfill copies a local dump up to for the executors to read, a folder of its own."""
+        from uuid import uuid4
+
+        return self.root / "_uploads" / uuid4().hex / name
 
     @property
     def staging(self) -> Path:

@@ -8,7 +8,10 @@
 #
 # Settings (environment): SPARK_CLUSTER_DIR (default .spark-cluster: pids, logs, work dirs),
 # SPARK_MASTER_PORT (7077), SPARK_MASTER_WEBUI_PORT (8090; workers take the next two ports),
-# SPARK_WORKER_CORES (2 each), SPARK_WORKER_MEMORY (4g each).
+# SPARK_WORKER_CORES (2 each), SPARK_WORKER_MEMORY (4g each). Each worker has its own work and temp
+# folders (<dir>/workerN/). SPARK_CLUSTER_HIDE: folders (colon-separated) the workers must not see, as
+# machines that share no disk with the driver: each worker then runs in a mount namespace of its own
+# (unshare) with an empty file system mounted over each of them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN="$PWD/.venv/bin"
@@ -27,8 +30,19 @@ alive() { [[ -f "$DIR/$1.pid" ]] && kill -0 "$(cat "$DIR/$1.pid")" 2>/dev/null; 
 launch() {  # name, class, args...
   local name=$1; shift
   if alive "$name"; then echo "$name already running (pid $(cat "$DIR/$name.pid"))"; return; fi
+  local run=("$SPARK_HOME/bin/spark-class" "$@") dirs=()
+  if [[ $name == worker* ]]; then
+    dirs=(SPARK_LOCAL_DIRS="$DIR/$name/local" TMPDIR="$DIR/$name/tmp")
+    if [[ -n "${SPARK_CLUSTER_HIDE:-}" ]]; then
+      # its own mount namespace (in a user namespace of its own, so no privilege is needed), where
+      # each hidden folder is an empty file system; unshare and sh exec, so the pid stays the JVM's
+      run=(unshare --user --map-root-user --mount --propagation private sh -c '
+        IFS=:; for folder in $SPARK_CLUSTER_HIDE; do mount -t tmpfs hidden "$folder" || exit 1; done
+        unset IFS; exec "$@"' sh "${run[@]}")
+    fi
+  fi
   # spark-class execs the JVM, so $! is the JVM's pid; setsid: it outlives this shell
-  setsid "$SPARK_HOME/bin/spark-class" "$@" >"$DIR/$name.log" 2>&1 < /dev/null &
+  env "${dirs[@]}" setsid "${run[@]}" >"$DIR/$name.log" 2>&1 < /dev/null &
   echo $! >"$DIR/$name.pid"
   echo "$name started (pid $!), log $DIR/$name.log"
 }
@@ -58,7 +72,7 @@ start() {
   export SPARK_LOCAL_IP=$HOST SPARK_NO_DAEMONIZE=1
   launch master org.apache.spark.deploy.master.Master --host $HOST --port "$PORT" --webui-port "$UI"
   for i in 1 2; do
-    mkdir -p "$DIR/worker$i"
+    mkdir -p "$DIR/worker$i/local" "$DIR/worker$i/tmp"
     launch "worker$i" org.apache.spark.deploy.worker.Worker --host $HOST --cores "$CORES" \
       --memory "$MEMORY" --webui-port $((UI + i)) --work-dir "$DIR/worker$i" "$MASTER"
   done

@@ -1,27 +1,36 @@
-"""Spark as a distributed engine: a standalone master with two workers (infra/spark-cluster.sh, from
-the pyspark installation), a join submitted to it with spark-submit, and the marketplace pipeline's
-DAGs run against it through Airflow (the pipeline failing at its gate, then passing and starting its
-fk joins, then the streams DAG's start, health and stop). Slow (about ten minutes), and part of CI:
-the DAGs on local[2] differ only in the master they hand spark-submit (test_airflow.py's manual
-backfill runs one)."""
+"""Spark as a distributed engine on machines that share no disk: a standalone master with two workers
+(infra/spark-cluster.sh, from the pyspark installation), each worker in a mount namespace of its own
+where the test run's folders (every test's lake work folder, dumps, pipeline files, Airflow home)
+are empty, and the lake root on the run's S3 store. A join submitted with spark-submit, a continuous
+fk join with a worker killed -9 and restarted, and the marketplace pipeline's DAGs through Airflow
+(the pipeline failing at its gate, then backfilling from a dump only the driver's machine has,
+passing and starting its fk joins, then the streams DAG's start, health and stop). Slow (about ten
+minutes), and part of CI: the DAGs on local[2] differ only in the master they hand spark-submit
+(test_airflow.py's manual backfill runs one)."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
+import signal
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
+import uuid
 from decimal import Decimal
 from pathlib import Path
 
 import pytest
 from airflowkit import ALL_MAILS, Airflow, demo_topics, mails, output, ran, running, wait_for
+from conftest import S3_BUCKET
 
 from spark_jobs.seams.config import bundled_config_path, load_config
 from spark_jobs.seams.kafka import connect, read
 from spark_jobs.seams.session import submit_conf
+from spark_jobs.seams.storage import resolve_root
 
 pytestmark = pytest.mark.slow
 
@@ -35,21 +44,39 @@ DATA = bundled_config_path().parent.parent / "dumps"
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("spark-cluster")
+def cluster(tmp_path_factory, s3_store):
+    """The cluster, its folder outside the test run's (the workers' own work and temp folders), the
+    run's folders hidden from the workers. Yields the folder and the environment that restarts it."""
+    folder = Path(tempfile.mkdtemp(prefix="lake-cluster-"))
+    hidden = tmp_path_factory.getbasetemp()
     env = {
         **os.environ,
         "SPARK_CLUSTER_DIR": str(folder),
         "SPARK_MASTER_PORT": str(PORT),
         "SPARK_MASTER_WEBUI_PORT": str(UI),
+        "SPARK_CLUSTER_HIDE": str(hidden),
     }
     started = subprocess.run([SCRIPT, "start"], env=env, capture_output=True, text=True, timeout=300)
     try:
         assert started.returncode == 0, started.stdout + started.stderr
         assert f"cluster up: {MASTER} with 2 workers" in started.stdout
-        yield folder
+        (hidden / "driver-only.txt").write_text("on the driver's disk only")
+        for worker in ("worker1", "worker2"):
+            pid = (folder / f"{worker}.pid").read_text().strip()
+            # the path as the worker's JVM sees it: an empty folder, not the test run's
+            assert os.listdir(f"/proc/{pid}/root{hidden}") == [], worker
+        yield folder, env
     finally:
         subprocess.run([SCRIPT, "stop"], env=env, capture_output=True, timeout=120)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture
+def s3_root(monkeypatch, tmp_path) -> str:
+    """A lake root of the test's own in the run's bucket; its work folder under the test's folder (so
+    hidden from the workers)."""
+    monkeypatch.setenv("LAKE_WORK", str(tmp_path / "work"))
+    return f"s3a://{S3_BUCKET}/cluster/{uuid.uuid4().hex[:12]}"
 
 
 def master_state() -> dict:
@@ -61,20 +88,22 @@ def apps(kind: str) -> dict[str, str]:
     return {a["name"]: a["state"] for a in master_state()[kind]}
 
 
-def test_a_join_submitted_to_the_standalone_cluster_runs_on_its_workers(cluster, tmp_path):
+def test_a_join_submitted_to_the_standalone_cluster_runs_on_its_workers(cluster, s3_root, tmp_path):
+    folder, _ = cluster
     state = master_state()
     assert (state["status"], state["aliveworkers"]) == ("ALIVE", 2)
-    root = tmp_path / "lake"
-    af = Airflow(tmp_path / "airflow", root)
+    root = s3_root
+    af = Airflow(tmp_path / "airflow", root)  # type: ignore[arg-type]
     demo_topics(af)
-    conf = [arg for key, value in submit_conf().items() for arg in ("--conf", f"{key}={value}")]
+    settings = submit_conf(resolve_root(root)).items()
+    conf = [arg for key, value in settings for arg in ("--conf", f"{key}={value}")]
     submit = Path(sys.executable).with_name("spark-submit")
     done = subprocess.run(
         [str(submit), "--master", MASTER, "--name", "cluster-join", "--conf", "spark.cores.max=2", *conf]
         # each executor that starts publishing the changelog dies as kill -9 would, once its open
         # transaction has a record on the broker (lake.joins.ChangelogWriter): Spark runs the task again
         + ["--conf", "spark.executorEnv.LAKE_KILL_AT=publish-open", APP]
-        + ["run", "consents_with_mail", "--once", "--root", str(root)],
+        + ["run", "consents_with_mail", "--once", "--root", root],
         capture_output=True,
         text=True,
         timeout=600,
@@ -91,15 +120,15 @@ def test_a_join_submitted_to_the_standalone_cluster_runs_on_its_workers(cluster,
     assert mails(af.lake, "consents_with_mail") == {**ALL_MAILS, "user_9": None, "user_10": None}
     # every result went to the changelog once: the retried tasks fenced the killed ones' transactions
     config = load_config(bundled_config_path())
-    kafka = connect(config, root)
+    kafka = connect(config, af.lake.root)
     published = [m for batch in read(kafka, config.topic("consents_with_mail_changelog")) for m in batch]
     assert sorted(m.key().decode() for m in published) == sorted(ALL_MAILS)
     # the killed executors were replaced: more executors ran than the two the application asked for
-    assert len(list(cluster.glob("worker*/app-*/*/stderr"))) > 2
+    assert len(list(folder.glob("worker*/app-*/*/stderr"))) > 2
     assert apps("completedapps") == {"cluster-join": "FINISHED"}
     # its executors ran in the workers' JVMs (one work folder per application and worker)
-    app_dirs = sorted(p.parent.name for p in cluster.glob("worker*/app-*/*/stderr"))
-    assert len(app_dirs) >= 2 and {p.name for p in cluster.glob("worker*") if list(p.glob("app-*"))} == {
+    app_dirs = sorted(p.parent.name for p in folder.glob("worker*/app-*/*/stderr"))
+    assert len(app_dirs) >= 2 and {p.name for p in folder.glob("worker*") if list(p.glob("app-*"))} == {
         "worker1",
         "worker2",
     }
@@ -109,39 +138,47 @@ MOVING = """
 pipeline: moving
 topics:
   L: {partitions: 6}
-  R: {partitions: 6}
+  R: {partitions: 3}
 joins:
-  t: {kind: table, left: L, right: R, type: left, select: {lv: left.v, rv: right.v}, publish: true}
+  t: {kind: fk, left: L, right: R, foreign_key: fk, type: left, select: {rv: right.v}, publish: true}
 """
+LOST = {"ExecutorLostFailure", "Resubmitted", "FetchFailed"}  # how Spark reports a lost machine's tasks
 
 
-def test_a_continuous_join_on_two_executors_publishes_every_result_once_while_its_tasks_move(
-    cluster, tmp_path
+def test_a_continuous_fk_join_on_the_cluster_publishes_every_result_once_with_a_worker_killed(
+    cluster, s3_root, tmp_path
 ):
-    """A continuous join on two one-core executors publishes its 6-partition changelog over many
-    micro-batches; with no locality wait, a partition's task runs on whichever executor is free, so it
-    moves between them, and each executor's kept producer of that partition is fenced by the other's.
-    The fenced producer is replaced within the task: no task fails, every batch's records go out once,
-    and the last records per key are the result table."""
+    """A continuous fk join on two one-core executors, the lake on S3, over many micro-batches: 30
+    products (L) pointing at 3 merchants (R), every merchant updated each wave. With no locality wait
+    a partition's task runs on whichever executor is free, so each executor's kept producer of a
+    partition is fenced by the other's and replaced within the task. Halfway, one worker and its
+    executor are killed -9 (a machine lost) and the worker is started again: Spark runs the lost
+    tasks elsewhere, the join's state comes back from its checkpoint on S3, and still every batch's
+    records go out once, each key is once in the Delta table, and the last record per key is its
+    row."""
     from joinkit import changelog
 
     from spark_jobs.cli import main
     from spark_jobs.seams.delta import Lake
 
+    folder, env = cluster
     config = tmp_path / "moving.yaml"
     config.write_text(MOVING)
-    root = tmp_path / "lake"
-    where = ["--root", str(root), "--config", str(config)]
+    where = ["--root", s3_root, "--config", str(config)]
     keys = [f"k{i:02}" for i in range(30)]
 
-    def wave(side: str, value: str) -> None:
-        lines = tmp_path / f"{side}.txt"
-        lines.write_text("".join(f'{k};{{"v": "{value}"}}\n' for k in keys))
-        assert main(["produce", side, "-K", ";", str(lines), *where]) == 0
+    def produce(side: str, lines: list[str]) -> None:
+        file = tmp_path / f"{side}.txt"
+        file.write_text("".join(f"{line}\n" for line in lines))
+        assert main(["produce", side, "-K", ";", str(file), *where]) == 0
 
-    wave("L", "left")
-    before = {p.name for p in cluster.glob("worker*/app-*")}  # the earlier tests' applications
-    conf = [arg for key, value in submit_conf().items() for arg in ("--conf", f"{key}={value}")]
+    def wave(n: int) -> None:
+        produce("R", [f'r{i};{{"v": "r{n}"}}' for i in range(3)])
+
+    produce("L", [f'{k};{{"fk": "r{i % 3}"}}' for i, k in enumerate(keys)])
+    before = {p.name for p in folder.glob("worker*/app-*")}  # the earlier tests' applications
+    settings = submit_conf(resolve_root(s3_root)).items()
+    conf = [arg for key, value in settings for arg in ("--conf", f"{key}={value}")]
     submit = Path(sys.executable).with_name("spark-submit")
     log = tmp_path / "driver.log"
     events = tmp_path / "events"  # Spark's event log: every task's end and its reason
@@ -162,7 +199,7 @@ def test_a_continuous_join_on_two_executors_publishes_every_result_once_while_it
                 "PATH": f"{submit.parent}{os.pathsep}{os.environ['PATH']}",
             },
         )
-    lake = Lake(root)
+    lake = Lake(s3_root)
 
     def rows() -> dict[str, str | None]:
         try:
@@ -176,12 +213,24 @@ def test_a_continuous_join_on_two_executors_publishes_every_result_once_while_it
             assert job.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
             time.sleep(0.5)
 
-    waves = 12
+    waves, killed_at = 12, 6
     try:
         until(dict.fromkeys(keys), 300)
         for n in range(1, waves + 1):
-            wave("R", f"r{n}")
-            until(dict.fromkeys(keys, f"r{n}"), 120)
+            if n == killed_at:  # a machine lost: the worker and its executor, kill -9
+                pid = int((folder / "worker1.pid").read_text())
+                subprocess.run(["pkill", "-KILL", "-P", str(pid)], check=False)
+                os.kill(pid, signal.SIGKILL)
+                gone = f"/proc/{pid}"
+                wait_for(lambda: not os.path.exists(gone), 30, "the killed worker gone")  # noqa: B023
+            wave(n)
+            if n == killed_at:
+                restarted = subprocess.run(
+                    [SCRIPT, "start"], env=env, capture_output=True, text=True, timeout=300
+                )
+                assert restarted.returncode == 0, restarted.stdout + restarted.stderr
+                assert "worker1 started" in restarted.stdout
+            until(dict.fromkeys(keys, f"r{n}"), 240 if n == killed_at else 120)
     finally:
         main(["stop", "t", *where])
         job.wait(timeout=120)
@@ -195,15 +244,19 @@ def test_a_continuous_join_on_two_executors_publishes_every_result_once_while_it
         r["key"].decode(): json.loads(r["value"])["rv"] for r in sorted(records, key=lambda r: r["offset"])
     }
     assert last == dict.fromkeys(keys, f"r{waves}")
-    ended = [json.loads(line) for f in events.iterdir() for line in f.read_text().splitlines()]
-    ended = [e for e in ended if e["Event"] == "SparkListenerTaskEnd"]
+    table = lake.read_arrow("t").to_pylist()
+    assert sorted(r["key"].decode() for r in table) == keys  # each key once
+    logged = [json.loads(line) for f in events.iterdir() for line in f.read_text().splitlines()]
+    ended = [e for e in logged if e["Event"] == "SparkListenerTaskEnd"]
     failed = [e["Task End Reason"] for e in ended if e["Task End Reason"]["Reason"] != "Success"]
-    assert len(ended) > 100 and failed == [], failed[:3]
+    assert len(ended) > 100 and all(f["Reason"] in LOST for f in failed), failed[:3]
+    removed = [e for e in logged if e["Event"] == "SparkListenerExecutorRemoved"]
+    assert removed, "no executor was lost"
     executors = "".join(
-        p.read_text() for p in cluster.glob("worker*/app-*/*/stderr") if p.parent.parent.name not in before
+        p.read_text() for p in folder.glob("worker*/app-*/*/stderr") if p.parent.parent.name not in before
     )
     replaced = executors.count("lake.joins.ChangelogWriter: the kept producer of")
-    print(f"{replaced} kept producers were found fenced and replaced")
+    print(f"{replaced} kept producers were found fenced and replaced; {len(failed)} task(s) lost: {removed}")
 
 
 def _pipeline(tmp_path: Path, file: str, dump: str, without: str) -> Path:
@@ -244,7 +297,7 @@ PRODUCTS = [
 
 
 def test_the_fk_pipeline_dag_on_the_cluster_fails_at_the_gate_until_its_lookup_is_backfilled_then_runs(
-    cluster, tmp_path
+    cluster, s3_root, tmp_path
 ):
     """The marketplace pipeline through Airflow (``airflow dags test`` through ``lake airflow``), every
     Spark task and continuous job on the cluster. The pipeline is the bundled one with its merchants
@@ -258,7 +311,7 @@ def test_the_fk_pipeline_dag_on_the_cluster_fails_at_the_gate_until_its_lookup_i
     pipelines = [_pipeline(tmp_path, "marketplace.yaml", "merchants.dump", "m3;")]
     af = Airflow(
         tmp_path / "airflow",
-        tmp_path / "lake",
+        s3_root,  # type: ignore[arg-type]
         pipelines=pipelines,
         env={"LAKE_SPARK_MASTER": MASTER, "LAKE_SPARK_CORES_MAX": "1"},
     )
@@ -274,6 +327,14 @@ def test_the_fk_pipeline_dag_on_the_cluster_fails_at_the_gate_until_its_lookup_i
     finally:
         af.stop_joins()
     assert running(af.lake) == {}
+    # nothing of the lake on this machine: its work folder has the jobs' files, locks, logs, the
+    # Derby catalog and dbt's target, and no table, checkpoint or report
+    work = tmp_path / "work"
+    local = [p.relative_to(work).as_posix() for p in work.rglob("*") if p.is_file()]
+    assert local and all(p.startswith(("_jobs/", "_locks/", "_logs/", "catalog/", "dbt/")) for p in local), (
+        local
+    )
+    assert not any(p.endswith((".parquet", ".html", ".crc")) or "_delta_log" in p for p in local)
 
 
 def _gate_fails(af: Airflow) -> None:
@@ -294,12 +355,12 @@ def _gate_fails(af: Airflow) -> None:
     assert f"report: {af.root}/reports/quality/runs/" in text
     assert not ran(result, "ensure_joins_running") and not ran(result, "dbt_build")
     # no join started: no job, no result table
-    assert running(af.lake) == {} and not (af.root / "_jobs").exists()
+    assert running(af.lake) == {} and not af.lake.layout.jobs.exists()
     assert not any(af.lake.exists(j) for j in JOINS)
-    alerts = [json.loads(line) for line in (af.root / "_airflow" / "alerts.jsonl").read_text().splitlines()]
+    alerts = [json.loads(line) for line in af.lake.layout.alerts.read_text().splitlines()]
     assert [(a["dag_id"], a["task_id"]) for a in alerts] == [("marketplace_pipeline", "quality_gate")]
     # the report's index has the pipeline's section, failing
-    index = (af.root / "reports" / "quality" / "index.html").read_text()
+    index = (af.lake.layout.quality_reports / "index.html").read_text()
     section = index.split("id='pipeline-marketplace'>")[1].split("</section>")[0]
     assert "FAILING: 1 of 5 expectations failed" in section
 
@@ -311,6 +372,8 @@ def _gate_passes_and_joins_run(af: Airflow) -> dict[str, int]:
     text = output(result)
     assert result.returncode == 0, text[-3000:]
     assert "1 new keys, 0 changed, " in text  # m3
+    # the dump is on this machine only: copied under the root, where the workers read it
+    assert "/merchants.dump (" in text and " for the executors ..." in text
     assert "quality gate passed: 5 check(s)" in text
     jobs = running(af.lake)
     assert sorted(jobs) == sorted(["ingest:marketplace", *(f"join:{j}" for j in JOINS)])
@@ -336,8 +399,9 @@ def _gate_passes_and_joins_run(af: Airflow) -> dict[str, int]:
         "marketplace-run_quality_suites",
         "marketplace-dbt_build",
     } <= set(apps("completedapps"))
-    assert (af.root / "warehouse" / "marts.db" / "display_products" / "_delta_log").is_dir()
-    assert not (af.root / "warehouse" / "marts.db" / "optout_feed").exists()  # the consents pipeline's
+    marts = af.lake.layout.warehouse / "marts.db"
+    assert (marts / "display_products" / "_delta_log").is_dir()
+    assert not (marts / "optout_feed").exists()  # the consents pipeline's
 
     # the joins run on: a merchant renamed on Kafka reaches its product
     renamed = af.lake_cli(
@@ -369,7 +433,7 @@ def _streams(af: Airflow, jobs: dict[str, int]) -> None:
     text = output(down)
     assert down.returncode == 1
     assert "join display_products is down (last batch " in text
-    alerts = [json.loads(line) for line in (af.root / "_airflow" / "alerts.jsonl").read_text().splitlines()]
+    alerts = [json.loads(line) for line in af.lake.layout.alerts.read_text().splitlines()]
     assert [(a["dag_id"], a["task_id"]) for a in alerts] == [
         ("marketplace_pipeline", "quality_gate"),
         ("marketplace_streams", "check_health"),

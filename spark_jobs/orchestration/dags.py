@@ -239,7 +239,9 @@ def _backfill_params(lookups: list[str]) -> dict[str, Param]:
             "",
             type="string",
             title="Dump file or URI",
-            description="An absolute path, a file:// or an s3a:// URI. Empty: the dump named in the pipeline config.",
+            description=(
+                "An absolute path, a file:// or an s3a:// URI. Empty: the dump named in the pipeline config."
+            ),
         ),
         "partitioner": Param(
             "default",

@@ -1,12 +1,13 @@
-"""Benchmark: the table join with its lake root on S3, next to the same join on a local root, in the
-same run.
+"""Benchmark: the table join and the fk join with their lake root on S3, next to the same joins on a
+local root, in the same run.
 
 The S3 store is the embedded one (``lake s3``: S3Proxy on loopback, its filesystem backend on this
 machine's disk), so the figures are what the S3 protocol costs (requests, their round trips, Delta's
-log on an object store), not a network's latency. For each root: left 100,000 / right 10,000 keys
-loaded, the first micro-batch (everything), then BATCHES waves of 1,000 left + 100 right changes,
-timed from the produce to the result visible (the batch's Delta commit), as ``lake run`` runs the
-join. For S3, Spark's S3A connector counts its requests (LIST, HEAD, GET, PUT, DELETE, COPY) per
+log on an object store), not a network's latency. For each join and root: left 100,000 / right
+10,000 keys loaded, the first micro-batch (everything), then BATCHES waves of 1,000 left + 100 right
+changes, timed from the produce to the result visible (the batch's Delta commit), as ``lake run``
+runs the join. The fk join's left records point at a right key each (``fk``: ten per right key), so
+a right change reaches ten results. For S3, Spark's S3A connector counts its requests (LIST, HEAD, GET, PUT, DELETE, COPY) per
 wave; the result table's data files and log entries are counted at the end (Delta writes a log
 checkpoint every 10 commits). Usage: bench_s3.py [BATCHES] [--big | --small] (1,000,000 / 100,000
 or 10,000 / 1,000 keys).
@@ -22,6 +23,7 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 from benchkit import TABLE_JOIN_PIPELINE, EngineJoin, embedded_broker, keys, produce_records, values
 
 from spark_jobs.seams.config import load_config
@@ -44,6 +46,23 @@ REQUESTS = {
 }
 
 
+FK_JOIN_PIPELINE = """
+topics:
+  left: {partitions: 4}
+  right: {partitions: 4}
+joins:
+  bench: {kind: fk, left: left, right: right, foreign_key: fk, type: left, select: {lv: left.v, rv: right.v}}
+"""
+PIPELINES = {"table": TABLE_JOIN_PIPELINE, "fk": FK_JOIN_PIPELINE}
+
+
+def left_values(kind: str, tag: str, ids: np.ndarray, right_keys: int) -> pa.Array:
+    """The left records' values: ``{"v"}``, and for the fk join the right key each points at."""
+    if kind == "table":
+        return values(tag, len(ids))
+    return pa.array([f'{{"v":"{tag}{i}","fk":"c{i % right_keys}"}}'.encode() for i in ids], pa.binary())
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -59,15 +78,16 @@ def s3a_requests(spark) -> dict[str, int]:
     return {what: sum(int(counters.get(n) or 0) for n in names) for what, names in REQUESTS.items()}
 
 
-def run_root(spark, where: str, scratch: Path, lake_root, checkpoints, left_keys: int) -> dict:
+def run_root(spark, kind: str, where: str, scratch: Path, lake_root, checkpoints, left_keys: int) -> dict:
     right_keys = left_keys // 10
     os.environ["LAKE_KAFKA_TOPIC_PREFIX"] = f"{where}-{scratch.name}."
-    (scratch / "p.yaml").write_text(TABLE_JOIN_PIPELINE)
+    (scratch / "p.yaml").write_text(PIPELINES[kind])
     config = load_config(scratch / "p.yaml")
     lake = Lake(lake_root)
     use_root(spark, lake.root)  # the session was built before the root was known
     rng = np.random.default_rng(42)
-    produce_records(lake, config, "left", keys(np.arange(left_keys)), values("l", left_keys))
+    everyone = np.arange(left_keys)
+    produce_records(lake, config, "left", keys(everyone), left_values(kind, "l", everyone, right_keys))
     produce_records(lake, config, "right", keys(np.arange(right_keys)), values("r", right_keys))
     join = EngineJoin(spark, lake, config, checkpoints)
     first = join.wait()
@@ -76,9 +96,8 @@ def run_root(spark, where: str, scratch: Path, lake_root, checkpoints, left_keys
     for b in range(1, BATCHES + 1):
         before_keys = join.affected
         before = s3a_requests(spark) if on_s3 else {}
-        produce_records(
-            lake, config, "left", keys(rng.choice(left_keys, 1000, replace=False)), values(f"l{b}-", 1000)
-        )
+        changed = rng.choice(left_keys, 1000, replace=False)
+        produce_records(lake, config, "left", keys(changed), left_values(kind, f"l{b}-", changed, right_keys))
         produce_records(
             lake, config, "right", keys(rng.choice(right_keys, 100, replace=False)), values(f"r{b}-", 100)
         )
@@ -93,6 +112,7 @@ def run_root(spark, where: str, scratch: Path, lake_root, checkpoints, left_keys
     log = [p.name for p in (table / "_delta_log").iterdir()]
     data_files = spark.read.format("delta").load(str(table)).inputFiles()
     return {
+        "kind": kind,
         "where": where,
         "first": first,
         "median": statistics.median(latencies),
@@ -125,27 +145,27 @@ def main() -> None:
             with embedded_broker(work / "kafka"):
                 spark = get_spark(app_name="bench-s3")
                 spark.range(1).collect()
-                results = []
-                for where in ("warm-up", "local", "s3"):
-                    scratch = Path(tempfile.mkdtemp(dir=tmp))
-                    if where == "s3":
-                        root = f"s3a://{BUCKET}/{scratch.name}/lake"
-                        checkpoints = Lake(root).layout.root
-                    else:
-                        root, checkpoints = str(scratch / "lake"), scratch
-                    r = run_root(
-                        spark, where, scratch, root, checkpoints, 10_000 if where == "warm-up" else left_keys
+                for kind in PIPELINES:
+                    results = []
+                    for where in ("warm-up", "local", "s3"):
+                        scratch = Path(tempfile.mkdtemp(dir=tmp))
+                        if where == "s3":
+                            root = f"s3a://{BUCKET}/{scratch.name}/lake"
+                            checkpoints = Lake(root).layout.root
+                        else:
+                            root, checkpoints = str(scratch / "lake"), scratch
+                        size = 10_000 if where == "warm-up" else left_keys
+                        r = run_root(spark, kind, where, scratch, root, checkpoints, size)
+                        if where != "warm-up":
+                            results.append(r)
+                            report(r, left_keys)
+                    local, s3 = results
+                    print(
+                        f"{kind} join, S3 against local disk: first batch {s3['first'] / local['first']:.2f}x, "
+                        f"steady batch median {s3['median'] / local['median']:.2f}x "
+                        f"({s3['median'] - local['median']:+.2f} s per wave)",
+                        flush=True,
                     )
-                    if where != "warm-up":
-                        results.append(r)
-                        report(r, left_keys)
-                local, s3 = results
-                print(
-                    f"S3 against local disk: first batch {s3['first'] / local['first']:.2f}x, "
-                    f"steady batch median {s3['median'] / local['median']:.2f}x "
-                    f"({s3['median'] - local['median']:+.2f} s per wave)",
-                    flush=True,
-                )
         finally:
             embedded_s3.stop(work / "store")
 
@@ -153,7 +173,7 @@ def main() -> None:
 def report(r: dict, left_keys: int) -> None:
     requests = ", ".join(f"{k} {v:g}" for k, v in r["requests"].items()) if r["requests"] else "-"
     print(
-        f"table join on {r['where']:>5} root, left {left_keys:,} / right {left_keys // 10:,} keys: first batch "
+        f"{r['kind']} join on {r['where']:>5} root, left {left_keys:,} / right {left_keys // 10:,} keys: first batch "
         f"{r['first']:.1f} s; steady wave (1,000 left + 100 right changes) median {r['median']:.2f} s, "
         f"p90 {r['p90']:.2f} s; S3 requests per wave (median): {requests}; result table: "
         f"{r['data_files']} data files, {r['commits']} commits, {r['log_checkpoints']} log checkpoint(s)",

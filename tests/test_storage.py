@@ -9,6 +9,9 @@ import socket
 import stat
 import subprocess
 import sys
+import threading
+import time
+import uuid
 
 import pytest
 from pyarrow import fs
@@ -140,3 +143,86 @@ def test_a_root_in_the_embedded_store_is_found_through_its_work_folder_without_a
         assert (tmp_path / "work" / "_s3" / "data" / "first-look").is_dir()
     finally:
         lake(tmp_path, "s3", "stop", env=env)
+
+
+def _root(monkeypatch, tmp_path, name: str):
+    from conftest import S3_BUCKET
+
+    from spark_jobs.seams.storage import resolve_root
+
+    monkeypatch.setenv("LAKE_WORK", str(tmp_path / name))
+    return resolve_root(f"s3a://{S3_BUCKET}/leases/{uuid.uuid4().hex[:12]}")
+
+
+def test_a_lease_has_one_holder_among_machines_and_a_lapsed_one_is_taken_over(monkeypatch, tmp_path):
+    """Leases are objects written with If-None-Match and renewed with If-Match: a second taker gets
+    who holds it; a released lease is free; a holder that stopped renewing loses it to the next
+    taker, and learns so at its next renewal."""
+    from spark_jobs.runtime import leases
+    from spark_jobs.seams.storage import put_if, read_tagged
+
+    root = _root(monkeypatch, tmp_path, "work")
+    first = leases.acquire(root, "job-orders", "join orders", on_lost=print)
+    assert isinstance(first, leases.Lease)
+    second = leases.acquire(root, "job-orders", "join orders", on_lost=print)
+    assert isinstance(second, leases.Holder)
+    assert (second.host, second.pid, second.what) == (socket.gethostname(), os.getpid(), "join orders")
+    assert leases.holder(root, "job-orders") == second
+    first.release()
+    assert leases.holder(root, "job-orders") is None
+    assert read_tagged(root.s3, leases.lease_path(root, "job-orders")) is None  # released: deleted
+
+    # a holder cut off from the store: its lease lapses, the next taker replaces it (If-Match)
+    monkeypatch.setattr(leases, "TTL", 0.6)
+    lost: list[str] = []
+    cut_off = leases.acquire(root, "lock-quality", "quality", on_lost=lost.append)
+    assert isinstance(cut_off, leases.Lease)
+    path = leases.lease_path(root, "lock-quality")
+    lapsed = json.loads(read_tagged(root.s3, path)[0])
+    cut_off._stop.set()  # it stops renewing
+    cut_off._thread.join()
+    time.sleep(0.7)
+    taker = leases.acquire(root, "lock-quality", "quality", on_lost=print)
+    assert isinstance(taker, leases.Lease)
+    assert json.loads(read_tagged(root.s3, path)[0])["until"] > lapsed["until"]
+    # the cut-off holder's next renewal finds the lease replaced: it is told, and does not overwrite
+    assert put_if(root.s3, path, b"{}", cut_off.etag) is None
+    cut_off._stop.clear()
+    cut_off._thread = threading.Thread(target=cut_off._renewing)
+    cut_off._thread.start()
+    cut_off._thread.join(timeout=5)
+    assert lost == [f"lost the lease {path} (quality): not renewed within 1 s, taken over"]
+    taker.release()
+
+
+def test_an_exclusive_lock_on_a_shared_root_waits_for_the_lease_of_another_machine(monkeypatch, tmp_path):
+    """``Lake.lock`` orders one machine's processes with a lock file; on an object store's root it
+    also takes the root's lease, so two machines (two work folders) take turns: without waiting the
+    second is told at once, waiting it says who it waits for and goes on when the first is done."""
+    from spark_jobs.runtime.leases import leased
+    from spark_jobs.seams.delta import Lake
+
+    root = _root(monkeypatch, tmp_path, "machine-a")
+    lake = Lake(root)
+    said: list[str] = []
+    with lake.lock("lookup-accounts") as mine:
+        assert mine is True
+        # another machine: its own lock file (work folder), the same root's lease
+        with leased(root, "lock-lookup-accounts", "lookup-accounts", wait=False) as other:
+            assert other is None
+
+    def hold_briefly() -> None:
+        with lake.lock("lookup-accounts"):
+            time.sleep(2.0)
+
+    holder = threading.Thread(target=hold_briefly)
+    holder.start()
+    time.sleep(0.5)
+    started = time.monotonic()
+    with leased(root, "lock-lookup-accounts", "lookup-accounts", wait=True, log=said.append) as other:
+        assert other is not None and time.monotonic() - started > 1.0
+    holder.join()
+    assert len(said) == 1 and said[0].startswith(
+        f"waiting for {socket.gethostname()} (pid {os.getpid()}, since "
+    )
+    assert said[0].endswith(" to finish lookup-accounts ...")

@@ -1,7 +1,9 @@
 """Long-running jobs (continuous joins and the continuous ingest): their registry and detached runs.
 
-A running job registers itself in ``<root>/_jobs/<name>.json`` (job id, pid, heartbeat, last batch)
-and holds ``<root>/_jobs/<name>.lock`` for its lifetime, so a second copy refuses to start. A join
+A running job registers itself in ``<work>/_jobs/<name>.json`` (job id, pid, heartbeat, last batch)
+and holds ``<work>/_jobs/<name>.lock`` for its lifetime, so a second copy refuses to start; on a root
+on an object store it holds the root's lease ``job-<name>`` too, so a copy on another machine that
+shares the root refuses to start as well. A join
 keeps its last micro-batch's figures in ``<root>/_jobs/<name>.last.json`` after it stops.
 ``Launch`` starts a job's ``lake`` command in its own session, output appended to
 ``<root>/_jobs/<name>.log``; its ``wait`` returns once the job has registered, so several jobs can be
@@ -99,6 +101,11 @@ def registered(lake: Lake, job: Job, mode: str) -> Iterator[Callable[[dict], Non
         lock.close()
         pid = running_jobs(lake).get(job.id)
         raise UserError(f"{job.label} is already running{f' (pid {pid})' if pid else ''}") from None
+    try:
+        lease = _lease(lake, job) if lake.root.on_object_storage else None
+    except BaseException:
+        lock.close()
+        raise
     entry = lake.layout.job_entry(job.name)
     info: dict[str, Any] = {
         "job": job.id,
@@ -120,7 +127,27 @@ def registered(lake: Lake, job: Job, mode: str) -> Iterator[Callable[[dict], Non
         yield beat
     finally:
         entry.unlink(missing_ok=True)
+        if lease is not None:
+            lease.release()
         lock.close()
+
+
+def _lease(lake: Lake, job: Job) -> Any:
+    """The root's lease of the job (``job-<name>``) for its lifetime: a copy on another machine
+    sharing the root is refused in one line. A job whose lease lapsed (not renewed for a minute,
+    and taken by another machine) stops after its current micro-batch, as on SIGTERM."""
+    from spark_jobs.runtime.leases import Lease, acquire
+
+    def lost(message: str) -> None:
+        print(f"{job.label}: {message}; stopping", file=sys.stderr, flush=True)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    got = acquire(lake.root, f"job-{job.name}", job.label, lost)
+    if not isinstance(got, Lease):
+        raise UserError(
+            f"{job.label} is already running on {got.says()}: {lake.root} is shared, one machine runs it"
+        )
+    return got
 
 
 def last_batch_path(lake: Lake, job: Job) -> Path:

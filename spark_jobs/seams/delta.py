@@ -203,11 +203,13 @@ class Lake:
         shared: bool = False,
         wait: bool = True,
     ) -> Iterator[bool]:
-        """Hold ``<root>/_locks/<name>.lock`` while the block runs: exclusively (work that several
+        """Hold ``<work>/_locks/<name>.lock`` while the block runs: exclusively (work that several
         processes may start at once, such as overlapping Airflow DAGs, runs one at a time), or
         ``shared`` with other shared holders. Waits for a conflicting holder, or with ``wait=False``
         yields False at once instead of taking the lock (True when taken). The lock dies with its
-        process, so a killed holder never leaves it taken."""
+        process, so a killed holder never leaves it taken. On a root on an object store an exclusive
+        lock is also the root's lease ``lock-<name>`` (:mod:`spark_jobs.runtime.leases`), so the
+        machines sharing the root take turns too; a killed holder's lease lapses after a minute."""
         path = self.layout.lock(name)
         path.parent.mkdir(parents=True, exist_ok=True)
         mode = fcntl.LOCK_SH if shared else fcntl.LOCK_EX
@@ -222,7 +224,13 @@ class Lake:
                     log(f"waiting for another process to finish {name} ...")
                 fcntl.flock(handle, mode)
             try:
-                yield True
+                if shared or not self.root.on_object_storage:
+                    yield True
+                    return
+                from spark_jobs.runtime.leases import leased
+
+                with leased(self.root, f"lock-{name}", name, wait=wait, log=log) as lease:
+                    yield lease is not None
             finally:
                 fcntl.flock(handle, fcntl.LOCK_UN)
 

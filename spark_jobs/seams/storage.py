@@ -440,3 +440,64 @@ def copy_tree(source: Any, target: Any) -> int:
         dest.parent.mkdir(parents=True, exist_ok=True)  # nothing to do on an object store
         dest.write_bytes(file.read_bytes())
     return len(files)
+
+
+# --- conditional writes: what leases are made of ----------------------------------------------------
+# pyarrow's S3 client cannot send If-None-Match or If-Match, so these few calls go through boto3 (the
+# same endpoint, region and credentials, and the same standard chains when no key is given).
+@cache
+def _s3_client(settings: S3Settings) -> Any:
+    import boto3
+    from botocore.config import Config
+
+    return boto3.client(
+        "s3",
+        endpoint_url=settings.endpoint,
+        region_name=settings.region,
+        aws_access_key_id=settings.access_key,
+        aws_secret_access_key=settings.secret_key,
+        config=Config(
+            s3={"addressing_style": "path"} if settings.endpoint else {},
+            connect_timeout=5,
+            read_timeout=30,
+            retries={"max_attempts": 3, "mode": "standard"},
+        ),
+    )
+
+
+def _call(settings: S3Settings, path: ObjectPath, method: str, **kwargs: Any) -> Any:
+    """One request about ``path``; None when its condition failed (412, or 409: a concurrent
+    conditional write) or the object is not there (404); other failures as OSError, in one line."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    bucket, _, key = path.key.partition("/")
+    try:
+        return getattr(_s3_client(settings), method)(Bucket=bucket, Key=key, **kwargs)
+    except ClientError as e:
+        status = e.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        if status in (404, 409, 412) or e.response.get("Error", {}).get("Code") == "NoSuchKey":
+            return None
+        raise OSError(
+            f"{settings.names} answered {status}: {e.response.get('Error', {}).get('Code')}"
+        ) from None
+    except BotoCoreError as e:
+        raise OSError(f"no answer from {settings.names}: {e}") from None
+
+
+def put_if(settings: S3Settings, path: ObjectPath, data: bytes, match: str | None = None) -> str | None:
+    """Write ``path`` only if it is not there (``match`` None), or only if its ETag is ``match``: its
+    new ETag, or None when the condition failed (somebody else wrote it first)."""
+    condition = {"IfMatch": match} if match else {"IfNoneMatch": "*"}
+    answer = _call(settings, path, "put_object", Body=data, **condition)
+    return answer["ETag"] if answer else None
+
+
+def read_tagged(settings: S3Settings, path: ObjectPath) -> tuple[bytes, str] | None:
+    """The object's bytes and ETag (None: not there)."""
+    answer = _call(settings, path, "get_object")
+    return (answer["Body"].read(), answer["ETag"]) if answer else None
+
+
+def delete_if(settings: S3Settings, path: ObjectPath, match: str) -> bool:
+    """Delete ``path`` only if its ETag is still ``match`` (False: it is not, or it is gone)."""
+    return _call(settings, path, "delete_object", IfMatch=match) is not None

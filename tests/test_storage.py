@@ -226,3 +226,17 @@ def test_an_exclusive_lock_on_a_shared_root_waits_for_the_lease_of_another_machi
         f"waiting for {socket.gethostname()} (pid {os.getpid()}, since "
     )
     assert said[0].endswith(" to finish lookup-accounts ...")
+
+
+@pytest.mark.parametrize("bucket", ["b1", "Lake_Bar", "lake-"])
+def test_a_bucket_name_s3_would_refuse_is_refused_before_the_store_starts(tmp_path, bucket):
+    work = tmp_path / "work"
+    done = lake(
+        tmp_path, "--root", "s3a://lakebar/r", "s3", "start", "--bucket", bucket, env={"LAKE_WORK": str(work)}
+    )
+    assert done.returncode == 2
+    assert done.stderr.strip() == (
+        f"lake: error: bucket name {bucket!r}: S3 takes 3-63 lower-case letters, digits, dots and hyphens, "
+        "starting and ending with a letter or digit"
+    )
+    assert not work.exists()

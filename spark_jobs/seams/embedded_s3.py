@@ -19,6 +19,7 @@ requests for one access key. Its files live under ``<work>/_s3/`` (the lake's lo
 from __future__ import annotations
 
 import os
+import re
 import secrets
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -95,10 +96,20 @@ def status(work: Path) -> S3Status:
     )
 
 
+BUCKET_NAME = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
+
+
 def start(
     work: Path, port: int = DEFAULT_PORT, buckets: tuple[str, ...] = (), log=lambda _: None
 ) -> S3Status:
-    """Start the store unless it runs, with ``buckets`` created; returns once it answers."""
+    """Start the store unless it runs, with ``buckets`` created; returns once it answers. A bucket
+    name S3 would refuse is refused first, before anything starts."""
+    for bucket in buckets:
+        if not BUCKET_NAME.fullmatch(bucket) or ".." in bucket:
+            raise UserError(
+                f"bucket name {bucket!r}: S3 takes 3-63 lower-case letters, digits, dots and hyphens, "
+                "starting and ending with a letter or digit"
+            )
     current = status(work)
     if not current.running:
         current = _launch(work, port, log)

@@ -13,6 +13,8 @@ root itself, so a local lake is one folder).
                                   the Kafka offsets a lookup's table is complete up to
   _checkpoints/.driver/<join>/    a join's checkpoint under the pipeline test driver (spark_jobs.testing)
   _repair/<topic>.json            a topic repartition in progress
+  _leases/<name>.json             who holds a job or a lock now, on a root on an object store
+                                  (spark_jobs.runtime.leases)
   _uploads/<id>/                  a local dump a backfill on an object store's root copied up for the
                                   cluster's executors to read (removed when the backfill ends)
   _airflow/<dag>/<run>/           what one DAG run's tasks hand each other; alerts.jsonl
@@ -291,6 +293,10 @@ class Layout:
     @property
     def report_folder(self) -> ReportFolder:
         return ReportFolder(self.quality_reports)
+
+    def lease(self, name: str) -> Any:
+        """The lease ``name`` (``job-<job>``, ``lock-<lock>``) of a root on an object store."""
+        return self.root / "_leases" / f"{name}.json"
 
     def upload(self, name: str) -> Any:
         """Where a backfill copies a local dump up to for the executors to read, a folder of its own."""

@@ -306,6 +306,40 @@ def test_reports_are_served_under_lake_reports_and_nothing_else_is(tmp_path):
     assert report_url(str(tmp_path / "elsewhere.html"), root, "http://host:8080") is None
 
 
+@pytest.mark.filterwarnings("ignore:Using `httpx` with `starlette.testclient`")
+def test_reports_in_a_bucket_are_served_as_a_local_roots_are(s3, monkeypatch, tmp_path):
+    """The reports route on an s3a root reads ``<root>/reports`` in the bucket: a page, a folder's
+    index, and a 404 for what is not there or climbs out; a report's address maps to the route."""
+    from fastapi.testclient import TestClient
+
+    from spark_jobs.orchestration.reports import create_app, report_url
+
+    monkeypatch.setenv("LAKE_WORK", str(tmp_path / "work"))
+    prefix = f"reports/{uuid.uuid4().hex[:12]}"
+    root = f"s3a://{S3_BUCKET}/{prefix}"
+    for key, text in [
+        ("reports/quality/index.html", "<h1>All pipelines</h1>"),
+        ("reports/quality/runs/r1.html", "<h1>Data quality</h1>"),
+        ("secret.txt", "not a report"),
+    ]:
+        with s3.open_output_stream(f"{S3_BUCKET}/{prefix}/{key}") as out:
+            out.write(text.encode())
+    client = TestClient(create_app(root))
+    page = client.get("/quality/runs/r1.html")
+    assert (page.status_code, page.text, page.headers["content-type"]) == (
+        200,
+        "<h1>Data quality</h1>",
+        "text/html; charset=utf-8",
+    )
+    assert client.get("/quality/").text == "<h1>All pipelines</h1>"
+    for path in ("/../secret.txt", "/%2e%2e/secret.txt", "/quality/runs/none.html"):
+        assert client.get(path).status_code == 404, path
+    assert report_url(f"{root}/reports/quality/runs/r1.html", root, "http://host:8080/") == (
+        "http://host:8080/lake-reports/quality/runs/r1.html"
+    )
+    assert report_url("/tmp/elsewhere.html", root, "http://host:8080") is None
+
+
 def test_manual_backfill_params_are_checked_before_any_spark_work(demo, tmp_path):
     plugins = demo("plugins")
     assert plugins.returncode == 0 and "lake_reports" in plugins.stdout, output(plugins)[-2000:]
@@ -322,7 +356,10 @@ def test_manual_backfill_params_are_checked_before_any_spark_work(demo, tmp_path
     assert "Spark-Submit cmd" not in text
     relative = demo.test_dag("consents_manual_backfill", {"lookup": "accounts", "source": "accounts.dump"})
     assert relative.returncode == 1
-    assert "params: source must be an absolute path, a file:// or an s3a:// URI, got 'accounts.dump'" in output(relative)
+    assert (
+        "params: source must be an absolute path, a file:// or an s3a:// URI, got 'accounts.dump'"
+        in output(relative)
+    )
 
 
 def test_two_pipeline_files_with_one_name_are_refused(tmp_path, monkeypatch):

@@ -50,3 +50,29 @@ def test_keys_shown_as_a_person_reads_them():
     assert show(b"\xff\xfe") == "ff fe | .."
     assert hex_dump(b"user_1") == "75 73 65 72 5f 31 | user_1"
     assert hex_dump(b"x" * 40, limit=4) == "78 78 78 78 | xxxx (+36 bytes)"
+
+
+PLAIN = [  # a key, and what it was probably meant to be
+    (b"user_1", b"user_1"),
+    ("\ufeffuser_1".encode(), b"user_1"),
+    (b'"user_1"', b"user_1"),
+    (b' " user_1 " \r\n', b"user_1"),
+    (b"us\x07er_1\t", b"user_1"),
+    ('\ufeff"user_1"'.encode(), b"user_1"),
+    (b'"', b'"'),
+    (b"", b""),
+]
+
+
+@pytest.mark.slow
+def test_a_key_without_its_invisible_bytes_is_one_rule_in_spark_and_in_python(spark):
+    """The completeness check's near keys and the backfill's quarantine (Spark) and ``lake explain``
+    (Python) name the same key a key was meant to be."""
+    from pyspark.sql import functions as F
+
+    from spark_jobs.topics.keys import plain_key, plain_key_sql
+
+    assert [plain_key(key) for key, _ in PLAIN] == [want for _, want in PLAIN]
+    df = spark.createDataFrame([(i, k) for i, (k, _) in enumerate(PLAIN)], "i int, key binary")
+    rows = df.select("i", F.encode(F.expr(plain_key_sql("key")), "UTF-8").alias("plain")).collect()
+    assert [bytes(r["plain"]) for r in sorted(rows, key=lambda r: r["i"])] == [want for _, want in PLAIN]

@@ -31,9 +31,8 @@ from spark_jobs.seams.config import FIELD_PATH_RE, JoinSpec, PipelineConfig
 from spark_jobs.seams.delta import Lake
 from spark_jobs.seams.kafka import Cluster, connect, fetch, offset_ranges, partition_counts, read
 from spark_jobs.seams.layout import QUALITY_RUNS
-from spark_jobs.topics.keys import RULES, show
+from spark_jobs.topics.keys import RULES, plain_key, show
 
-BOM = b"\xef\xbb\xbf"
 LOOKALIKES = 3  # records with a key that differs in invisible bytes, named per missing key
 
 
@@ -538,16 +537,10 @@ def _foreign_key(
 
 
 def _normal(raw: bytes, logical: LogicalKeys) -> bytes:
-    """A key without the invisible bytes a producer may add: registry framing, a byte order mark,
-    whitespace, JSON quotes."""
+    """A key without the invisible bytes a producer may add: registry framing (its logical value),
+    then :func:`spark_jobs.topics.keys.plain_key`."""
     decoded = logical(raw)
-    out = decoded if decoded is not None else raw
-    if out.startswith(BOM):
-        out = out[3:]
-    out = out.strip()
-    if len(out) >= 2 and out[:1] == b'"' and out[-1:] == b'"':
-        out = out[1:-1].strip()
-    return out
+    return plain_key(decoded if decoded is not None else raw)
 
 
 def _scan(

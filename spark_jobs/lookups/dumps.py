@@ -23,6 +23,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from spark_jobs.errors import UserError
 from spark_jobs.seams.config import BackfillSpec
 from spark_jobs.topics.keys import RULES as KEY_RULES
+from spark_jobs.topics.keys import plain_key_sql
 
 RANGE_BYTES = 32 * 1024 * 1024
 SCHEMA = "source string, line long, raw binary"
@@ -260,15 +261,10 @@ def parse_dump(
         F.when(reason.isNull(), F.encode(F.col("_key"), "UTF-8")).alias("key"),
         F.when(reason.isNull(), F.encode(F.col("_out"), "UTF-8")).alias("value"),
         reason.alias("reason"),
-        F.when(reason.startswith("key "), F.encode(F.expr(_PLAIN_KEY_SQL), "UTF-8")).alias("plain_key"),
+        F.when(reason.startswith("key "), F.encode(F.expr(plain_key_sql("_key")), "UTF-8")).alias(
+            "plain_key"
+        ),
     )
-
-
-# a key without the invisible bytes KEY_RULES find: control characters, a BOM, whitespace, then quotes
-_PLAIN_KEY_SQL = (
-    r"""trim(regexp_replace(trim(regexp_replace(_key, '[\\x00-\\x1f\\x7f\\x{FEFF}]', '')), """
-    r"""'^"(.*)"$', '$1'))"""
-)
 
 
 def _parse_csv(lines: DataFrame, spec: BackfillSpec, sep: str) -> DataFrame:

@@ -20,6 +20,7 @@ from spark_jobs.join_kinds import referencing
 from spark_jobs.quality.findings import Finding, display, keyed, show_key
 from spark_jobs.quality.gx import GreatExpectations
 from spark_jobs.seams.config import JoinSpec, PipelineConfig, mapping, text_value
+from spark_jobs.topics.keys import plain_key_sql
 from spark_jobs.topics.snapshots import SnapshotReader
 
 KEYS = ("stream", "lookup", "join", "foreign_key", "list", "element_id")
@@ -143,9 +144,9 @@ def completeness_findings(
         )
     )
     keys = topics.latest(config.lookups[refs.lookup].topic).select(F.col("key").alias("lk"))
-    near = keys.select(_normalized("lk").alias("nk"), F.col("lk").alias("near"))
+    near = keys.select(F.expr(plain_key_sql("lk")).alias("nk"), F.col("lk").alias("near"))
     joined = refs_df.join(keys, refs_df.ref == keys.lk, "left")
-    joined = joined.join(near, (F.col("lk").isNull()) & (_normalized("ref") == F.col("nk")), "left")
+    joined = joined.join(near, (F.col("lk").isNull()) & (F.expr(plain_key_sql("ref")) == F.col("nk")), "left")
     joined = joined.groupBy("ref", "records", "first", "last", "keys", "lk").agg(F.min("near").alias("near"))
     by_keys = F.lit("")
     if refs.by is not None:
@@ -247,13 +248,6 @@ def _left_references(
     no_reason = F.lit(None).cast("string").alias("reason")
     codecs = SideCodecs.of(topics.formats, refs.by)
     return LeftKeys(spark, codecs, refs.by).add(records.select(F.lit("left").alias("side"), "*", no_reason))
-
-
-def _normalized(column: str) -> Any:
-    """A key without what people do not see: a leading BOM, surrounding whitespace and JSON quotes."""
-    text = F.regexp_replace(F.col(column).cast("string"), "^\ufeff", "")
-    text = F.regexp_replace(text, r"^\s+|\s+$", "")
-    return F.regexp_replace(text, '^"(.*)"$', "$1")
 
 
 def run(finish: Callable, asset: str, spark, reader, config, p: dict, gxr: GreatExpectations) -> None:

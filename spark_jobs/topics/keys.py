@@ -6,6 +6,7 @@ which reads Kafka without Spark).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -112,3 +113,26 @@ def show(key: bytes) -> str:
     except UnicodeDecodeError:
         return hex_dump(key)
     return text if text.isprintable() and text.strip() == text else repr(text)
+
+
+# A key without the invisible bytes the rules above find: control characters and byte order marks
+# anywhere, surrounding spaces, then one pair of JSON quotes (and the spaces inside them). What a
+# key was probably meant to be, for naming it beside a key that differs from it only in those bytes
+# (the completeness check's near keys, the backfill's quarantine, ``lake explain``): one rule, in its
+# Spark SQL form and its Python form.
+_INVISIBLE_SQL = "[\\\\x00-\\\\x1f\\\\x7f\\\\x{FEFF}]"
+_INVISIBLE = re.compile(rb"[\x00-\x1f\x7f]|\xef\xbb\xbf")
+
+
+def plain_key_sql(column: str) -> str:
+    """Spark SQL: the string ``column`` (a key's text or bytes) without its invisible bytes."""
+    text = f"trim(regexp_replace(cast({column} AS string), '{_INVISIBLE_SQL}', ''))"
+    return f"""trim(regexp_replace({text}, '^"(.*)"$', '$1'))"""
+
+
+def plain_key(key: bytes) -> bytes:
+    """The same as :func:`plain_key_sql` for a key's bytes in Python."""
+    out = _INVISIBLE.sub(b"", key).strip(b" ")
+    if len(out) >= 2 and out[:1] == b'"' and out[-1:] == b'"':
+        out = out[1:-1].strip(b" ")
+    return out

@@ -26,10 +26,31 @@ class JoinKind:
     # older than its key's accepted version changes nothing, so the run of equal values it would
     # split in a batch join is not split
     arrival_columns: tuple[str, ...] = ()
+    # what ``lake explain`` asks of a row: the meta columns naming its input records (the left
+    # record's partition and offset first), whether a row may lack its left record (a table join's
+    # outer rows), and whether its right record is the one as of the left event's time
+    provenance: tuple[str, ...] = ()
+    left_may_be_missing: bool = False
+    right_as_of_event: bool = False
 
     @property
     def has_right(self) -> bool:
         return "right" in self.settings
+
+    @property
+    def right_by_key(self) -> bool:
+        """A row's right record has the row's own key (table, stream-table, stream-stream)."""
+        return self.has_right and self.keyed_by is None
+
+    @property
+    def by_foreign_key(self) -> bool:
+        """A row's right record is the one its left record's foreign key names (fk)."""
+        return self.has_right and self.keyed_by == "foreign_key"
+
+    @property
+    def rekeyed(self) -> bool:
+        """The result is keyed by a value of the left records, not by their keys (derive)."""
+        return not self.has_right and self.keyed_by is not None
 
     @property
     def references(self) -> bool:
@@ -52,6 +73,8 @@ TABLE = JoinKind(
     ("right", "table_every"),
     ("key", "timestamp", *SOURCES),
     arrival_columns=("timestamp", *SOURCES),
+    provenance=SOURCES,
+    left_may_be_missing=True,
 )
 STREAM_TABLE = JoinKind(
     "stream-table",
@@ -60,6 +83,8 @@ STREAM_TABLE = JoinKind(
     ("key", "timestamp", "partition", "offset", "right_partition", "right_offset"),
     events=True,
     arrival_columns=("right_partition", "right_offset"),
+    provenance=("partition", "offset", "right_partition", "right_offset"),
+    right_as_of_event=True,
 )
 STREAM_STREAM = JoinKind(
     "stream-stream",
@@ -75,6 +100,7 @@ STREAM_STREAM = JoinKind(
         "right_offset",
     ),
     events=True,
+    provenance=SOURCES,
 )
 FK = JoinKind(
     "fk",
@@ -83,6 +109,7 @@ FK = JoinKind(
     ("key", "timestamp", *SOURCES),
     keyed_by="foreign_key",
     arrival_columns=("timestamp", *SOURCES),
+    provenance=SOURCES,
 )
 LIST = JoinKind(
     "list",
@@ -92,6 +119,7 @@ LIST = JoinKind(
     ("key", "timestamp", "left_partition", "left_offset", "element_sources"),
     keyed_by="list",
     arrival_columns=("timestamp", "left_partition", "left_offset", "element_sources"),
+    provenance=("left_partition", "left_offset", "element_sources"),
 )
 DERIVE = JoinKind(
     "derive",
@@ -100,6 +128,7 @@ DERIVE = JoinKind(
     ("key", "timestamp", "master_key", "left_partition", "left_offset"),
     keyed_by="key",
     arrival_columns=("timestamp", "left_partition", "left_offset"),
+    provenance=("left_partition", "left_offset"),
 )
 
 KINDS: dict[str, JoinKind] = {k.name: k for k in (TABLE, STREAM_TABLE, STREAM_STREAM, FK, LIST, DERIVE)}

@@ -245,14 +245,6 @@ def _now() -> str:
 
 
 # the meta columns a row's text leaves out (they are its sources)
-_META = {
-    "table": ("left_partition", "left_offset", "right_partition", "right_offset"),
-    "fk": ("left_partition", "left_offset", "right_partition", "right_offset"),
-    "derive": ("left_partition", "left_offset"),
-    "list": ("left_partition", "left_offset", "element_sources"),
-    "stream-table": ("partition", "offset", "right_partition", "right_offset"),
-    "stream-stream": ("left_partition", "left_offset", "right_partition", "right_offset"),
-}
 
 
 def _values(row: dict, spec: JoinSpec) -> dict:
@@ -263,7 +255,7 @@ def _values(row: dict, spec: JoinSpec) -> dict:
     def value(name: str, v: Any) -> Any:
         return show(v) if name in meta and isinstance(v, bytes) else jsonable(v)
 
-    return {k: value(k, v) for k, v in row.items() if k != "key" and k not in _META[spec.kind]}
+    return {k: value(k, v) for k, v in row.items() if k != "key" and k not in spec.join_kind.provenance}
 
 
 def _rows(lake: Lake, spec: JoinSpec, key: bytes, limit: int) -> list[dict]:
@@ -278,7 +270,7 @@ def _rows(lake: Lake, spec: JoinSpec, key: bytes, limit: int) -> list[dict]:
 def _provenance(spec: JoinSpec, row: dict) -> list[tuple[str, str, int, int]]:
     """(role, topic, partition, offset) of each input record ``row`` names."""
     out = []
-    left = ("partition", "offset") if spec.kind == "stream-table" else ("left_partition", "left_offset")
+    left = spec.join_kind.provenance[:2]  # the left record's partition and offset
     if row.get(left[0]) is not None:
         out.append(("left", spec.left, row[left[0]], row[left[1]]))
     if spec.right and row.get("right_partition") is not None:
@@ -347,9 +339,9 @@ def _source_key(
     master)."""
     if source.role.startswith("element "):
         return source.role.removeprefix("element ").encode()
-    if spec.kind == "derive":
+    if spec.join_kind.rekeyed:
         return None
-    if source.role == "right" and spec.kind == "fk":
+    if source.role == "right" and spec.join_kind.by_foreign_key:
         return _foreign_key(lake, spec, formats, sources, records)
     return row["key"]
 
@@ -463,19 +455,20 @@ def _reasons(
 ) -> list[Reason]:
     """The reasons of the sides without a record: the left side when there is no row, the right
     side (or a list's unmatched elements) of a row that has none."""
+    kind = spec.join_kind
     wanted: list[tuple[str, str, bytes, int | None]] = []  # (role, side, key, event ms)
     if not rows:
         wanted.append(("left", "left", key, None))
-        if spec.right and spec.kind not in ("fk", "list"):
+        if kind.right_by_key:
             wanted.append(("right", "right", key, None))
     for row, row_sources in zip(rows, sources, strict=True):
         roles = {s.role for s in row_sources}
-        if spec.kind in ("table", "stream-table", "stream-stream") and "right" not in roles:
-            event_ms = _ms(row.get("timestamp")) if spec.kind == "stream-table" else None
+        if kind.right_by_key and "right" not in roles:
+            event_ms = _ms(row.get("timestamp")) if kind.right_as_of_event else None
             wanted.append(("right", "right", key, event_ms))
-        if spec.kind == "table" and "left" not in roles:
+        if kind.left_may_be_missing and "left" not in roles:
             wanted.append(("left", "left", key, None))
-        if spec.kind == "fk" and "right" not in roles:
+        if kind.by_foreign_key and "right" not in roles:
             fk = _foreign_key(lake, spec, formats, row_sources, records)
             if fk is None:
                 return [Reason("right", f"the left record's foreign key ({spec.by}) is null")]
@@ -645,7 +638,7 @@ def commands(config: PipelineConfig, topic: str, key: bytes) -> list[str]:
     arg = show(key)
     if arg != key.decode("utf-8", "replace") or arg.startswith("-"):
         arg = f"{key.hex()} --key-hex"
-    keyed = [n for n, j in config.joins.items() if j.left == topic and j.kind != "derive"]
+    keyed = [n for n, j in config.joins.items() if j.left == topic and not j.join_kind.rekeyed]
     keyed += [n for n, j in config.joins.items() if j.right == topic and not j.join_kind.references]
     return [f"lake explain {name} {arg}" for name in keyed]
 
@@ -677,7 +670,7 @@ def _history(lake: Lake, spec: JoinSpec, key: bytes, limit: int) -> tuple[list[d
     )
     newest = counted.orderBy(F.col("_commit_version").desc(), *within).limit(limit).toArrow().to_pylist()
     total = newest[0]["__total"] if newest else 0
-    meta = _META[spec.kind]
+    meta = spec.join_kind.provenance
     out = []
     for change in newest:
         row = _values({k: v for k, v in change.items() if not k.startswith("_")}, spec)

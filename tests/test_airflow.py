@@ -121,7 +121,9 @@ def test_manual_backfill_params_are_typed_and_it_publishes_the_lookup_asset(fact
         "source": {
             "type": "string",
             "title": "Dump file or URI",
-            "description": "A local path or file:// URI. Empty: the dump named in the pipeline config.",
+            "description": (
+                "An absolute path, a file:// or an s3a:// URI. Empty: the dump named in the pipeline config."
+            ),
         },
         "partitioner": {
             "type": "string",

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from pyspark.sql import functions as F
 
 from spark_jobs.errors import UserError
-from spark_jobs.formats import DecodeError, Formats, framing
+from spark_jobs.formats import DecodeError, Formats, LogicalKeys, framing
 from spark_jobs.seams.config import load_config
 
 CONSENT_V1 = {
@@ -479,3 +479,134 @@ service S { rpc Call (Outer) returns (Second); }
         protoc = {".".join(map(str, path)): name for path, name in compile_proto(text, "test").names.items()}
         outline = dict(spark._jvm.lake.formats.ProtobufOutline.of(text))
         assert outline == protoc, text
+
+
+ORDER_KEY_V1 = {
+    "type": "record",
+    "name": "OrderKey",
+    "fields": [
+        {"name": "shop", "type": "string"},
+        {"name": "number", "type": "long"},
+        {"name": "line", "type": "int"},
+        {"name": "express", "type": "boolean"},
+        {"name": "region", "type": ["null", "string"], "default": None},
+        {"name": "channel", "type": {"type": "enum", "name": "Channel", "symbols": ["WEB", "STORE"]}},
+        {"name": "tag", "type": "bytes"},
+        {"name": "weight", "type": "double"},
+        {"name": "ratio", "type": "float"},
+        {"name": "price", "type": {"type": "bytes", "logicalType": "decimal", "precision": 9, "scale": 2}},
+        {"name": "day", "type": {"type": "int", "logicalType": "date"}},
+        {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+        {"name": "seller", "type": {"type": "record", "name": "Seller", "fields": [
+            {"name": "id", "type": "string"}, {"name": "since", "type": ["null", "long"], "default": None}]}},
+        {"name": "either", "type": ["null", "string", "long"], "default": None},
+        {"name": "lines", "type": {"type": "array", "items": "int"}},
+    ],
+}  # fmt: skip
+ORDER_KEY_V2 = json.loads(json.dumps(ORDER_KEY_V1))
+ORDER_KEY_V2["fields"].append({"name": "source", "type": "string", "default": "legacy"})
+ORDER_PROTO = """syntax = "proto3";
+package shop;
+import "google/protobuf/timestamp.proto";
+message OrderKey {
+  enum Channel { WEB = 0; STORE = 1; }
+  string shop = 1;
+  int64 number = 2;
+  int32 line = 3;
+  uint32 batch = 4;
+  bool express = 5;
+  optional string region = 6;
+  Channel channel = 7;
+  bytes tag = 8;
+  double weight = 9;
+  float ratio = 10;
+  google.protobuf.Timestamp at = 11;
+  Seller seller = 12;
+  repeated int64 lines = 13;
+}
+message Seller { string id = 1; int64 since = 2; }
+"""
+ORDER_JSON_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "shop": {"type": "string"},
+        "number": {"type": "integer"},
+        "express": {"type": "boolean"},
+        "weight": {"type": "number"},
+        "region": {"type": ["string", "null"]},
+        "seller": {"type": "object", "properties": {"id": {"type": "string"}, "since": {"type": "integer"}}},
+        "lines": {"type": "array", "items": {"type": "integer"}},
+        "note": {"type": "string"},
+    },
+}
+
+
+def test_a_composite_key_has_one_logical_value_in_spark_and_in_python(spark, tmp_path, lake):
+    """The logical key the joins compute in Spark (``key_bytes``), the one ``lake explain`` computes
+    in Python (``logical``) and the one ``lake diagnose`` computes without a pipeline are one value, for composite keys of every
+    registry format: nulls, defaults, a field only the reader schema has, 64-bit integers, floats,
+    enums, bytes, decimals, dates, times, nested records, unions and lists."""
+    (tmp_path / "v1.avsc").write_text(json.dumps(ORDER_KEY_V1))
+    (tmp_path / "v2.avsc").write_text(json.dumps(ORDER_KEY_V2))
+    (tmp_path / "order.proto").write_text(ORDER_PROTO)
+    (tmp_path / "order.json").write_text(json.dumps(ORDER_JSON_SCHEMA))
+    (tmp_path / "p.yaml").write_text(
+        "topics:\n"
+        "  avro_orders: {partitions: 1, key: {format: avro, schema: v1.avsc}, value: string}\n"
+        "  proto_orders: {partitions: 1, key: {format: protobuf, schema: order.proto}, value: string}\n"
+        "  json_orders: {partitions: 1, key: {format: json_schema, schema: order.json}, value: string}\n"
+    )
+    config = load_config(tmp_path / "p.yaml")
+    writing = Formats(config, lake.root)
+    big = 2**62 + 7  # beyond a double's integers: a number, not a string, in both
+    avro = writing.writing("avro_orders", "key", None)
+    avro_records = [
+        avro.encode({"shop": "s\u00e9\t\x01", "number": big, "line": -3, "express": True, "region": None,
+                     "channel": "STORE", "tag": b"\x00\xff", "weight": 1e10, "ratio": 0.1,
+                     "price": (1250).to_bytes(2, "big"), "day": 20786,
+                     "at": 1795921445678,
+                     "seller": {"id": "m1", "since": None}, "either": big, "lines": [1, 2]}),
+        avro.encode({"shop": "s2", "number": 0, "line": 0, "express": False, "region": "eu",
+                     "channel": "WEB", "tag": b"", "weight": 0.001, "ratio": 3.25, "price": b"\x07",
+                     "day": 0, "at": 0,
+                     "seller": {"id": "m2", "since": 5}, "either": "x", "lines": []}),
+    ]  # fmt: skip
+    writing.writing("avro_orders", "key", tmp_path / "v2.avsc")  # the reader now has a defaulted field
+    proto = writing.writing("proto_orders", "key", None)
+    proto_records = [
+        proto.encode({"shop": "p1", "number": str(big), "line": 7, "batch": 4000000000, "express": True,
+                      "region": "eu", "channel": "STORE", "tag": "AP8=", "weight": 2.5e-5, "ratio": 1.5,
+                      "at": "2026-11-29T03:04:05.678Z", "seller": {"id": "m1", "since": "-9"},
+                      "lines": ["1", str(big)]}),
+        proto.encode({"shop": "p2"}),  # defaults, an unset optional, an unset message
+    ]  # fmt: skip
+    json_codec = writing.writing("json_orders", "key", None)
+    json_records = [
+        json_codec.encode({"shop": "j1", "number": big, "express": False, "weight": 3, "region": None,
+                           "seller": {"id": "m1"}, "lines": [3, 1], "note": "x\"y"}),
+        json_codec.encode({"number": -1, "note": "\u00e9"}),
+    ]  # fmt: skip
+    reading = Formats(config, lake.root)  # a command started after the v2 registration
+    for topic, records in (("avro_orders", avro_records), ("proto_orders", proto_records),
+                           ("json_orders", json_records)):  # fmt: skip
+        codec = reading.codec(topic, "key")
+        frame = spark.createDataFrame([(r,) for r in records], "key binary")
+        codec.learn(frame, "key")
+        in_spark = [bytes(r[0]) for r in frame.select(codec.key_bytes(F.col("key"))).collect()]
+        assert [codec.logical(r) for r in records] == in_spark, topic
+        assert [LogicalKeys(reading.registry)(r) for r in records] == in_spark, topic  # lake diagnose's
+    assert json.loads(in_spark[0]) == {
+        "shop": "j1", "number": big, "express": False, "weight": 3.0, "seller": {"id": "m1"}, "lines": [3, 1],
+        "note": 'x"y',
+    }  # fmt: skip
+    avro_codec = reading.codec("avro_orders", "key")
+    assert avro_codec.logical(avro_records[1]) == (
+        b'{"shop":"s2","number":0,"line":0,"express":false,"region":"eu","channel":"WEB","tag":"",'
+        b'"weight":0.001,"ratio":3.25,"price":0.07,"day":"1970-01-01","at":"1970-01-01T00:00:00.000Z",'
+        b'"seller":{"id":"m2","since":5},"either":{"member0":"x"},"lines":[],"source":"legacy"}'
+    )
+    assert reading.codec("proto_orders", "key").logical(proto_records[1]) == (
+        b'{"shop":"p2","number":0,"line":0,"batch":0,"express":false,"channel":"WEB","tag":"",'
+        b'"weight":0.0,"ratio":0.0,"lines":[]}'
+    )
+    assert avro_codec.logical(b"not framed") == b"not framed"  # as key_bytes: what does not decode is itself

@@ -27,7 +27,8 @@ from typing import TYPE_CHECKING, Any
 
 from spark_jobs.errors import UserError
 from spark_jobs.formats import framing
-from spark_jobs.formats.codec import Codec, DecodeError, as_json
+from spark_jobs.formats.codec import Codec, DecodeError
+from spark_jobs.formats.logical import spelled
 from spark_jobs.seams.config import REGISTRY_FORMATS, PipelineConfig
 from spark_jobs.seams.kafka import topic_prefix
 from spark_jobs.seams.schema_registry import Registry, connect_registry
@@ -139,61 +140,42 @@ class Formats:
 
 class LogicalKeys:
     """Framed keys of any topic as their logical value, for a command that reads topics without a
-    pipeline's declarations (``lake diagnose``): each record's frame names its writer schema, asked of
-    ``registry`` once per id; the value is its text (a string schema) or its compact JSON. None for a
-    key that is not framed or does not decode."""
+    pipeline's declarations (``lake diagnose``): a record's frame names its schema id, and the key is
+    read as a topic of that id's subject would read it, into the subject's latest version
+    (:mod:`.logical`, the value the joins compare). None for a key that is not framed or does not
+    decode."""
 
     def __init__(self, registry: Registry | None):
         self.registry = registry
-        self._decoders: dict[int, Any] = {}
+        self._codecs: dict[int, Any] = {}
 
     def __call__(self, raw: bytes) -> bytes | None:
         if self.registry is None:
             return None
         try:
-            schema_id, payload = framing.split(raw)
+            schema_id, _ = framing.split(raw)
         except framing.NotFramed:
             return None
-        if schema_id not in self._decoders:
-            found = self.registry.schema(schema_id)
-            self._decoders[schema_id] = None if found is None else _writer_decoder(found.format, found.text)
-        decode = self._decoders[schema_id]
-        if decode is None:
+        if schema_id not in self._codecs:
+            self._codecs[schema_id] = self._codec_of(schema_id)
+        codec = self._codecs[schema_id]
+        if codec is None:
             return None
         try:
-            value = decode(payload)
-        except Exception:  # noqa: BLE001 - bytes that do not decode: no logical key
+            return spelled(codec.spark_value(raw))
+        except DecodeError:
             return None
-        return value.encode() if isinstance(value, str) else as_json(value)
 
-
-def _writer_decoder(fmt: str, text: str) -> Callable[[bytes], Any] | None:
-    """A record's decoder given only its writer schema (no topic, no reader schema)."""
-    import io
-    import json
-
-    if fmt == "avro":
-        import fastavro
-
-        schema = fastavro.parse_schema(json.loads(text))
-        return lambda payload: fastavro.schemaless_reader(io.BytesIO(payload), schema, None)
-    if fmt == "json_schema":
-        return lambda payload: json.loads(payload)
-    if fmt == "protobuf":
-        from google.protobuf import json_format
-
-        from spark_jobs.formats.protobuf import compile_proto
-
-        compiled = compile_proto(text, "a key's schema")
-
-        def protobuf(payload: bytes) -> Any:
-            path, body = framing.read_indexes(payload)
-            message = compiled.class_of(compiled.names[tuple(path)])()  # the writer's message there
-            message.ParseFromString(body)
-            return json_format.MessageToDict(message, preserving_proto_field_name=True)
-
-        return protobuf
-    return None
+    def _codec_of(self, schema_id: int) -> Any:
+        assert self.registry is not None
+        found = self.registry.schema(schema_id)
+        subjects = self.registry.subjects_of(schema_id) if found is not None else []
+        if found is None or not subjects:
+            return None
+        try:
+            return _registered(found.format)(f"schema id {schema_id}", self.registry, subjects[0])
+        except UserError:
+            return None
 
 
 def _plain(fmt: str) -> type[Codec]:

@@ -12,13 +12,17 @@ from __future__ import annotations
 
 import io
 import json
+from datetime import UTC, date, datetime, time, timedelta
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any
+from uuid import UUID
 
 import fastavro
 
 from spark_jobs.errors import UserError
 from spark_jobs.formats import framing
 from spark_jobs.formats.codec import DecodeError
+from spark_jobs.formats.logical import OPTIONS, Float32
 from spark_jobs.formats.registered import RegisteredCodec
 
 if TYPE_CHECKING:
@@ -80,6 +84,12 @@ class AvroCodec(RegisteredCodec):
             )
         return value
 
+    def spark_value(self, raw: bytes) -> Any:
+        reader = self._parsed(self.reader.text)
+        return _shaped(
+            self.decode(raw), reader, reader.get("__named_schemas", {}) if isinstance(reader, dict) else {}
+        )
+
     # --- Spark ----------------------------------------------------------------------------------
     def _decoder(self, jvm: Any) -> tuple[Any, Any]:
         """The JVM decoder of the schema ids known now, and its return type."""
@@ -95,8 +105,72 @@ class AvroCodec(RegisteredCodec):
         from pyspark.sql import functions as F
 
         value = self.column(raw)
-        text = value.cast("string") if self._is_text(self.reader.text) else F.to_json(value)
+        text = value.cast("string") if self._is_text(self.reader.text) else F.to_json(value, OPTIONS)
         return F.when(raw.isNull(), F.lit(None)).otherwise(F.coalesce(text.cast("binary"), raw))
+
+
+def _shaped(value: Any, schema: Any, named: dict) -> Any:
+    """A value fastavro read with ``schema`` as the JVM's ``AvroTypes.toSpark`` gives it: a record
+    every field in order, a union of several types its ``member<i>`` struct, an Avro ``float`` a
+    :class:`Float32`, the time and local-timestamp logical types their numbers."""
+    if value is None:
+        return None
+    if isinstance(schema, str) and schema in named:
+        schema = named[schema]
+    if isinstance(schema, list):
+        branches = [b for b in schema if b != "null"]
+        if len(branches) == 1:
+            return _shaped(value, branches[0], named)
+        chosen = next(i for i, b in enumerate(branches) if _fits(value, b, named))
+        return {
+            f"member{i}": _shaped(value, b, named) if i == chosen else None for i, b in enumerate(branches)
+        }
+    kind = schema["type"] if isinstance(schema, dict) else schema
+    if isinstance(kind, (dict, list)) or (isinstance(kind, str) and kind in named):
+        return _shaped(value, kind, named)
+    logical = schema.get("logicalType") if isinstance(schema, dict) else None
+    if kind == "record":
+        return {f["name"]: _shaped(value.get(f["name"]), f["type"], named) for f in schema["fields"]}
+    if kind == "array":
+        return [_shaped(item, schema["items"], named) for item in value]
+    if kind == "map":
+        return {str(k): _shaped(item, schema["values"], named) for k, item in value.items()}
+    if kind in ("enum", "string"):
+        return str(value)
+    if kind == "float":
+        return Float32(value)
+    if kind == "double":
+        return float(value)
+    if isinstance(value, time):  # time-millis, time-micros: Spark has their numbers
+        micros = ((value.hour * 60 + value.minute) * 60 + value.second) * 1_000_000 + value.microsecond
+        return micros // 1000 if logical == "time-millis" else micros
+    if isinstance(value, datetime) and logical not in ("timestamp-millis", "timestamp-micros"):
+        micros = (value.replace(tzinfo=UTC) - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(microseconds=1)
+        return micros // 1000 if logical == "local-timestamp-millis" else micros
+    return value
+
+
+def _fits(value: Any, schema: Any, named: dict) -> bool:
+    """Whether a value fastavro read is of the union branch ``schema``."""
+    if isinstance(schema, str) and schema in named:
+        schema = named[schema]
+    kind = schema["type"] if isinstance(schema, dict) else schema
+    if isinstance(kind, (dict, list)) or (isinstance(kind, str) and kind in named):
+        return _fits(value, kind, named)
+    plain = {
+        "record": lambda v: isinstance(v, dict) and set(v) <= {f["name"] for f in schema["fields"]},
+        "map": lambda v: isinstance(v, dict),
+        "enum": lambda v: isinstance(v, str) and v in schema["symbols"],
+        "string": lambda v: isinstance(v, (str, UUID)),
+        "bytes": lambda v: isinstance(v, (bytes, Decimal)),
+        "fixed": lambda v: isinstance(v, (bytes, Decimal)),
+        "int": lambda v: isinstance(v, (int, date, time)) and not isinstance(v, (bool, datetime)),
+        "long": lambda v: isinstance(v, (int, datetime, time)) and not isinstance(v, bool),
+        "array": lambda v: isinstance(v, list),
+    }
+    if kind in plain:
+        return plain[kind](value)
+    return PRIMITIVES.get(kind, lambda v: False)(value)
 
 
 PRIMITIVES: dict[str, Any] = {

@@ -43,6 +43,11 @@ class Codec:
         """Record bytes as a Python value (JSON-able); :class:`DecodeError` when they do not decode."""
         return raw
 
+    def logical(self, raw: bytes) -> bytes:
+        """The key the joins compare, as :meth:`key_bytes` gives it in Spark (:mod:`.logical`): the
+        key itself here; a framed key's logical value, or its bytes when it does not decode."""
+        return raw
+
     def render(self, raw: bytes) -> bytes:
         """Record bytes as ``lake consume`` prints them: the bytes themselves, or the decoded
         record as JSON for the registry formats."""

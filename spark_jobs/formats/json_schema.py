@@ -60,6 +60,13 @@ class JsonSchemaCodec(RegisteredCodec):
         except (ValueError, UnicodeDecodeError) as exc:
             raise DecodeError(f"not JSON after the frame of schema id {schema_id}: {exc}") from None
 
+    def spark_value(self, raw: bytes) -> Any:
+        fields = [f for f in self._struct().fields if f.name != CORRUPT]
+        value = self.decode(raw)
+        if not isinstance(value, dict):
+            raise DecodeError("not a JSON object")
+        return {f.name: _shaped(value.get(f.name), f.dataType) for f in fields}
+
     # --- Spark: Spark's JSON reader, with the reader schema's types ------------------------------
     def _struct(self) -> Any:
         from pyspark.sql.types import StringType, StructField, StructType
@@ -233,3 +240,38 @@ def spark_type(schema: Any, root: Any) -> Any:
     return {"integer": LongType(), "number": DoubleType(), "boolean": BooleanType()}.get(
         kind or "", StringType()
     )
+
+
+def _shaped(value: Any, kind: Any) -> Any:
+    """A JSON value as Spark's JSON reader gives it in the Spark type ``kind`` (see
+    :func:`spark_type`): a string field holds any other JSON as its text; :class:`DecodeError` for a
+    value the reader refuses (its record is quarantined)."""
+    from pyspark.sql.types import ArrayType, BooleanType, DoubleType, LongType, MapType, StructType
+
+    if value is None:
+        return None
+    if isinstance(kind, StructType):
+        if not isinstance(value, dict):
+            raise DecodeError("not a JSON object")
+        return {f.name: _shaped(value.get(f.name), f.dataType) for f in kind.fields}
+    if isinstance(kind, MapType):
+        if not isinstance(value, dict):
+            raise DecodeError("not a JSON object")
+        return {k: _shaped(v, kind.valueType) for k, v in value.items()}
+    if isinstance(kind, ArrayType):
+        if not isinstance(value, list):
+            raise DecodeError("not a JSON array")
+        return [_shaped(v, kind.elementType) for v in value]
+    if isinstance(kind, LongType):
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise DecodeError("not an integer")
+        return value
+    if isinstance(kind, DoubleType):
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            raise DecodeError("not a number")
+        return float(value)
+    if isinstance(kind, BooleanType):
+        if not isinstance(value, bool):
+            raise DecodeError("not a boolean")
+        return value
+    return value if isinstance(value, str) else json.dumps(value, separators=(",", ":"), ensure_ascii=False)

@@ -21,12 +21,14 @@ import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from spark_jobs.errors import UserError
 from spark_jobs.formats import framing
 from spark_jobs.formats.codec import DecodeError
+from spark_jobs.formats.logical import Float32
 from spark_jobs.formats.registered import RegisteredCodec
 
 if TYPE_CHECKING:
@@ -151,10 +153,19 @@ class ProtobufCodec(RegisteredCodec):
         )
 
     def decode(self, raw: bytes) -> Any:
+        from google.protobuf import json_format
+
+        return json_format.MessageToDict(
+            self._message(raw), preserving_proto_field_name=True, always_print_fields_with_no_presence=True
+        )
+
+    def spark_value(self, raw: bytes) -> Any:
+        return _shaped(self._message(raw))
+
+    def _message(self, raw: bytes) -> Any:
         """The record read as the topic's message: its message indexes resolved in the writer schema
         its frame names (a writer that added or moved messages places the topic's elsewhere), the
         bytes read with the reader schema's message of that name."""
-        from google.protobuf import json_format
         from google.protobuf.message import DecodeError as ProtobufError
 
         schema_id, rest = self._split(raw)
@@ -176,9 +187,7 @@ class ProtobufCodec(RegisteredCodec):
             message.ParseFromString(payload)
         except ProtobufError as exc:
             raise DecodeError(f"not a Protobuf {name} of schema id {schema_id}: {exc}") from None
-        return json_format.MessageToDict(
-            message, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
-        )
+        return message
 
     # --- Spark ----------------------------------------------------------------------------------
     def _decoder(self, jvm: Any) -> tuple[Any, Any]:
@@ -198,3 +207,37 @@ class ProtobufCodec(RegisteredCodec):
             self.subject, descriptors, compiled.message, known, foreign, registry
         )
         return decoder, jvm.lake.formats.ProtobufDecode.returnType(descriptors, compiled.message)
+
+
+def _shaped(message: Any) -> dict[str, Any]:
+    """A message as the JVM's ``ProtobufTypes.toSpark`` gives it: every field in declaration order;
+    a message field or a scalar with presence that is not set null, any other scalar its value or
+    default; an enum its value's name, a ``float`` a :class:`Float32`, a Timestamp a time."""
+    out: dict[str, Any] = {}
+    for field in message.DESCRIPTOR.fields:
+        value = getattr(message, field.name)
+        if field.message_type is not None and field.message_type.GetOptions().map_entry:
+            key, item = field.message_type.fields_by_name["key"], field.message_type.fields_by_name["value"]
+            out[field.name] = {_single(key, k): _single(item, v) for k, v in value.items()}
+        elif field.is_repeated:
+            out[field.name] = [_single(field, v) for v in value]
+        elif field.has_presence and not message.HasField(field.name):
+            out[field.name] = None
+        else:
+            out[field.name] = _single(field, value)
+    return out
+
+
+def _single(field: Any, value: Any) -> Any:
+    from google.protobuf.descriptor import FieldDescriptor
+
+    if field.type == FieldDescriptor.TYPE_ENUM:
+        known = field.enum_type.values_by_number.get(value)
+        return known.name if known else f"UNKNOWN_ENUM_VALUE_{field.enum_type.name}_{value}"
+    if field.type == FieldDescriptor.TYPE_FLOAT:
+        return Float32(value)
+    if field.type == FieldDescriptor.TYPE_MESSAGE:
+        if field.message_type.full_name == "google.protobuf.Timestamp":
+            return datetime.fromtimestamp(value.seconds, UTC) + timedelta(microseconds=value.nanos // 1000)
+        return _shaped(value)
+    return value

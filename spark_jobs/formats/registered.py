@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from spark_jobs.errors import UserError
 from spark_jobs.formats import framing
 from spark_jobs.formats.codec import Codec, DecodeError, as_json, jvm_function
+from spark_jobs.formats.logical import OPTIONS, spelled
 from spark_jobs.seams.schema_registry import Registry, Version
 
 if TYPE_CHECKING:
@@ -52,6 +53,18 @@ class RegisteredCodec(Codec):
         """The format's JVM decoder for the schema ids known now, and its Spark return type."""
         raise NotImplementedError
 
+    def spark_value(self, raw: bytes) -> Any:
+        """The record as Spark's value of the reader schema (what :meth:`column` gives), in Python:
+        dicts in the reader schema's field order, as :mod:`.logical` spells it; :class:`DecodeError`
+        when it does not decode."""
+        raise NotImplementedError
+
+    def logical(self, raw: bytes) -> bytes:
+        try:
+            return spelled(self.spark_value(raw))
+        except DecodeError:
+            return raw
+
     def render(self, raw: bytes) -> bytes:
         return as_json(self.decode(raw))
 
@@ -67,11 +80,12 @@ class RegisteredCodec(Codec):
         return self.decoded(raw).getField("error")
 
     def key_bytes(self, raw: Column) -> Column:
-        """A framed key as its logical value: a composite key's JSON (formats with a string key
-        schema give the string's own bytes, so the key equals the same key written plain)."""
+        """A framed key as its logical value (:mod:`.logical`): a composite key's JSON (formats with
+        a string key schema give the string's own bytes, so the key equals the same key written
+        plain)."""
         from pyspark.sql import functions as F
 
-        text = F.to_json(self.column(raw))
+        text = F.to_json(self.column(raw), OPTIONS)
         return F.when(raw.isNull(), F.lit(None)).otherwise(F.coalesce(text.cast("binary"), raw))
 
     def learn(self, frame: DataFrame, column: str) -> bool:

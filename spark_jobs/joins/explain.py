@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 from confluent_kafka import Message
 
 from spark_jobs.errors import UserError
-from spark_jobs.formats import Formats, LogicalKeys
+from spark_jobs.formats import Codec, Formats
 from spark_jobs.formats.codec import DecodeError, jsonable
 from spark_jobs.seams import partitioners
 from spark_jobs.seams.config import FIELD_PATH_RE, JoinSpec, PipelineConfig
@@ -357,14 +357,13 @@ def _newest_after(
 ) -> Message | None:
     """The newest record with logical key ``key`` after ``offset`` in ``topic``'s ``partition``."""
     spec = config.topic(topic)
-    logical = LogicalKeys(formats.registry if formats.needs_registry() else None)
-    framed = spec.key_format in ("avro", "protobuf", "json_schema")
+    codec = formats.codec(topic, "key")
     newest = None
     after = [0] * partition + [offset + 1]
     for messages in read(cluster, spec, partitions=[partition], after=after, batch=50_000):
         for m in messages:
             raw = m.key()
-            if raw is not None and ((logical(raw) or raw) if framed else raw) == key:
+            if raw is not None and codec.logical(raw) == key:
                 newest = m
     return newest
 
@@ -529,11 +528,10 @@ def _foreign_key(
     return None if by is None or by[0] is None else bytes(by[0])
 
 
-def _normal(raw: bytes, logical: LogicalKeys) -> bytes:
+def _normal(raw: bytes, codec: Codec) -> bytes:
     """A key without the invisible bytes a producer may add: registry framing (its logical value),
     then :func:`spark_jobs.topics.keys.plain_key`."""
-    decoded = logical(raw)
-    return plain_key(decoded if decoded is not None else raw)
+    return plain_key(codec.logical(raw))
 
 
 def _scan(
@@ -542,20 +540,16 @@ def _scan(
     """A read of the whole topic for ``keys``: each key's records, and records whose key differs
     from it only in invisible bytes; and the end offsets it read up to."""
     spec = config.topic(topic)
-    registry = formats.registry if formats.needs_registry() else None
-    logical = LogicalKeys(registry)
-    framed_keys = spec.key_format in ("avro", "protobuf", "json_schema")
-    targets = {k: _normal(k, logical) for k in keys}
+    codec = formats.codec(topic, "key")
+    targets = {k: _normal(k, codec) for k in keys}
     found = {k: _Found() for k in targets}
     ends = [high for _, high in offset_ranges(cluster, [spec])[spec.name]]
     patterns = {n for n in targets.values() if n}
     for messages in read(cluster, spec, batch=50_000):
         raw = pa.array([m.key() for m in messages], pa.binary())
-        logical_raw = raw
-        if framed_keys:  # the join compares a framed key's logical value
-            logical_raw = pa.array(
-                [None if k is None else (logical(k) or k) for k in raw.to_pylist()], pa.binary()
-            )
+        logical_raw = pa.array(  # the join compares a framed key's logical value
+            [None if k is None else codec.logical(k) for k in raw.to_pylist()], pa.binary()
+        )
         exact = pc.is_in(logical_raw, pa.array(list(targets), pa.binary())).to_numpy(zero_copy_only=False)
         near = pa.array([False] * len(raw))
         for pattern in patterns:
@@ -567,7 +561,7 @@ def _scan(
             if k in found:
                 found[k].records.append(m)
                 continue
-            normal = _normal(m.key, logical)
+            normal = _normal(m.key, codec)
             for target, target_normal in targets.items():
                 if normal == target_normal and len(found[target].lookalikes) < LOOKALIKES:
                     found[target].lookalikes.append(m)

@@ -37,10 +37,10 @@ import pyarrow.compute as pc
 from pyspark.sql import functions as F
 
 from spark_jobs.errors import UserError
-from spark_jobs.formats import Codec, Formats
+from spark_jobs.formats import Codec, Formats, codec_class
 from spark_jobs.joins.engine import RECORD_FIELDS, BatchMetrics, Changelog, Inputs
 from spark_jobs.seams import checkpoints, partitioners
-from spark_jobs.seams.config import REGISTRY_FORMATS, PipelineConfig, RegistrySpec, TopicSpec, load_config
+from spark_jobs.seams.config import PipelineConfig, RegistrySpec, TopicSpec, load_config
 from spark_jobs.seams.delta import Lake
 from spark_jobs.seams.layout import QUARANTINE
 from spark_jobs.seams.schema_registry import Registry
@@ -315,7 +315,7 @@ def _formats(config: PipelineConfig, lake: Lake) -> Formats:
     for topic, spec in config.topics.items():
         for part in ("key", "value"):
             fmt = spec.format_of(part)
-            if fmt not in REGISTRY_FORMATS or topic in changelogs:
+            if not codec_class(fmt).registered or topic in changelogs:
                 continue
             if spec.schema_file_of(part) is None:
                 raise UserError(

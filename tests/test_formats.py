@@ -92,7 +92,7 @@ def test_avro_records_that_do_not_decode_say_why(spark, formats):
     schema_id = framing.split(good)[0]
     other = formats.registry.register(
         formats.kafka_name("elsewhere") + "-value",
-        "avro",
+        "AVRO",
         '{"type": "enum", "name": "Elsewhere", "symbols": ["A"]}',
     )
     subject = formats.kafka_name("consents") + "-value"
@@ -187,7 +187,7 @@ def test_a_subject_without_a_schema_and_a_subject_of_another_format_are_one_line
         UserError, match=r"topics\.names\.key: subject .*names-key has no schema in the Schema Registry"
     ):
         formats.codec("names", "key")
-    formats.registry.register(formats.kafka_name("names") + "-key", "json_schema", json.dumps(ADDRESS))
+    formats.registry.register(formats.kafka_name("names") + "-key", "JSON", json.dumps(ADDRESS))
     with pytest.raises(UserError, match="holds a json_schema schema .* but the topic declares avro"):
         Formats(formats.config, formats.root).codec("names", "key")
 

@@ -315,7 +315,7 @@ def test_a_tls_failure_on_the_executors_is_a_refusal_not_an_outage(spark, tmp_pa
         (tmp_path / "p.yaml").write_text(_behind(proxy, cert, "lake:s3cret"))
         formats = Formats(load_config(tmp_path / "p.yaml"), lake.root)
         codec = formats.writing("accounts", "value", None)
-        v2 = formats.registry.register(codec.subject, "avro", json.dumps(_with_field("tier", "basic")))
+        v2 = formats.registry.register(codec.subject, "AVRO", json.dumps(_with_field("tier", "basic")))
         proxy.off()
         proxy.tls = self_signed(tmp_path, "impostor")  # the same address, a certificate nobody trusts
         proxy.on()

@@ -96,7 +96,7 @@ def test_a_schema_change_the_registry_refuses_is_one_line_and_nothing_is_sent(tm
     assert code == 2 and out == ""
     assert (
         err.startswith("lake: error: the Schema Registry at http://127.0.0.1:")
-        and "refused the avro schema for subject" in err
+        and "refused the AVRO schema for subject" in err
         and "accounts-value" in err
     )
     assert len(err.strip().splitlines()) == 1
@@ -388,7 +388,7 @@ def test_a_select_change_the_registry_refuses_is_one_line_at_the_start_and_nothi
     code, out, err = lake(capsys, where, "run", "events_with_mail", "--once")
     subject = f"{os.environ['LAKE_KAFKA_TOPIC_PREFIX']}events_with_mail_changelog-value"
     assert (code, out) == (2, ""), err
-    assert f"refused the avro schema for subject {subject}: " in err and len(err.strip().splitlines()) <= 2, (
+    assert f"refused the AVRO schema for subject {subject}: " in err and len(err.strip().splitlines()) <= 2, (
         err
     )
     assert Lake(Path(where[1])).version("events_with_mail") == before  # the result table as it was

@@ -29,7 +29,7 @@ from spark_jobs.errors import UserError
 from spark_jobs.formats import framing
 from spark_jobs.formats.codec import Codec, DecodeError
 from spark_jobs.formats.logical import spelled
-from spark_jobs.seams.config import REGISTRY_FORMATS, PipelineConfig
+from spark_jobs.seams.config import PipelineConfig
 from spark_jobs.seams.kafka import topic_prefix
 from spark_jobs.seams.schema_registry import Registry, connect_registry
 from spark_jobs.seams.storage import Root
@@ -37,7 +37,7 @@ from spark_jobs.seams.storage import Root
 if TYPE_CHECKING:
     from pyspark.sql import Column
 
-__all__ = ["Codec", "DecodeError", "Formats", "LogicalKeys"]
+__all__ = ["Codec", "DecodeError", "Formats", "LogicalKeys", "codec_class"]
 
 
 class Formats:
@@ -87,7 +87,7 @@ class Formats:
         spec = self.config.topic(topic)
         schema = schema or spec.schema_file_of(part)
         fmt = spec.format_of(part)
-        if schema is not None and fmt not in REGISTRY_FORMATS:
+        if schema is not None and not codec_class(fmt).registered:
             raise UserError(f"topics.{topic}.{part} is {fmt}: a schema file is for the registry formats")
         if schema is None:
             return self.codec(topic, part)
@@ -97,7 +97,7 @@ class Formats:
             raise UserError(f"{schema}: cannot read the schema file: {exc.strerror}") from None
         subject = spec.subject_of(part, self.kafka_name(topic))
         if self.registry.latest(subject) is None:  # a new subject: the file is its first version
-            self.registry.register(subject, fmt, text)
+            self.registry.register(subject, codec_class(fmt).schema_type, text)
         codec = self.codec(topic, part)
         codec.write_with(text)  # type: ignore[attr-defined]
         return codec
@@ -119,22 +119,22 @@ class Formats:
         subject = self.config.topic(topic).subject_of("value", self.kafka_name(topic))
         registered = self.registry.latest(subject)
         text = derived_schema(fmt, value_type, topic, registered.text if registered else None)
-        schema_id = self.registry.register(subject, fmt, text)
+        schema_id = self.registry.register(subject, codec_class(fmt).schema_type, text)
         return encoder(fmt, schema_id, text)
 
     def codec(self, topic: str, part: str) -> Codec:
         """The codec of ``topic``'s ``key`` or ``value``."""
         if (topic, part) not in self._codecs:
             spec = self.config.topic(topic)
-            fmt = spec.format_of(part)
+            cls = codec_class(spec.format_of(part))
             where = f"topics.{topic}.{part}"
-            if fmt in REGISTRY_FORMATS:
+            if cls.registered:
                 subject = spec.subject_of(part, self.kafka_name(topic))
                 message = spec.message_of(part)  # protobuf's only (the config refuses it elsewhere)
                 options = {"message": message} if message else {}
-                self._codecs[(topic, part)] = _registered(fmt)(where, self.registry, subject, **options)
+                self._codecs[(topic, part)] = cls(where, self.registry, subject, **options)  # type: ignore[call-arg]
             else:
-                self._codecs[(topic, part)] = _plain(fmt)(where)
+                self._codecs[(topic, part)] = cls(where)
         return self._codecs[(topic, part)]
 
 
@@ -170,23 +170,30 @@ class LogicalKeys:
         assert self.registry is not None
         found = self.registry.schema(schema_id)
         subjects = self.registry.subjects_of(schema_id) if found is not None else []
-        if found is None or not subjects:
+        cls = schema_format(found.schema_type) if found is not None else None
+        if cls is None or not subjects:
             return None
         try:
-            return _registered(found.format)(f"schema id {schema_id}", self.registry, subjects[0])
+            return cls(f"schema id {schema_id}", self.registry, subjects[0])  # type: ignore[call-arg]
         except UserError:
             return None
 
 
-def _plain(fmt: str) -> type[Codec]:
-    from spark_jobs.formats.plain import BytesCodec, JsonCodec, StringCodec
+def codec_class(fmt: str) -> type[Codec]:
+    """The codec of the format named ``fmt`` (a name the pipeline file's validation accepted)."""
+    return {c.name: c for c in _codecs()}[fmt]
 
-    return {"string": StringCodec, "bytes": BytesCodec, "json": JsonCodec}[fmt]
+
+def schema_format(schema_type: str) -> type[Codec] | None:
+    """The registry format of the Schema Registry's ``schemaType`` (``AVRO``, ``PROTOBUF``,
+    ``JSON``); None for a type the product does not read."""
+    return next((c for c in _codecs() if c.registered and c.schema_type == schema_type), None)
 
 
-def _registered(fmt: str):
+def _codecs() -> list[type[Codec]]:
     from spark_jobs.formats.avro import AvroCodec
     from spark_jobs.formats.json_schema import JsonSchemaCodec
+    from spark_jobs.formats.plain import BytesCodec, JsonCodec, StringCodec
     from spark_jobs.formats.protobuf import ProtobufCodec
 
-    return {"avro": AvroCodec, "protobuf": ProtobufCodec, "json_schema": JsonSchemaCodec}[fmt]
+    return [StringCodec, BytesCodec, JsonCodec, AvroCodec, ProtobufCodec, JsonSchemaCodec]

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 
 class AvroCodec(RegisteredCodec):
     name = "avro"
+    schema_type = "AVRO"
 
     def _parse(self, text: str) -> Any:
         try:

@@ -24,6 +24,9 @@ class Codec:
 
     name = ""
     registered = False  # framed by a Schema Registry (magic byte, schema id)
+    schema_type = ""  # a registry format's schemaType in the Schema Registry (AVRO, PROTOBUF, JSON)
+    text = False  # records are UTF-8 text: a key is checked for invisible bytes (topics/keys.py)
+    any_bytes = False  # any bytes are a record of this format, a framed-looking one too
 
     def __init__(self, where: str):
         self.where = where
@@ -67,6 +70,17 @@ class Codec:
     def key_bytes(self, raw: Column) -> Column:
         """The key bytes that joins and checks compare: the logical key (a framed key decoded)."""
         return raw
+
+    def field(self, path: str) -> Column | None:
+        """A bare field path of a value (``merchant_id``, ``address.id``, as a join's
+        ``foreign_key:`` names one) read over the row's ``value`` bytes and its decoded ``left``;
+        None when the format's values have no fields (the setting is then an expression)."""
+        return None
+
+    def stored_problem(self, raw: Column) -> Column:
+        """Why a value kept in a lookup table is not a record of this format (a lookup check's
+        finding), null when it is; what Spark cannot decode, as :meth:`problem`."""
+        return self.problem(raw)
 
     def learn(self, frame: DataFrame, column: str) -> bool:
         """Learn the schema ids of ``frame[column]`` (the registry formats); True when something

@@ -29,6 +29,7 @@ CORRUPT = "__corrupt"
 
 class JsonSchemaCodec(RegisteredCodec):
     name = "json_schema"
+    schema_type = "JSON"
 
     def _parse(self, text: str) -> Any:
         from jsonschema import validators

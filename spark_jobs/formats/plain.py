@@ -14,6 +14,7 @@ if TYPE_CHECKING:
 
 class StringCodec(Codec):
     name = "string"
+    text = True
 
     def encode(self, value: Any) -> bytes:
         if not isinstance(value, str):
@@ -42,6 +43,7 @@ class StringCodec(Codec):
 
 class BytesCodec(Codec):
     name = "bytes"
+    any_bytes = True
 
     def encode(self, value: Any) -> bytes:
         if isinstance(value, str):
@@ -87,3 +89,14 @@ class JsonCodec(Codec):
         # record (docs/benchmarks.md, "The profile").
         is_object = self.column(raw).isNotNull()
         return F.when(raw.isNotNull() & ~is_object, F.lit("value is not a JSON object"))
+
+    def field(self, path: str) -> Column:
+        from pyspark.sql import functions as F
+
+        return F.get_json_object(F.col("value").cast("string"), f"$.{path}")
+
+    def stored_problem(self, raw: Column) -> Column:
+        """A lookup's JSON value may be any JSON document (an object to be joined)."""
+        from pyspark.sql import functions as F
+
+        return F.when(F.try_parse_json(raw.cast("string")).isNull(), F.lit("value does not parse as JSON"))

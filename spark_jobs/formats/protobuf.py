@@ -113,6 +113,7 @@ def compile_proto(text: str, where: str, message: str | None = None) -> Compiled
 
 class ProtobufCodec(RegisteredCodec):
     name = "protobuf"
+    schema_type = "PROTOBUF"
 
     def __init__(self, where: str, registry: Any, subject: str, message: str | None = None):
         self.message_name = message  # the topic's message (None: the reader schema's first)

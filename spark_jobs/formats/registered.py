@@ -34,9 +34,10 @@ class RegisteredCodec(Codec):
                 f"{where}: subject {subject} has no schema in the Schema Registry at {registry.url}; "
                 f"register one, e.g. lake produce TOPIC FILE --{where.rsplit('.', 1)[-1]}-schema SCHEMA_FILE"
             )
-        if reader.format != self.name:
+        if reader.schema_type != self.schema_type:
             raise UserError(
-                f"{where}: subject {subject} holds a {reader.format} schema (id {reader.schema_id}), "
+                f"{where}: subject {subject} holds a {_named(reader.schema_type)} schema "
+                f"(id {reader.schema_id}), "
                 f"but the topic declares {self.name}"
             )
         self.reader: Version = reader
@@ -88,6 +89,11 @@ class RegisteredCodec(Codec):
         text = F.to_json(self.column(raw), OPTIONS)
         return F.when(raw.isNull(), F.lit(None)).otherwise(F.coalesce(text.cast("binary"), raw))
 
+    def field(self, path: str) -> Column:
+        from pyspark.sql import functions as F
+
+        return F.expr(f"left.{path}")
+
     def learn(self, frame: DataFrame, column: str) -> bool:
         from pyspark.sql import functions as F
 
@@ -103,8 +109,8 @@ class RegisteredCodec(Codec):
         it too: what a command compares with what it writes (a backfill's dump with the topic) is
         compared in the schema it writes with, so a field only that schema has is not dropped."""
         self._parse(text)  # a schema that does not parse is one line naming the file's format
-        schema_id = self.registry.register(self.subject, self.name, text)
-        self.writer = self.reader = Version(schema_id, self.subject, 0, self.name, text)
+        schema_id = self.registry.register(self.subject, self.schema_type, text)
+        self.writer = self.reader = Version(schema_id, self.subject, 0, self.schema_type, text)
         self.writers[schema_id] = text
         return schema_id
 
@@ -152,13 +158,23 @@ class RegisteredCodec(Codec):
                 )
                 continue
             subjects = self.registry.subjects_of(schema_id)
-            if self.subject in subjects and found.format == self.name:
+            if self.subject in subjects and found.schema_type == self.schema_type:
                 self.writers[schema_id] = found.text
-            elif found.format != self.name:
-                self.foreign[schema_id] = f"schema id {schema_id} is a {found.format} schema, not {self.name}"
+            elif found.schema_type != self.schema_type:
+                self.foreign[schema_id] = (
+                    f"schema id {schema_id} is a {_named(found.schema_type)} schema, not {self.name}"
+                )
             else:
                 owners = ", ".join(subjects[:3]) or "no subject"
                 if len(subjects) > 3:
                     owners += f" and {len(subjects) - 3} more"
                 self.foreign[schema_id] = f"schema id {schema_id} belongs to {owners}, not to {self.subject}"
         return new
+
+
+def _named(schema_type: str) -> str:
+    """A Schema Registry ``schemaType`` by the product's name of its format."""
+    from spark_jobs.formats import schema_format
+
+    found = schema_format(schema_type)
+    return found.name if found is not None else schema_type

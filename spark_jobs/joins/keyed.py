@@ -32,9 +32,7 @@ class LeftKeys:
         # a bare field path (``merchant_id``, ``address.id``): read from a json value's text, or from
         # the decoded record of a registry format (``left.merchant_id``)
         path = bool(FIELD_PATH_RE.match(self.expr)) and not self.expr.startswith("left.")
-        self.is_path = path and self.codec.name == "json"
-        if path and self.codec.registered:
-            self.expr = f"left.{self.expr}"
+        self.field = self.codec.field(self.expr) if path else None
         empty = spark.createDataFrame([], "side string, key binary, value binary, reason string")
         try:
             self.as_text = self._raw_type(empty) == StringType()
@@ -46,9 +44,7 @@ class LeftKeys:
         return self.codec.column(F.col("value"))
 
     def _raw(self) -> Column:
-        if self.is_path:
-            return F.get_json_object(F.col("value").cast("string"), f"$.{self.expr}")
-        return F.expr(self.expr)
+        return self.field if self.field is not None else F.expr(self.expr)
 
     def _raw_type(self, frame: DataFrame) -> Any:
         data_type = frame.withColumn("left", self._left()).select(self._raw()).schema[0].dataType

@@ -45,7 +45,7 @@ def _category(codec: Any, raw: Any) -> tuple[Any, Any]:
         what = F.when(framed.isNull(), F.lit("plain")).otherwise(
             F.format_string("framed (schema id %d)", framed)
         )
-        wrong = framed.isNotNull() & F.lit(codec.name != "bytes")
+        wrong = framed.isNotNull() & F.lit(not codec.any_bytes)
         return what, F.when(wrong, F.lit(f"framed, though the topic declares {codec.name}"))
     problem = codec.problem(raw)
     what = (

@@ -39,13 +39,12 @@ def key_format_findings(
     """One row per distinct key per topic, ``problem`` naming every format rule it breaks."""
     frames = []
     for t in topics:
-        spec = config.topics[t]
         if reader.formats.codec(t, "key").registered:
             frames.append(_registry_keys(reader, t))
             continue
         keys = reader.records(t).filter(F.col("key").isNotNull()).select("key").distinct()
         # declared binary keys (e.g. Avro with Schema Registry framing): any bytes are fine
-        rules = [(F.expr(r.sql), r.text) for r in KEY_RULES] if spec.key_format == "string" else []
+        rules = [(F.expr(r.sql), r.text) for r in KEY_RULES] if reader.formats.codec(t, "key").text else []
         problem = (
             F.concat_ws("; ", *[F.when(cond, F.lit(text)) for cond, text in rules]) if rules else F.lit("")
         )

@@ -36,18 +36,8 @@ def lookup_findings(
     spec = config.lookups[lookup]
     table = topics.latest(spec.topic)
     codec = topics.formats.codec(spec.topic, "value")
-    if codec.registered:  # framed with the subject's schema, and decodes with it
-        codec.learn(table, "value")
-        return table.select(*display("key"), codec.problem(F.col("value")).alias("problem"))
-    value_ok = F.lit(True)
-    if codec.name == "json":
-        value_ok = F.expr("try_parse_json(cast(value as string)) IS NOT NULL")
-    return table.select(
-        *display("key"),
-        F.when(value_ok, F.lit(None).cast("string"))
-        .otherwise(F.lit("value does not parse as JSON"))
-        .alias("problem"),
-    )
+    codec.learn(table, "value")  # a registry format: the schema ids its values are framed with
+    return table.select(*display("key"), codec.stored_problem(F.col("value")).cast("string").alias("problem"))
 
 
 def run(finish: Callable, asset: str, spark, reader, config, p: dict, gxr: GreatExpectations) -> None:

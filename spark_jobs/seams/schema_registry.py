@@ -33,18 +33,17 @@ ENV_URL = "LAKE_SCHEMA_REGISTRY_URL"
 # error after about 16 s, not a command that waits for ever
 DEFAULT_TIMEOUT = 5.0
 RETRIES = 2
-SCHEMA_TYPES = {"avro": "AVRO", "protobuf": "PROTOBUF", "json_schema": "JSON"}
-FORMATS = {v: k for k, v in SCHEMA_TYPES.items()}
 
 
 @dataclass(frozen=True)
 class Version:
-    """One registered schema: its id, its subject's version number, its format and its text."""
+    """One registered schema: its id, its subject's version number, its ``schemaType`` (``AVRO``,
+    ``PROTOBUF``, ``JSON``) and its text."""
 
     schema_id: int
     subject: str
     version: int
-    format: str  # avro | protobuf | json_schema
+    schema_type: str  # the registry's word for its format: AVRO, PROTOBUF, JSON
     text: str
     references: tuple = ()
 
@@ -180,7 +179,7 @@ class Registry:
                 raise self.error(f"cannot read schema id {schema_id}", exc) from None
             self._by_id[schema_id] = schema
         schema = self._by_id[schema_id]
-        return Version(schema_id, "", 0, FORMATS.get(schema.schema_type or "AVRO", "avro"), schema.schema_str)
+        return Version(schema_id, "", 0, schema.schema_type or "AVRO", schema.schema_str)
 
     def subjects_of(self, schema_id: int) -> list[str]:
         """The subjects that have ``schema_id`` among their versions."""
@@ -215,8 +214,10 @@ class Registry:
         for registered in found:
             schema = registered.schema
             self._by_id.setdefault(registered.schema_id, schema)
-            fmt = FORMATS.get(schema.schema_type or "AVRO", "avro")
-            out.append(Version(registered.schema_id, subject, registered.version, fmt, schema.schema_str))
+            schema_type = schema.schema_type or "AVRO"  # the registry omits the type of an Avro schema
+            out.append(
+                Version(registered.schema_id, subject, registered.version, schema_type, schema.schema_str)
+            )
         return out
 
     def latest(self, subject: str) -> Version | None:
@@ -229,7 +230,7 @@ class Registry:
             self._latest[subject] = found[-1]
         return self._latest[subject]
 
-    def register(self, subject: str, fmt: str, text: str) -> int:
+    def register(self, subject: str, schema_type: str, text: str) -> int:
         """Register ``text`` under ``subject`` (the registry's compatibility rules decide); returns
         its id. A refusal is one line with the subject and the registry's reason."""
         from confluent_kafka.schema_registry import Schema
@@ -240,11 +241,11 @@ class Registry:
                 f"cannot register a schema under {subject}",
                 self.client.register_schema,
                 subject,
-                Schema(text, SCHEMA_TYPES[fmt]),
+                Schema(text, schema_type),
             )
         except SchemaRegistryError as exc:
             raise UserError(
-                f"the Schema Registry at {self.url} refused the {fmt} schema for subject {subject}: "
+                f"the Schema Registry at {self.url} refused the {schema_type} schema for subject {subject}: "
                 f"{exc.error_message} (HTTP {exc.http_status_code})"
             ) from None
         self._latest.pop(subject, None)

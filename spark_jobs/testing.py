@@ -26,7 +26,6 @@ sees it at the next ``advance``.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -236,27 +235,10 @@ class JoinQuery:
 
 
 def _encode(value: Any, what: str, codec: Codec) -> bytes | None:
-    if value is None:
-        return None
-    if isinstance(value, bytes):
-        return value
-    if codec.registered:
-        try:
-            return codec.encode(value)
-        except ValueError as exc:
-            raise UserError(f"{what}: {exc}") from None
-    if isinstance(value, str):
-        return value.encode()
     try:
-        return json.dumps(value, separators=(",", ":")).encode()
-    except TypeError as exc:
-        raise UserError(f"{what}: the value is not JSON-serializable ({exc})") from None
-
-
-def _raw_key(key: str | bytes | None) -> bytes | None:
-    if key is None or isinstance(key, bytes):
-        return key
-    return str(key).encode()
+        return codec.encode_given(value)
+    except ValueError as exc:
+        raise UserError(f"{what}: {exc}") from None
 
 
 def _key_out(key: bytes | None) -> str | bytes | None:
@@ -384,8 +366,7 @@ class PipelineTestDriver:
             timestamp = self._clock
         self._clock = max(self._clock, timestamp)
         what = f"topic {topic}, key {_text(key)}"
-        key_codec = self.formats.codec(topic, "key")
-        raw_key = _encode(key, what, key_codec) if key_codec.registered else _raw_key(key)
+        raw_key = _encode(key, what, self.formats.codec(topic, "key"))
         encoded = _encode(value, what, self.formats.codec(topic, "value"))
         self._piped.setdefault(topic, []).append((raw_key, encoded, int(timestamp)))
 

@@ -7,6 +7,7 @@ import pytest
 from pyarrow import fs
 
 from spark_jobs.errors import UserError
+from spark_jobs.formats.plain import JsonCodec, StringCodec
 from spark_jobs.lookups.dumps import dump_source, line_ranges, parse_dump, read_lines
 from spark_jobs.seams.config import BackfillSpec
 
@@ -41,8 +42,10 @@ def test_a_dump_is_a_local_file_or_an_object_on_s3(tmp_path, s3, monkeypatch):
         dump_source(str(tmp_path / "missing.txt"))
 
 
-def parsed(spark, path, spec: BackfillSpec, **kwargs) -> list[tuple]:
-    rows = parse_dump(read_lines(spark, str(path)), spec, **kwargs).orderBy("line").collect()
+def parsed(spark, path, spec: BackfillSpec, value: type = JsonCodec) -> list[tuple]:
+    """The dump's lines parsed for a topic of string keys and ``value`` values."""
+    codecs = (StringCodec("topics.t.key"), value("topics.t.value"))
+    rows = parse_dump(read_lines(spark, str(path)), spec, codecs).orderBy("line").collect()
     return [(r["line"], r["key"], r["value"], r["reason"]) for r in rows]
 
 
@@ -62,7 +65,7 @@ def test_jsonl_and_csv_take_the_named_fields(spark, tmp_path):
     jsonl = tmp_path / "d.jsonl"
     jsonl.write_text('{"id": "u1", "doc": {"a": 1}}\n{"id": "u2", "doc": "text"}\n{"doc": 1}\nnot json\n')
     spec = BackfillSpec(None, format="jsonl", key_field="id", value_field="doc", value_format="string")
-    assert parsed(spark, jsonl, spec, topic_value_format="string") == [
+    assert parsed(spark, jsonl, spec, value=StringCodec) == [
         (1, b"u1", b'{"a":1}', None),
         (2, b"u2", b"text", None),
         (3, None, None, "no 'id' field"),

@@ -240,15 +240,11 @@ def cmd_produce(args) -> int:
     config, lake = context(args)
     spec = config.topic(args.topic)
     cluster = connect(config, lake.root)
-    codecs = None
-    if spec.registered or args.key_schema or args.value_schema:
-        formats = Formats(config, lake.root, cluster.topic)
-        key_schema = Path(args.key_schema) if args.key_schema else None
-        value_schema = Path(args.value_schema) if args.value_schema else None
-        codecs = (
-            formats.writing(spec.name, "key", key_schema),
-            formats.writing(spec.name, "value", value_schema),
-        )
+    formats = Formats(config, lake.root, cluster.topic)  # the registry is asked only by its formats
+    codecs = (
+        formats.writing(spec.name, "key", Path(args.key_schema) if args.key_schema else None),
+        formats.writing(spec.name, "value", Path(args.value_schema) if args.value_schema else None),
+    )
     stream, source = open_input(args.file)
     progress = Progress(f"produce {spec.name}")
     try:
@@ -291,7 +287,7 @@ def cmd_consume(args) -> int:
         raise UserError("-c COUNT must not be negative")
     cluster = connect(config, lake.root)
     render = Rendering(raw=True)
-    if spec.registered and not args.raw:
+    if not args.raw:  # a registry format's records decoded to JSON, any other's as they are
         formats = Formats(config, lake.root, cluster.topic)
         render = Rendering((formats.codec(spec.name, "key"), formats.codec(spec.name, "value")))
     consume(

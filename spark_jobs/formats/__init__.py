@@ -27,9 +27,9 @@ from typing import TYPE_CHECKING, Any
 
 from spark_jobs.errors import UserError
 from spark_jobs.formats import framing
-from spark_jobs.formats.codec import Codec, DecodeError
+from spark_jobs.formats.codec import Codec, DecodeError, TextError
 from spark_jobs.formats.logical import spelled
-from spark_jobs.seams.config import PipelineConfig
+from spark_jobs.seams.config import PipelineConfig, TopicSpec
 from spark_jobs.seams.kafka import topic_prefix
 from spark_jobs.seams.schema_registry import Registry, connect_registry
 from spark_jobs.seams.storage import Root
@@ -37,7 +37,16 @@ from spark_jobs.seams.storage import Root
 if TYPE_CHECKING:
     from pyspark.sql import Column
 
-__all__ = ["Codec", "DecodeError", "Formats", "LogicalKeys", "codec_class"]
+__all__ = [
+    "Codec",
+    "DecodeError",
+    "Formats",
+    "LogicalKeys",
+    "TextError",
+    "codec_class",
+    "format_names",
+    "unregistered_codecs",
+]
 
 
 class Formats:
@@ -184,6 +193,24 @@ def codec_class(fmt: str) -> type[Codec]:
     return {c.name: c for c in _codecs()}[fmt]
 
 
+def format_names(part: str | None = None, publishing: bool = False) -> list[str]:
+    """The formats' names: those a topic's ``part`` (``key``, ``value``) may use, or those a join's
+    changelog may be published in."""
+    return [
+        c.name for c in _codecs() if (part is None or part in c.parts) and (c.publishes or not publishing)
+    ]
+
+
+def unregistered_codecs(spec: TopicSpec) -> tuple[Codec, Codec]:
+    """A topic's key and value codecs where neither is a registry format (no registry to ask);
+    :class:`ValueError` for a topic that needs one (give :meth:`Formats.writing`'s)."""
+    if spec.registered:
+        raise ValueError(f"topic {spec.name} uses a Schema Registry format: give its codecs")
+    return codec_class(spec.key_format)(f"topics.{spec.name}.key"), codec_class(spec.value_format)(
+        f"topics.{spec.name}.value"
+    )
+
+
 def schema_format(schema_type: str) -> type[Codec] | None:
     """The registry format of the Schema Registry's ``schemaType`` (``AVRO``, ``PROTOBUF``,
     ``JSON``); None for a type the product does not read."""
@@ -196,4 +223,4 @@ def _codecs() -> list[type[Codec]]:
     from spark_jobs.formats.plain import BytesCodec, JsonCodec, StringCodec
     from spark_jobs.formats.protobuf import ProtobufCodec
 
-    return [StringCodec, BytesCodec, JsonCodec, AvroCodec, ProtobufCodec, JsonSchemaCodec]
+    return [JsonCodec, StringCodec, BytesCodec, AvroCodec, ProtobufCodec, JsonSchemaCodec]

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 class AvroCodec(RegisteredCodec):
     name = "avro"
     schema_type = "AVRO"
+    schema_suffixes = (".avsc",)
 
     def _parse(self, text: str) -> Any:
         try:

@@ -11,6 +11,8 @@ from datetime import date, datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
+import pyarrow as pa
+
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
@@ -19,14 +21,30 @@ class DecodeError(ValueError):
     """Why one record cannot be decoded (the message is the reason, as quarantine keeps it)."""
 
 
+class TextError(ValueError):
+    """Why the ``index``-th of some input texts is not a record of a format (``is not valid JSON
+    (...)``, ``does not fit the Avro schema of ...``)."""
+
+    def __init__(self, index: int, reason: str):
+        super().__init__(reason)
+        self.index = index
+
+
 class Codec:
     """A format of a topic's keys or values. ``where`` names them in messages (``topics.x.value``)."""
 
     name = ""
     registered = False  # framed by a Schema Registry (magic byte, schema id)
     schema_type = ""  # a registry format's schemaType in the Schema Registry (AVRO, PROTOBUF, JSON)
-    text = False  # records are UTF-8 text: a key is checked for invisible bytes (topics/keys.py)
+    # records are given as UTF-8 text (a registry format's as its JSON or string text): a key's text
+    # is checked for invisible bytes (topics/keys.py), in produced lines, dumps and the key checks
+    textual = False
+    json_given = False  # records are given as JSON text: a dump's value must parse as JSON
     any_bytes = False  # any bytes are a record of this format, a framed-looking one too
+    parts: tuple[str, ...] = ("key", "value")  # what a topic may use it for
+    publishes = False  # a join's changelog may be written in it (its schema derived from the select)
+    schema_suffixes: tuple[str, ...] = ()  # a registry format's schema files end so
+    named_messages = False  # a topic may name which of its schema's messages it holds (message:)
 
     def __init__(self, where: str):
         self.where = where
@@ -39,8 +57,32 @@ class Codec:
 
     def encode_text(self, text: bytes) -> bytes:
         """One input line's key or value (``lake produce``) as record bytes; :class:`ValueError`
-        saying why it does not fit the format."""
+        saying why it does not fit the format (``is not valid JSON (...)``)."""
         return text
+
+    def encode_texts(self, texts: pa.Array) -> pa.Array:
+        """Input lines' keys or values (binary, nulls kept) as record bytes: :meth:`encode_text`
+        each; :class:`TextError` for the first that does not fit."""
+        out = []
+        for i, text in enumerate(texts.to_pylist()):
+            try:
+                out.append(None if text is None else self.encode_text(text))
+            except ValueError as exc:
+                raise TextError(i, str(exc)) from None
+        return pa.array(out, pa.binary())
+
+    def encode_given(self, value: Any) -> bytes | None:
+        """A key or value handed over in Python (the test driver's ``pipe``) as record bytes: bytes
+        as they are, text as its UTF-8, anything else as JSON; :class:`ValueError` when it does not
+        fit."""
+        if value is None or isinstance(value, bytes):
+            return value
+        if isinstance(value, str):
+            return value.encode()
+        try:
+            return json.dumps(value, separators=(",", ":")).encode()
+        except TypeError as exc:
+            raise ValueError(f"the value is not JSON-serializable ({exc})") from None
 
     def decode(self, raw: bytes) -> Any:
         """Record bytes as a Python value (JSON-able); :class:`DecodeError` when they do not decode."""
@@ -69,6 +111,11 @@ class Codec:
 
     def key_bytes(self, raw: Column) -> Column:
         """The key bytes that joins and checks compare: the logical key (a framed key decoded)."""
+        return raw
+
+    def comparable(self, raw: Column) -> Column:
+        """A value as a backfill compares the dump's with the topic's: what the same record spelled
+        differently (JSON's key order and spacing, the schema id it was written with) leaves equal."""
         return raw
 
     def field(self, path: str) -> Column | None:

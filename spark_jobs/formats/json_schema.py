@@ -30,6 +30,7 @@ CORRUPT = "__corrupt"
 class JsonSchemaCodec(RegisteredCodec):
     name = "json_schema"
     schema_type = "JSON"
+    schema_suffixes = (".json",)
 
     def _parse(self, text: str) -> Any:
         from jsonschema import validators

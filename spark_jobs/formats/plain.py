@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+import pyarrow as pa
+
 from spark_jobs.formats.codec import Codec, DecodeError
 
 if TYPE_CHECKING:
@@ -14,7 +16,7 @@ if TYPE_CHECKING:
 
 class StringCodec(Codec):
     name = "string"
-    text = True
+    textual = True
 
     def encode(self, value: Any) -> bytes:
         if not isinstance(value, str):
@@ -25,8 +27,15 @@ class StringCodec(Codec):
         try:
             text.decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise ValueError(f"not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
+            raise ValueError(f"is not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
         return text
+
+    def encode_texts(self, texts: pa.Array) -> pa.Array:
+        try:
+            texts.cast(pa.string())  # all valid UTF-8: Arrow checks a block at once
+        except pa.ArrowInvalid:
+            return super().encode_texts(texts)  # the first that is not
+        return texts
 
     def decode(self, raw: bytes) -> Any:
         try:
@@ -44,6 +53,10 @@ class StringCodec(Codec):
 class BytesCodec(Codec):
     name = "bytes"
     any_bytes = True
+    parts = ("key",)
+
+    def encode_texts(self, texts: pa.Array) -> pa.Array:
+        return texts
 
     def encode(self, value: Any) -> bytes:
         if isinstance(value, str):
@@ -58,6 +71,9 @@ class BytesCodec(Codec):
 
 class JsonCodec(Codec):
     name = "json"
+    json_given = True
+    parts = ("value",)
+    publishes = True
 
     def encode(self, value: Any) -> bytes:
         return json.dumps(value, separators=(",", ":")).encode()
@@ -66,7 +82,7 @@ class JsonCodec(Codec):
         try:
             json.loads(text)
         except (ValueError, UnicodeDecodeError) as exc:
-            raise ValueError(f"not valid JSON ({exc})") from None
+            raise ValueError(f"is not valid JSON ({exc})") from None
         return text
 
     def decode(self, raw: bytes) -> Any:
@@ -89,6 +105,12 @@ class JsonCodec(Codec):
         # record (docs/benchmarks.md, "The profile").
         is_object = self.column(raw).isNotNull()
         return F.when(raw.isNotNull() & ~is_object, F.lit("value is not a JSON object"))
+
+    def comparable(self, raw: Column) -> Column:
+        """JSON by content: key order, spacing and number spelling make no change."""
+        from pyspark.sql import functions as F
+
+        return F.coalesce(F.to_json(F.try_parse_json(raw.cast("string"))).cast("binary"), raw)
 
     def field(self, path: str) -> Column:
         from pyspark.sql import functions as F

@@ -114,6 +114,8 @@ def compile_proto(text: str, where: str, message: str | None = None) -> Compiled
 class ProtobufCodec(RegisteredCodec):
     name = "protobuf"
     schema_type = "PROTOBUF"
+    schema_suffixes = (".proto",)
+    named_messages = True
 
     def __init__(self, where: str, registry: Any, subject: str, message: str | None = None):
         self.message_name = message  # the topic's message (None: the reader schema's first)

@@ -24,6 +24,9 @@ class RegisteredCodec(Codec):
     may be written with); ``foreign``: ids seen on the topic that are not the subject's, with why."""
 
     registered = True
+    textual = True  # given as JSON text, or a string schema's text
+    json_given = True
+    publishes = True
 
     def __init__(self, where: str, registry: Registry, subject: str):
         super().__init__(where)
@@ -88,6 +91,19 @@ class RegisteredCodec(Codec):
 
         text = F.to_json(self.column(raw), OPTIONS)
         return F.when(raw.isNull(), F.lit(None)).otherwise(F.coalesce(text.cast("binary"), raw))
+
+    def encode_given(self, value: Any) -> bytes | None:
+        """Bytes as they are; anything else (a dict, a string of a string schema) encoded."""
+        if value is None or isinstance(value, bytes):
+            return value
+        return self.encode(value)
+
+    def comparable(self, raw: Column) -> Column:
+        """By the value decoded into the reader schema: the schema id it was written with makes no
+        change."""
+        from pyspark.sql import functions as F
+
+        return F.to_json(self.column(raw)).cast("binary")
 
     def field(self, path: str) -> Column:
         from pyspark.sql import functions as F

@@ -27,7 +27,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pyarrow as pa
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from spark_jobs import faults
@@ -126,11 +126,9 @@ def run_backfill(
     cluster = connect(config, lake.root)
     formats = Formats(config, lake.root, cluster.topic)
     codecs = (formats.writing(topic.name, "key", None), formats.writing(topic.name, "value", None))
-    key_format = topic.key_format if not codecs[0].registered else "string"  # a registry key: its text
-    value_format = topic.value_format if not codecs[1].registered else "json"  # a registry value: JSON
     with _readable(lake, path, log) as where:
         log(f"reading {path} ...")
-        parsed = parse_dump(read_lines(spark, where, path), spec, separator, key_format, value_format)
+        parsed = parse_dump(read_lines(spark, where, path), spec, codecs, separator)
         if codecs[0].registered or codecs[1].registered:
             parsed = _encoded(spark, parsed, codecs)
         parsed = parsed.persist()
@@ -265,7 +263,7 @@ def _diff(good: DataFrame, current: DataFrame, codec: Codec) -> DataFrame:
             F.col("d.line").alias("line"),
             F.when(F.col("c.key").isNull(), "new")
             .when(
-                _comparable(F.col("c.value"), codec).eqNullSafe(_comparable(F.col("d.value"), codec)),
+                codec.comparable(F.col("c.value")).eqNullSafe(codec.comparable(F.col("d.value"))),
                 "unchanged",
             )
             .otherwise("changed")
@@ -284,17 +282,6 @@ def _name_plain_keys(rejects: DataFrame, current: DataFrame) -> DataFrame:
     return named.withColumn(
         "reason", F.when(F.col("_known"), F.concat(F.col("reason"), hint)).otherwise(F.col("reason"))
     ).drop("_known")
-
-
-def _comparable(value: Column, codec: Codec) -> Column:
-    """A topic value as the backfill compares it: JSON by content (key order, spacing and number
-    spelling do not make a change), a registry format's record by its value decoded into the reader
-    schema (the schema id it was written with does not make a change), anything else by its bytes."""
-    if codec.registered:
-        return F.to_json(codec.column(value)).cast("binary")
-    if codec.name != "json":
-        return value
-    return F.coalesce(F.to_json(F.try_parse_json(value.cast("string"))).cast("binary"), value)
 
 
 def _encoded(spark: SparkSession, parsed: DataFrame, codecs: tuple[Codec, Codec]) -> DataFrame:

@@ -21,6 +21,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from spark_jobs.errors import UserError
+from spark_jobs.formats import Codec
 from spark_jobs.seams.config import BackfillSpec
 from spark_jobs.topics.keys import RULES as KEY_RULES
 from spark_jobs.topics.keys import plain_key_sql
@@ -212,9 +213,8 @@ _SPLIT = {"lines": _split_lines, "jsonl": _split_jsonl, "csv": _split_csv}
 def parse_dump(
     lines: DataFrame,
     spec: BackfillSpec,
+    codecs: tuple[Codec, Codec],
     separator: str | None = None,
-    key_format: str = "string",
-    topic_value_format: str = "json",
 ) -> DataFrame:
     """``(source, line, raw)`` rows -> ``(source, line, raw, key, value, reason)``.
 
@@ -227,10 +227,10 @@ def parse_dump(
     lines = lines.withColumn("_line", F.expr(_LINE_SQL))
     valid_utf8 = F.expr("is_valid_utf8(_line)")
     df, conditions = _SPLIT[spec.format](lines, spec, sep)
-    if key_format == "string":
+    if codecs[0].textual:
         conditions.insert(0, (~valid_utf8, "not valid UTF-8"))
     conditions.append((F.col("_key") == "", "empty key"))
-    if key_format == "string":  # keys that differ from the plain text only in invisible bytes
+    if codecs[0].textual:  # keys that differ from the plain text only in invisible bytes
         df = df.withColumn("key", F.encode(F.col("_key"), "UTF-8"))
         for rule in KEY_RULES[1:]:  # not_utf8 is the first condition already
             df = df.withColumn(f"_rule_{rule.name}", F.expr(rule.sql))
@@ -251,7 +251,7 @@ def parse_dump(
     else:
         out_value = F.col("value")
     df = df.withColumn("_out", out_value)
-    if topic_value_format == "json" and not spec.value and spec.value_format != "json":
+    if codecs[1].json_given and not spec.value and spec.value_format != "json":
         conditions.append((F.expr("try_parse_json(_out)").isNull(), "value is not valid JSON"))
     reason = _reason(conditions)
     return df.select(

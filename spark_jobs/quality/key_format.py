@@ -44,7 +44,7 @@ def key_format_findings(
             continue
         keys = reader.records(t).filter(F.col("key").isNotNull()).select("key").distinct()
         # declared binary keys (e.g. Avro with Schema Registry framing): any bytes are fine
-        rules = [(F.expr(r.sql), r.text) for r in KEY_RULES] if reader.formats.codec(t, "key").text else []
+        rules = [(F.expr(r.sql), r.text) for r in KEY_RULES] if reader.formats.codec(t, "key").textual else []
         problem = (
             F.concat_ws("; ", *[F.when(cond, F.lit(text)) for cond, text in rules]) if rules else F.lit("")
         )

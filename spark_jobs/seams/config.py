@@ -19,14 +19,8 @@ from spark_jobs.join_kinds import KINDS, JoinKind
 from spark_jobs.seams.layout import LOOKUP_PREFIX, OWNED, SYSTEM_TABLES, is_reserved
 
 DEFAULT_CONFIG = "demo.yaml"
-# Schema Registry formats: each record framed as magic byte 0, a 4-byte schema id (and for Protobuf
-# its message indexes), then the encoded record (spark_jobs.formats)
-REGISTRY_FORMATS = ("avro", "protobuf", "json_schema")
-KEY_FORMATS = ("string", "bytes", *REGISTRY_FORMATS)
-VALUE_FORMATS = ("json", "string", *REGISTRY_FORMATS)
-# a published changelog's value formats (its schema derived from the select)
-PUBLISH_FORMATS = ("json", "avro", "protobuf", "json_schema")
-SCHEMA_FILE_SUFFIXES = {"avro": (".avsc",), "protobuf": (".proto",), "json_schema": (".json",)}
+# what a backfill dump's value text is (a dump's own setting, not a topic's record format)
+DUMP_VALUES = ("string", "json")
 # the registry client's settings that pass through (confluent-kafka's names)
 REGISTRY_SETTINGS = (
     "basic.auth.user.info",
@@ -94,7 +88,9 @@ class TopicSpec:
     @property
     def registered(self) -> bool:
         """Does the key or the value use a Schema Registry format?"""
-        return self.key_format in REGISTRY_FORMATS or self.value_format in REGISTRY_FORMATS
+        from spark_jobs.formats import codec_class
+
+        return codec_class(self.key_format).registered or codec_class(self.value_format).registered
 
 
 @dataclass(frozen=True)
@@ -380,6 +376,8 @@ def load_config(path: str | os.PathLike[str] | None = None) -> PipelineConfig:
     joins_raw = data.get("joins") or {}
     if not isinstance(joins_raw, dict):
         raise doc.error(("joins",), "must be a mapping of join name to its settings")
+    from spark_jobs.formats import codec_class
+
     joins = {}
     for join_name, spec in joins_raw.items():
         join = _join(doc, join_name, spec, topics, lookups)
@@ -387,7 +385,7 @@ def load_config(path: str | os.PathLike[str] | None = None) -> PipelineConfig:
             left = topics[join.left]
             # the changelog's key is the result's: the left key as the join compares it (a framed left
             # key decoded: its text, or a composite key's JSON)
-            key_format = left.key_format if left.key_format not in REGISTRY_FORMATS else "bytes"
+            key_format = "bytes" if codec_class(left.key_format).registered else left.key_format
             topics[join.publish] = TopicSpec(
                 join.publish, left.partitions, key_format, join.publish_format, "murmur2", compacted=True
             )
@@ -501,7 +499,7 @@ def _lookup(doc: LocatedYaml, name: str, spec: Any, topics: dict[str, TopicSpec]
         source = (base / text_value(doc, (*bf_path, "source"), source)).resolve()
     fmt = choice(doc, (*bf_path, "format"), bf.get("format", "lines"), DUMP_FORMATS)
     sep = text_value(doc, (*bf_path, "separator"), bf.get("separator", ";"))
-    value_format = choice(doc, (*bf_path, "value_format"), bf.get("value_format", "string"), VALUE_FORMATS)
+    value_format = choice(doc, (*bf_path, "value_format"), bf.get("value_format", "string"), DUMP_VALUES)
     value = bf.get("value")
     if value is not None:
         value = mapping(doc, (*bf_path, "value"), value, tuple(value))
@@ -623,7 +621,9 @@ def _record_format(
     the registry formats. Returns the format, the subject (None: the topic name strategy), the schema
     file (resolved against the pipeline file's folder) and, for protobuf, the topic's message (None:
     the schema's first)."""
-    allowed = KEY_FORMATS if path[-1] == "key" else VALUE_FORMATS
+    from spark_jobs.formats import codec_class, format_names
+
+    allowed = format_names(path[-1])
     settings = (
         mapping(doc, path, raw, ("format", "subject", "schema", "message"))
         if isinstance(raw, dict)
@@ -632,16 +632,19 @@ def _record_format(
     fmt = settings.get("format")
     if fmt not in allowed:
         raise doc.error(path, f"must be one of {', '.join(allowed)}, got {fmt!r}")
-    if fmt not in REGISTRY_FORMATS:
+    codec = codec_class(fmt)
+    if not codec.registered:
         if len(settings) > 1:
+            registered = [name for name in format_names() if codec_class(name).registered]
             raise doc.error(
-                path, f"subject and schema are for the registry formats ({', '.join(REGISTRY_FORMATS)})"
+                path, f"subject and schema are for the registry formats ({', '.join(registered)})"
             )
         return fmt, None, None, None
     message = settings.get("message")
     if message is not None:
-        if fmt != "protobuf":
-            raise doc.error((*path, "message"), "names a Protobuf message: it is for the protobuf format")
+        if not codec.named_messages:
+            named = " or ".join(name for name in format_names() if codec_class(name).named_messages)
+            raise doc.error((*path, "message"), f"names a Protobuf message: it is for the {named} format")
         message = text_value(doc, (*path, "message"), message)
     subject = settings.get("subject")
     if subject is not None:
@@ -649,10 +652,10 @@ def _record_format(
     schema = None
     if settings.get("schema") is not None:
         schema = (base / text_value(doc, (*path, "schema"), settings["schema"])).resolve()
-        if schema.suffix not in SCHEMA_FILE_SUFFIXES[fmt]:
+        if schema.suffix not in codec.schema_suffixes:
             raise doc.error(
                 (*path, "schema"),
-                f"a {fmt} schema file ends in {' or '.join(SCHEMA_FILE_SUFFIXES[fmt])}, got {schema.name}",
+                f"a {fmt} schema file ends in {' or '.join(codec.schema_suffixes)}, got {schema.name}",
             )
         if not schema.is_file():
             raise doc.error((*path, "schema"), f"{schema}: no such file")
@@ -785,9 +788,10 @@ def _publish_settings(
     publish_format = "json"
     if isinstance(publish, dict):
         settings = mapping(doc, (*path, "publish"), publish, ("topic", "format"))
-        publish_format = choice(
-            doc, (*path, "publish", "format"), settings.get("format", "json"), PUBLISH_FORMATS
-        )
+        from spark_jobs.formats import format_names
+
+        publishing = tuple(format_names(publishing=True))
+        publish_format = choice(doc, (*path, "publish", "format"), settings.get("format", "json"), publishing)
         publish = settings.get("topic", True)
     if publish is True:
         publish = f"{name}_changelog"

@@ -15,7 +15,6 @@ with ``%k %s %p %o %T %t`` (and ``%K %S`` for lengths, ``%h`` for headers) and t
 
 from __future__ import annotations
 
-import json
 import struct
 import sys
 from collections.abc import Callable, Iterator
@@ -29,7 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from spark_jobs.errors import UserError
-from spark_jobs.formats import Codec, DecodeError
+from spark_jobs.formats import Codec, DecodeError, TextError, unregistered_codecs
 from spark_jobs.seams.config import TopicSpec
 from spark_jobs.seams.delta import Lake
 from spark_jobs.seams.kafka import Cluster, Delivered, Message, produce, producer_id, read
@@ -120,54 +119,21 @@ def _show(raw: bytes | None, limit: int = 60) -> str:
     return text + ("…" if len(raw) > limit else "")
 
 
-def check_formats(spec: TopicSpec, parsed: ParsedLines, source: str, first_line: int) -> None:
-    """Keys must be UTF-8 where the topic declares string keys; values JSON where it declares JSON."""
-    if spec.key_format == "string":
-        try:
-            parsed.keys.cast(pa.string())
-        except pa.ArrowInvalid:
-            for i, key in enumerate(parsed.keys.to_pylist()):
-                try:
-                    if key is not None:
-                        key.decode("utf-8")
-                except UnicodeDecodeError as exc:
-                    raise UserError(
-                        f"{source}:{first_line + i}: key is not valid UTF-8 ({exc.reason} at byte "
-                        f"{exc.start}): {_show(key)}; topic '{spec.name}' declares string keys"
-                    ) from None
-    if spec.value_format == "json":
-        for i, value in enumerate(parsed.values.to_pylist()):
-            if value is None:
-                continue
-            try:
-                json.loads(value)
-            except (ValueError, UnicodeDecodeError) as exc:
-                raise UserError(
-                    f"{source}:{first_line + i}: value is not valid JSON ({exc}): {_show(value)}; "
-                    f"topic '{spec.name}' declares JSON values (use value: string for plain text)"
-                ) from None
-
-
-def encode_registered(
+def encode_lines(
     spec: TopicSpec, parsed: ParsedLines, codecs: tuple[Codec, Codec], source: str, first_line: int
 ) -> ParsedLines:
-    """The key and value texts of a Schema Registry format (JSON, or a plain string for a string
-    schema) encoded and framed with the subject's schema; a line that does not fit is an error naming
-    it and the field."""
+    """The lines' key and value texts as records of the topic's formats (a string key must be UTF-8,
+    a JSON value JSON, a registry format's text is encoded and framed with the subject's schema); a
+    line that does not fit is an error naming it and why, and nothing is sent."""
     out = []
     for part, codec, texts in (("key", codecs[0], parsed.keys), ("value", codecs[1], parsed.values)):
-        if not codec.registered:
-            out.append(texts)
-            continue
-        encoded = []
-        for i, text in enumerate(texts.to_pylist()):
-            try:
-                encoded.append(None if text is None else codec.encode_text(text))
-            except ValueError as exc:
-                raise UserError(
-                    f"{source}:{first_line + i}: {part} {exc}: {_show(text)}; nothing was sent"
-                ) from None
-        out.append(pa.array(encoded, pa.binary()))
+        try:
+            out.append(codec.encode_texts(texts))
+        except TextError as exc:
+            raise UserError(
+                f"{source}:{first_line + exc.index}: {part} {exc}: {_show(texts[exc.index].as_py())}; "
+                f"topic '{spec.name}' declares {codec.name} {part}s, nothing was sent"
+            ) from None
     return ParsedLines(out[0], out[1])
 
 
@@ -185,20 +151,17 @@ def produce_lines(
     codecs: tuple[Codec, Codec] | None = None,
 ) -> Delivered:
     """``kcat -P -l`` into a topic: every line of ``stream`` is a record, all in one transaction.
-    ``codecs`` (key, value): a Schema Registry format's lines are JSON, encoded and framed here (what
-    kafka-avro-console-producer does); without them the topic's formats must not be a registry's."""
+    ``codecs`` (key, value, :meth:`spark_jobs.formats.Formats.writing`): a Schema Registry format's
+    lines are JSON, encoded and framed here (what kafka-avro-console-producer does); without them the
+    topic's formats must not be a registry's."""
     if key_sep == "":
         raise UserError("the key separator given with -K must not be empty")
-    if codecs is None and spec.registered:
-        raise ValueError(f"topic {spec.name} uses a Schema Registry format: give its codecs")
+    codecs = codecs or unregistered_codecs(spec)
 
     def parse(chunk: bytes, line_no: int) -> ParsedLines:
         lines = without_line_end_marks(split_lines(chunk), first=line_no == 1)
         parsed = parse_lines(lines, key_sep, null_empty, source, line_no)
-        check_formats(spec, parsed, source, line_no)
-        if codecs is not None and spec.registered:
-            parsed = encode_registered(spec, parsed, codecs, source, line_no)
-        return parsed
+        return encode_lines(spec, parsed, codecs, source, line_no)
 
     def batches() -> Iterator[tuple[pa.Array, pa.Array]]:
         # Parse the next block on a helper thread while this one is partitioned and written
@@ -270,7 +233,7 @@ class Rendering:
         self.first: str | None = None
 
     def __call__(self, part: int, raw: bytes, m: Message) -> bytes:
-        if self.codecs is None or not self.codecs[part].registered:
+        if self.codecs is None:
             return raw
         try:
             return self.codecs[part].render(raw)

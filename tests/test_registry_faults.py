@@ -389,24 +389,25 @@ def test_a_removed_protobuf_changelog_field_reserves_its_number_and_a_new_one_ne
     number never used before."""
     from pyspark.sql import types as T
 
-    from spark_jobs.formats.protobuf import compile_proto
-    from spark_jobs.formats.publish import derived_schema
+    from spark_jobs.formats.protobuf import ProtobufCodec, compile_proto
+
+    def derived_schema(value_type: T.StructType, topic: str, registered: str | None = None) -> str:
+        return ProtobufCodec.derive_schema(value_type, topic, registered)
 
     def struct(*fields: tuple[str, object]) -> T.StructType:
         return T.StructType([T.StructField(name, kind) for name, kind in fields])
 
     address = struct(("city", T.StringType()))
-    v1 = derived_schema("protobuf", struct(("page", T.StringType()), ("mail", T.StringType()),
+    v1 = derived_schema(struct(("page", T.StringType()), ("mail", T.StringType()),
                                            ("address", address)), "t")  # fmt: skip
     v2 = derived_schema(
-        "protobuf",
         struct(
             ("plen", T.IntegerType()), ("address", struct(("zip", T.StringType()), ("city", T.StringType())))
         ),
         "t",
         v1,
     )
-    v3 = derived_schema("protobuf", struct(("page", T.StringType()), ("plen", T.IntegerType())), "t", v2)
+    v3 = derived_schema(struct(("page", T.StringType()), ("plen", T.IntegerType())), "t", v2)
 
     def numbers(text: str) -> tuple[dict, dict, list]:
         message = compile_proto(text, "test").file_proto.message_type[0]

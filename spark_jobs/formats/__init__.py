@@ -3,7 +3,11 @@
 Every reader and writer of records asks :class:`Formats` for the codec of a topic's key or value
 (``formats.codec("customer_consents", "value")``): the joins' Kafka read and their projection, the
 snapshots the checks, audits and backfills read, ``lake produce`` and ``lake consume``, ``lake
-show``, the published changelogs. A new format is a new codec here, nothing else.
+show``, the published changelogs, the backfills' dumps, the test driver. A new format is one
+module here: a :class:`Codec` subclass (its name, what it may be used for, how a text line, a Python
+value and record bytes become each other in Python and in Spark, a key's logical value, a published
+changelog's schema and encoder), listed once in ``_codecs``; nothing outside this package asks which
+format a topic has (``tests/test_format_module.py`` adds one that way and greps for the rest).
 
 - ``string``, ``bytes``, ``json`` (:mod:`.plain`): the record's bytes are the value;
 - ``avro`` (:mod:`.avro`), ``protobuf`` (:mod:`.protobuf`), ``json_schema`` (:mod:`.json_schema`):
@@ -118,18 +122,14 @@ class Formats:
         from the struct's fields), registered under the topic's value subject now (a schema the
         registry's compatibility rules refuse is one line with the subject and its reason, before
         anything is written), the row encoded by Spark (``to_avro``, ``to_json``) behind the frame."""
-        from pyspark.sql import functions as F
-
-        fmt = self.config.topic(topic).value_format
-        if fmt == "json":
-            return lambda row: F.to_json(row, {"ignoreNullFields": "false"}).cast("binary")
-        from spark_jobs.formats.publish import derived_schema, encoder
-
+        cls = codec_class(self.config.topic(topic).value_format)
+        if not cls.registered:
+            return cls.row_encoder(None, None)
         subject = self.config.topic(topic).subject_of("value", self.kafka_name(topic))
         registered = self.registry.latest(subject)
-        text = derived_schema(fmt, value_type, topic, registered.text if registered else None)
-        schema_id = self.registry.register(subject, codec_class(fmt).schema_type, text)
-        return encoder(fmt, schema_id, text)
+        text = cls.derive_schema(value_type, topic, registered.text if registered else None)
+        schema_id = self.registry.register(subject, cls.schema_type, text)
+        return cls.row_encoder(schema_id, text)
 
     def codec(self, topic: str, part: str) -> Codec:
         """The codec of ``topic``'s ``key`` or ``value``."""

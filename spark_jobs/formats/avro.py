@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import json
+from collections.abc import Callable
 from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
@@ -21,7 +22,7 @@ import fastavro
 
 from spark_jobs.errors import UserError
 from spark_jobs.formats import framing
-from spark_jobs.formats.codec import DecodeError
+from spark_jobs.formats.codec import DecodeError, message_name
 from spark_jobs.formats.logical import OPTIONS, Float32
 from spark_jobs.formats.registered import RegisteredCodec
 
@@ -92,6 +93,31 @@ class AvroCodec(RegisteredCodec):
             self.decode(raw), reader, reader.get("__named_schemas", {}) if isinstance(reader, dict) else {}
         )
 
+    # --- a published changelog ----------------------------------------------------------------
+    @classmethod
+    def derive_schema(cls, value_type: Any, topic: str, registered: str | None) -> str:
+        """Spark's own Avro type mapping of the row, every nullable field with a null default."""
+        from pyspark.sql import SparkSession
+
+        spark = SparkSession.getActiveSession()
+        assert spark is not None
+        jvm: Any = spark._jvm
+        jtype = jvm.org.apache.spark.sql.types.DataType.fromJson(value_type.json())
+        schema = jvm.org.apache.spark.sql.avro.SchemaConverters.toAvroType(
+            jtype, False, message_name(topic), "lake.changelog"
+        )
+        return json.dumps(_null_defaults(json.loads(str(schema.toString()))))
+
+    @classmethod
+    def row_encoder(cls, schema_id: int | None, text: str | None) -> Callable[[Column], Column]:
+        """Spark's ``to_avro`` behind the frame."""
+        from pyspark.sql import functions as F
+        from pyspark.sql.avro.functions import to_avro
+
+        assert schema_id is not None and text is not None
+        header = F.lit(bytearray(framing.frame(schema_id, b"")))
+        return lambda row: F.concat(header, to_avro(row, text))
+
     # --- Spark ----------------------------------------------------------------------------------
     def _decoder(self, jvm: Any) -> tuple[Any, Any]:
         """The JVM decoder of the schema ids known now, and its return type."""
@@ -109,6 +135,33 @@ class AvroCodec(RegisteredCodec):
         value = self.column(raw)
         text = value.cast("string") if self._is_text(self.reader.text) else F.to_json(value, OPTIONS)
         return F.when(raw.isNull(), F.lit(None)).otherwise(F.coalesce(text.cast("binary"), raw))
+
+
+def _null_defaults(schema: Any) -> Any:
+    """Every nullable field of an Avro schema with ``null`` first and a null default: a column added
+    to the ``select`` later is then a change the registry's BACKWARD rule accepts (a reader of the
+    new schema reads old records), as one removed is."""
+    if isinstance(schema, list):
+        return [_null_defaults(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = dict(schema)
+    if out.get("type") == "record":
+        fields = []
+        for field in out["fields"]:
+            kind = _null_defaults(field["type"])
+            if isinstance(kind, list) and "null" in kind:
+                kind = ["null", *[k for k in kind if k != "null"]]
+                field = {**field, "type": kind, "default": None}
+            else:
+                field = {**field, "type": kind}
+            fields.append(field)
+        out["fields"] = fields
+    elif out.get("type") == "array":
+        out["items"] = _null_defaults(out["items"])
+    elif out.get("type") == "map":
+        out["values"] = _null_defaults(out["values"])
+    return out
 
 
 def _shaped(value: Any, schema: Any, named: dict) -> Any:

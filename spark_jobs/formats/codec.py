@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from collections.abc import Callable, Iterable
 from datetime import date, datetime
 from decimal import Decimal
@@ -129,6 +130,19 @@ class Codec:
         finding), null when it is; what Spark cannot decode, as :meth:`problem`."""
         return self.problem(raw)
 
+    # --- a published changelog in this format (classmethods: its subject may not exist yet) -----
+    @classmethod
+    def derive_schema(cls, value_type: Any, topic: str, registered: str | None) -> str:
+        """A registry format's schema text for values of the Spark struct type ``value_type`` (a
+        changelog of ``topic``); ``registered``: the subject's latest schema, which it evolves."""
+        raise ValueError(f"a changelog cannot be published as {cls.name}")
+
+    @classmethod
+    def row_encoder(cls, schema_id: int | None, text: str | None) -> Callable[[Column], Column]:
+        """The row's struct as a record of this format on the executors (no Python per record), of
+        schema ``text`` registered as ``schema_id`` for a registry format."""
+        raise ValueError(f"a changelog cannot be published as {cls.name}")
+
     def learn(self, frame: DataFrame, column: str) -> bool:
         """Learn the schema ids of ``frame[column]`` (the registry formats); True when something
         new was learnt, so an expression built before must be built again."""
@@ -154,6 +168,11 @@ def jvm_function(make: Callable[[Any], tuple[Any, Any]], *columns: Column) -> Co
     jvm: Any = spark._jvm
     function = jvm.lake.formats.JavaUdf.of(*make(jvm))
     return ClassicColumn(function.apply(_to_seq(spark.sparkContext, [c._jc for c in columns])))  # type: ignore[attr-defined]
+
+
+def message_name(topic: str) -> str:
+    """A record or message name made of a topic's name (``customer_consents`` -> ``CustomerConsents``)."""
+    return "".join(part.capitalize() for part in re.split(r"[^A-Za-z0-9]+", topic) if part) or "Changelog"
 
 
 def jsonable(value: Any) -> Any:

@@ -14,6 +14,7 @@ Python per record).
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from spark_jobs.errors import UserError
@@ -68,6 +69,21 @@ class JsonSchemaCodec(RegisteredCodec):
         if not isinstance(value, dict):
             raise DecodeError("not a JSON object")
         return {f.name: _shaped(value.get(f.name), f.dataType) for f in fields}
+
+    # --- a published changelog ----------------------------------------------------------------
+    @classmethod
+    def derive_schema(cls, value_type: Any, topic: str, registered: str | None) -> str:
+        """The struct's fields as properties, every one nullable."""
+        return json.dumps({"$schema": "http://json-schema.org/draft-07/schema#", **_json_schema(value_type)})
+
+    @classmethod
+    def row_encoder(cls, schema_id: int | None, text: str | None) -> Callable[[Column], Column]:
+        """Spark's ``to_json`` behind the frame, null fields kept."""
+        from pyspark.sql import functions as F
+
+        assert schema_id is not None
+        header = F.lit(bytearray(framing.frame(schema_id, b"")))
+        return lambda row: F.concat(header, F.to_json(row, {"ignoreNullFields": "false"}).cast("binary"))
 
     # --- Spark: Spark's JSON reader, with the reader schema's types ------------------------------
     def _struct(self) -> Any:
@@ -277,3 +293,28 @@ def _shaped(value: Any, kind: Any) -> Any:
             raise DecodeError("not a boolean")
         return value
     return value if isinstance(value, str) else json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def _json_schema(data_type: Any) -> dict[str, Any]:
+    from pyspark.sql import types as T
+
+    if isinstance(data_type, T.StructType):
+        return {
+            "type": ["object", "null"],
+            "properties": {f.name: _json_schema(f.dataType) for f in data_type.fields},
+        }
+    if isinstance(data_type, T.ArrayType):
+        return {"type": ["array", "null"], "items": _json_schema(data_type.elementType)}
+    if isinstance(data_type, T.MapType):
+        return {"type": ["object", "null"], "additionalProperties": _json_schema(data_type.valueType)}
+    if isinstance(data_type, (T.IntegerType, T.LongType, T.ShortType, T.ByteType)):
+        return {"type": ["integer", "null"]}
+    if isinstance(data_type, (T.FloatType, T.DoubleType, T.DecimalType)):
+        return {"type": ["number", "null"]}
+    if isinstance(data_type, T.BooleanType):
+        return {"type": ["boolean", "null"]}
+    if isinstance(data_type, (T.TimestampType, T.TimestampNTZType)):
+        return {"type": ["string", "null"], "format": "date-time"}
+    if isinstance(data_type, T.DateType):
+        return {"type": ["string", "null"], "format": "date"}
+    return {"type": ["string", "null"]}  # text, and binary (base64, as Spark's to_json writes it)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -105,6 +106,13 @@ class JsonCodec(Codec):
         # record (docs/benchmarks.md, "The profile").
         is_object = self.column(raw).isNotNull()
         return F.when(raw.isNotNull() & ~is_object, F.lit("value is not a JSON object"))
+
+    @classmethod
+    def row_encoder(cls, schema_id: int | None, text: str | None) -> Callable[[Column], Column]:
+        """The row as a JSON object, its null fields kept."""
+        from pyspark.sql import functions as F
+
+        return lambda row: F.to_json(row, {"ignoreNullFields": "false"}).cast("binary")
 
     def comparable(self, raw: Column) -> Column:
         """JSON by content: key order, spacing and number spelling make no change."""

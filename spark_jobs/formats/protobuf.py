@@ -17,22 +17,25 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from spark_jobs.errors import UserError
 from spark_jobs.formats import framing
-from spark_jobs.formats.codec import DecodeError
+from spark_jobs.formats.codec import DecodeError, jvm_function, message_name
 from spark_jobs.formats.logical import Float32
 from spark_jobs.formats.registered import RegisteredCodec
 
 if TYPE_CHECKING:
-    pass
+    from pyspark.sql import Column
 
 
 @dataclass(frozen=True)
@@ -192,6 +195,17 @@ class ProtobufCodec(RegisteredCodec):
             raise DecodeError(f"not a Protobuf {name} of schema id {schema_id}: {exc}") from None
         return message
 
+    # --- a published changelog ----------------------------------------------------------------
+    @classmethod
+    def derive_schema(cls, value_type: Any, topic: str, registered: str | None) -> str:
+        """A proto3 message of the row's fields, numbered as the registered version numbers them."""
+        return _proto(value_type, message_name(topic), _numbering(registered))
+
+    @classmethod
+    def row_encoder(cls, schema_id: int | None, text: str | None) -> Callable[[Column], Column]:
+        assert schema_id is not None and text is not None
+        return _protobuf_encoder(schema_id, text)
+
     # --- Spark ----------------------------------------------------------------------------------
     def _decoder(self, jvm: Any) -> tuple[Any, Any]:
         """The JVM decoder of the reader's message, and its return type; each known writer version's
@@ -244,3 +258,125 @@ def _single(field: Any, value: Any) -> Any:
             return datetime.fromtimestamp(value.seconds, UTC) + timedelta(microseconds=value.nanos // 1000)
         return _shaped(value)
     return value
+
+
+def _protobuf_encoder(schema_id: int, text: str) -> Callable[[Column], Column]:
+    """Rows as Protobuf messages of the derived schema, by the JVM's ``ProtobufEncode``."""
+    import base64
+
+    compiled = compile_proto(text, "the changelog's schema")
+    descriptors = base64.b64encode(compiled.descriptor_set).decode()
+
+    def encoder(jvm: Any) -> tuple[Any, Any]:
+        udf = jvm.lake.formats.ProtobufEncode(descriptors, compiled.message, schema_id)
+        return udf, jvm.org.apache.spark.sql.types.DataTypes.BinaryType
+
+    return lambda row: jvm_function(encoder, row)
+
+
+@dataclass
+class Numbering:
+    """A message's field numbers as a registered schema has them: ``fields`` by name, the numbers
+    already ``reserved``, and its nested messages' by name. A field keeps its number for its life;
+    a new one gets the next number never used; a removed one's number is reserved."""
+
+    fields: dict[str, int] = dataclass_field(default_factory=dict)
+    reserved: set[int] = dataclass_field(default_factory=set)
+    nested: dict[str, Numbering] = dataclass_field(default_factory=dict)
+
+    def assign(self, names: list[str]) -> tuple[list[int], list[int]]:
+        """The numbers of ``names`` (in order), and the numbers to reserve."""
+        used = set(self.fields.values()) | self.reserved
+        numbers = []
+        for name in names:
+            number = self.fields.get(name)
+            if number is None:
+                number = max(used, default=0) + 1
+                used.add(number)
+            numbers.append(number)
+        gone = {n for name, n in self.fields.items() if name not in names}
+        return numbers, sorted(self.reserved | gone)
+
+
+def _numbering(registered: str | None) -> Numbering:
+    """The field numbers of the registered schema's first message (none: a first version)."""
+    if not registered:
+        return Numbering()
+    compiled = compile_proto(registered, "the changelog's registered schema")
+    own = compiled.file_proto
+
+    def of(message: Any) -> Numbering:
+        reserved = {n for r in message.reserved_range for n in range(r.start, r.end)}
+        return Numbering(
+            {f.name: f.number for f in message.field},
+            reserved,
+            {nested.name: of(nested) for nested in message.nested_type},
+        )
+
+    return of(own.message_type[0])
+
+
+def _proto(value_type: Any, name: str, numbering: Numbering | None = None) -> str:
+    """A proto3 schema of one message (and its nested ones) for rows of ``value_type``: the fields in
+    the row's order, numbered as ``numbering`` (the registered version's) has them, new ones with the
+    next unused number, removed ones reserved; scalars ``optional`` (a null is an unset field)."""
+    imports: set[str] = set()
+    body = _proto_message(value_type, name, "", imports, numbering or Numbering())
+    head = ['syntax = "proto3";', "", "package lake.changelog;", ""]
+    head += [f'import "{i}";' for i in sorted(imports)] + ([""] if imports else [])
+    return "\n".join([*head, *body, ""])
+
+
+def _proto_message(struct: Any, name: str, indent: str, imports: set[str], numbering: Numbering) -> list[str]:
+    out = [f"{indent}message {name} {{"]
+    names = [_proto_field(f.name) for f in struct.fields]
+    numbers, reserved = numbering.assign(names)
+    for field_, field_name, number in zip(struct.fields, names, numbers, strict=True):
+        kind, nested = _proto_type(field_.dataType, field_.name, indent + "  ", imports, numbering)
+        out += nested
+        scalar = not (nested or kind.startswith(("repeated ", "map<", "google.protobuf.")))
+        label = "optional " if scalar else ""  # a message field has presence of its own
+        out.append(f"{indent}  {label}{kind} {field_name} = {number};")
+    if reserved:
+        out.append(f"{indent}  reserved {', '.join(str(n) for n in reserved)};")
+    return [*out, f"{indent}}}"]
+
+
+def _proto_type(
+    data_type: Any, field: str, indent: str, imports: set[str], numbering: Numbering
+) -> tuple[str, list[str]]:
+    """A field's Protobuf type (with ``repeated`` / ``map<>``), and the nested messages it needs
+    (numbered as ``numbering``, the enclosing message's, has its nested message of that name)."""
+    from pyspark.sql import types as T
+
+    if isinstance(data_type, T.StructType):
+        message = message_name(field)
+        inner = numbering.nested.get(message, Numbering())
+        return message, _proto_message(data_type, message, indent, imports, inner)
+    if isinstance(data_type, T.ArrayType):
+        inner_type, nested = _proto_type(
+            data_type.elementType, f"{field}_element", indent, imports, numbering
+        )
+        return f"repeated {inner_type}", nested
+    if isinstance(data_type, T.MapType):
+        value, nested = _proto_type(data_type.valueType, f"{field}_value", indent, imports, numbering)
+        return f"map<string, {value}>", nested
+    if isinstance(data_type, (T.TimestampType, T.TimestampNTZType)):
+        imports.add("google/protobuf/timestamp.proto")
+        return "google.protobuf.Timestamp", []
+    scalars = [
+        ((T.LongType,), "int64"),
+        ((T.IntegerType, T.ShortType, T.ByteType), "int32"),
+        ((T.DoubleType,), "double"),
+        ((T.FloatType,), "float"),
+        ((T.BooleanType,), "bool"),
+        ((T.BinaryType,), "bytes"),
+    ]
+    for types, name in scalars:
+        if isinstance(data_type, types):
+            return name, []
+    return "string", []  # text, and decimals and dates as their exact text
+
+
+def _proto_field(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_]", "_", name)

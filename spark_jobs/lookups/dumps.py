@@ -236,7 +236,7 @@ def parse_dump(
             df = df.withColumn(f"_rule_{rule.name}", F.expr(rule.sql))
             conditions.append((F.col(f"_rule_{rule.name}"), f"key {rule.text}"))
     value_src = F.col("_raw_value")
-    if spec.value_format == "json":
+    if spec.json_values:
         parsed = F.expr("try_parse_json(_raw_value)")
         conditions.append((value_src.isNotNull() & parsed.isNull(), "value is not valid JSON"))
         value_expr = "try_parse_json(_raw_value)"
@@ -246,12 +246,12 @@ def parse_dump(
     if spec.value:
         fields = ", ".join(f"{_sql_str(name)}, {expr}" for name, expr in spec.value.items())
         out_value = F.expr(f"to_json(named_struct({fields}))")
-    elif spec.value_format == "json":
+    elif spec.json_values:
         out_value = F.expr("to_json(value)")
     else:
         out_value = F.col("value")
     df = df.withColumn("_out", out_value)
-    if codecs[1].json_given and not spec.value and spec.value_format != "json":
+    if codecs[1].json_given and not spec.value and not spec.json_values:
         conditions.append((F.expr("try_parse_json(_out)").isNull(), "value is not valid JSON"))
     reason = _reason(conditions)
     return df.select(

@@ -130,6 +130,11 @@ class BackfillSpec:
     value_format: str = "string"  # json: the dump's value is JSON text | string: plain text
     value: dict[str, str] | None = None  # topic value = JSON object of field -> Spark SQL expression
 
+    @property
+    def json_values(self) -> bool:
+        """The dump's value text is JSON (the dump's own setting, not a topic's record format)."""
+        return self.value_format == "json"
+
 
 @dataclass(frozen=True)
 class LookupSpec:

@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from spark_jobs.seams.config import load_config
+from spark_jobs.config import load_config
 from spark_jobs.seams.delta import Lake
 
 LAKE = str(Path(sys.executable).with_name("lake"))

@@ -154,7 +154,7 @@ def lake(tmp_path):
 
 @pytest.fixture
 def demo_config():
-    from spark_jobs.seams.config import load_config
+    from spark_jobs.config import load_config
 
     return load_config(None)
 

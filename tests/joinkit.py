@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from spark_jobs.config import load_config
 from spark_jobs.joins.oracle import audit
-from spark_jobs.seams.config import load_config
 from spark_jobs.seams.kafka import TransactionalProducer, connect, ensure_topics, read
 from spark_jobs.testing import JoinQuery
 

@@ -14,8 +14,8 @@ import time
 from decimal import Decimal
 from pathlib import Path
 
+from spark_jobs.config import TopicSpec
 from spark_jobs.join_kinds import KINDS
-from spark_jobs.seams.config import TopicSpec
 from spark_jobs.seams.delta import Lake
 from spark_jobs.seams.kafka import Cluster, read
 

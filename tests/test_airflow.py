@@ -18,7 +18,7 @@ import pytest
 from airflowkit import Airflow, asset_events, demo_topics, output, ran
 from conftest import S3_BUCKET, bucket_files
 
-from spark_jobs.seams.config import bundled_config_path
+from spark_jobs.config import bundled_config_path
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO_DUMP = REPO / "spark_jobs" / "demo" / "dumps" / "customer_accounts.dump"

@@ -8,11 +8,11 @@ import zlib
 
 import pytest
 
+from spark_jobs.config import load_config
 from spark_jobs.demo.data import write_demo_topics
 from spark_jobs.errors import UserError
 from spark_jobs.formats import Formats
 from spark_jobs.lookups.backfill import run_backfill
-from spark_jobs.seams.config import load_config
 from spark_jobs.seams.kafka import connect, watermarks
 from spark_jobs.seams.partitioners import partition_for
 from spark_jobs.seams.system_tables import QUARANTINE
@@ -241,8 +241,8 @@ def test_a_bom_and_crlf_line_ends_never_end_up_in_keys_or_values(spark, demo, tm
 def test_json_values_compare_by_content_not_by_key_order_or_spacing(spark, lake, tmp_path):
     """The merchants topic holds m1 as a producer wrote it ({"name", "city"}, compact); the dump
     spells it with spaces and the keys in another order: unchanged. m2 is new, m4's city changed."""
+    from spark_jobs.config import bundled_config_path
     from spark_jobs.demo.data import encoded
-    from spark_jobs.seams.config import bundled_config_path
     from spark_jobs.seams.kafka import ensure_topics, produce
 
     config = load_config(bundled_config_path("marketplace.yaml"))
@@ -281,8 +281,8 @@ def test_dump_keys_with_invisible_bytes_are_quarantined_and_name_the_key_they_re
     """A dump key that differs from a topic key only in invisible bytes is never matched silently (nor
     written as a key of its own): its line is rejected with the rule it breaks and the key it
     resembles, when the topic has one."""
+    from spark_jobs.config import bundled_config_path
     from spark_jobs.demo.data import encoded
-    from spark_jobs.seams.config import bundled_config_path
     from spark_jobs.seams.kafka import ensure_topics, produce
 
     config = load_config(bundled_config_path("marketplace.yaml"))

@@ -126,7 +126,7 @@ def test_user_errors_are_one_line_exit_2_and_write_nothing(tmp_path, args, stdin
 
 def kafka_ends(root):
     """The end offsets of the demo topics on Kafka: any write moves them (records and commit markers)."""
-    from spark_jobs.seams.config import load_config
+    from spark_jobs.config import load_config
     from spark_jobs.seams.kafka import connect, watermarks
 
     config = load_config(None)

@@ -27,7 +27,7 @@ import pytest
 from airflowkit import ALL_MAILS, Airflow, demo_topics, mails, output, ran, running, wait_for
 from conftest import S3_BUCKET
 
-from spark_jobs.seams.config import bundled_config_path, load_config
+from spark_jobs.config import bundled_config_path, load_config
 from spark_jobs.seams.kafka import connect, read
 from spark_jobs.seams.session import submit_conf
 from spark_jobs.seams.storage import resolve_root

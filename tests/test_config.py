@@ -6,8 +6,8 @@ import pytest
 from joinkit import write_config
 
 from spark_jobs.cli import main
+from spark_jobs.config import bundled_config_path, load_config
 from spark_jobs.errors import UserError
-from spark_jobs.seams.config import bundled_config_path, load_config
 
 
 @pytest.fixture
@@ -116,7 +116,7 @@ def test_keyed_join_config_errors_name_the_line(tmp_path, join, message):
         "topics:\n  P: {partitions: 1}\n  M: {partitions: 1}\n  PE: {partitions: 1}\n  A: {partitions: 1}\n"
     )
     (tmp_path / "p.yaml").write_text(text + f"joins:\n  j: {join}\n")
-    from spark_jobs.seams.config import load_config
+    from spark_jobs.config import load_config
 
     with pytest.raises(UserError, match=message) as err:
         load_config(tmp_path / "p.yaml")

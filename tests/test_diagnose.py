@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 
 from spark_jobs.cli import main
-from spark_jobs.seams.config import TopicSpec
+from spark_jobs.config import TopicSpec
 from spark_jobs.seams.kafka import produce, watermarks
 from spark_jobs.seams.partitioners import partition_for
 

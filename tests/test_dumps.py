@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 from pyarrow import fs
 
+from spark_jobs.config import BackfillSpec
 from spark_jobs.errors import UserError
 from spark_jobs.formats.plain import JsonCodec, StringCodec
 from spark_jobs.lookups.dumps import dump_source, line_ranges, parse_dump, read_lines
-from spark_jobs.seams.config import BackfillSpec
 
 
 def test_byte_ranges_end_at_newlines_and_know_their_first_line(tmp_path):

@@ -273,7 +273,7 @@ def test_a_record_compacted_away_under_its_identical_successor_is_explained_by_t
     import os
     import time
 
-    from spark_jobs.seams.config import load_config
+    from spark_jobs.config import load_config
     from spark_jobs.seams.kafka import connect, fetch
 
     root = tmp_path / "lake"

@@ -181,8 +181,8 @@ def test_no_format_name_is_compared_outside_the_formats():
         rf"""|[\(\[]\s*{quoted}\s*,\s*{quoted}"""  # a list of formats
     )
     allowed = {  # a backfill dump's value text: a dump's own vocabulary
-        ("seams/config.py", 'DUMP_VALUES = ("string", "json")'),
-        ("seams/config.py", 'return self.value_format == "json"'),
+        ("config.py", 'DUMP_VALUES = ("string", "json")'),
+        ("config.py", 'return self.value_format == "json"'),
     }
     found = [
         f"{path.relative_to(package)}:{n}: {line.strip()}"

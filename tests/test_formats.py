@@ -13,9 +13,9 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from pyspark.sql import functions as F
 
+from spark_jobs.config import load_config
 from spark_jobs.errors import UserError
 from spark_jobs.formats import DecodeError, Formats, LogicalKeys, framing
-from spark_jobs.seams.config import load_config
 
 CONSENT_V1 = {
     "type": "record",

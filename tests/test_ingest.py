@@ -12,8 +12,8 @@ import time
 
 import pyarrow as pa
 
+from spark_jobs.config import load_config
 from spark_jobs.runtime.profile import watch_queries
-from spark_jobs.seams.config import load_config
 from spark_jobs.seams.kafka import connect, produce, read
 from spark_jobs.topics.ingest import mirrored_records, run_ingest
 

@@ -13,12 +13,12 @@ import pytest
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from spark_jobs.config import JoinSpec
 from spark_jobs.join_kinds import KINDS, JoinKind
 from spark_jobs.joins.engine import BatchMetrics, Projection
 from spark_jobs.joins.oracle import expected
 from spark_jobs.joins.registry import JOBS
 from spark_jobs.joins.streams import Counts, StreamJob, _stream_tables
-from spark_jobs.seams.config import JoinSpec
 from spark_jobs.testing import PipelineTestDriver, TopicLog
 
 LOG = JoinKind("log", ("inner",), (), ("key", "timestamp", "partition", "offset"), events=True)

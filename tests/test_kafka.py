@@ -8,8 +8,8 @@ import os
 import pyarrow as pa
 import pytest
 
+from spark_jobs.config import KafkaSpec, TopicSpec
 from spark_jobs.errors import UserError
-from spark_jobs.seams.config import KafkaSpec, TopicSpec
 from spark_jobs.seams.kafka import (
     Cluster,
     connect,

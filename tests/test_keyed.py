@@ -33,7 +33,7 @@ def cfg(tmp_path):
 def test_bad_foreign_key_and_element_expressions_are_user_errors_with_their_line(spark, tmp_path):
     base = "topics:\n  P: {partitions: 1}\n  M: {partitions: 1}\njoins:\n  j:\n    kind: fk\n    left: P\n    right: M\n"
     (tmp_path / "a.yaml").write_text(base + "    foreign_key: nosuch(left.m)\n    select: {a: left.v}\n")
-    from spark_jobs.seams.config import load_config
+    from spark_jobs.config import load_config
 
     cfg = load_config(tmp_path / "a.yaml")
     with pytest.raises(UserError, match=r"a.yaml:9: joins.j.foreign_key: .*nosuch"):

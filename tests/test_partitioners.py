@@ -153,7 +153,7 @@ def test_placements_on_the_broker_equal_the_vectorized_partitioners(keys, partit
     so that one gets only non-empty keys)."""
     from pathlib import Path
 
-    from spark_jobs.seams.config import PipelineConfig, TopicSpec
+    from spark_jobs.config import PipelineConfig, TopicSpec
     from spark_jobs.seams.kafka import connect, produce, read
 
     n = next(_examples)

@@ -11,10 +11,10 @@ from decimal import Decimal
 
 from peerkit import Peer, table_results, topic_results, wait_equal
 
+from spark_jobs.config import bundled_config_path, load_config
 from spark_jobs.demo.data import encoded
 from spark_jobs.formats import Formats
 from spark_jobs.joins.runner import run_join
-from spark_jobs.seams.config import bundled_config_path, load_config
 from spark_jobs.seams.kafka import connect, ensure_topics, produce
 
 

@@ -10,8 +10,8 @@ import zlib
 import pyarrow as pa
 import pytest
 
+from spark_jobs.config import KafkaSpec, PipelineConfig, TopicSpec, load_config
 from spark_jobs.errors import UserError
-from spark_jobs.seams.config import KafkaSpec, PipelineConfig, TopicSpec, load_config
 from spark_jobs.seams.kafka import Cluster, connect, ensure_topics, produce, watermarks
 from spark_jobs.seams.partitioners import partition_for
 from spark_jobs.topics.produce_consume import consume, parse_format, produce_lines

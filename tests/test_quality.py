@@ -11,9 +11,9 @@ import pytest
 from topickit import produce_lines
 
 from spark_jobs.cli import main
+from spark_jobs.config import load_config
 from spark_jobs.formats import Formats
 from spark_jobs.quality.run import run_suites
-from spark_jobs.seams.config import load_config
 from spark_jobs.seams.delta import Lake
 from spark_jobs.seams.kafka import connect
 from spark_jobs.seams.system_tables import QUALITY_RUNS

@@ -10,10 +10,10 @@ import zlib
 import pytest
 from topickit import produce_lines
 
+from spark_jobs.config import load_config
 from spark_jobs.errors import UserError
 from spark_jobs.quality.run import run_suites
 from spark_jobs.quality.suites import load_suite
-from spark_jobs.seams.config import load_config
 from spark_jobs.seams.delta import Lake
 from spark_jobs.seams.partitioners import partition_for
 

@@ -304,8 +304,8 @@ def test_a_tls_failure_on_the_executors_is_a_refusal_not_an_outage(spark, tmp_pa
     from py4j.protocol import Py4JJavaError
     from pyspark.sql import functions as F
 
+    from spark_jobs.config import load_config
     from spark_jobs.formats import Formats, framing
-    from spark_jobs.seams.config import load_config
 
     cert, key = self_signed(tmp_path)
     proxy = Switch(os.environ["LAKE_SCHEMA_REGISTRY_URL"], tls=(cert, key), credentials="lake:s3cret")

@@ -10,10 +10,10 @@ from datetime import UTC, datetime
 
 import pytest
 
+from spark_jobs.config import load_config
 from spark_jobs.lookups.backfill import run_backfill
 from spark_jobs.quality.pages import failures_per_run, latest_per_suite, write_report
 from spark_jobs.quality.run import run_suites
-from spark_jobs.seams.config import load_config
 from spark_jobs.seams.delta import Lake
 from spark_jobs.seams.kafka import connect, watermarks
 from spark_jobs.seams.system_tables import QUALITY_RUNS

@@ -32,7 +32,7 @@ def stderr(msg: str) -> None:
 
 
 def context(args):
-    from spark_jobs.seams.config import load_config
+    from spark_jobs.config import load_config
     from spark_jobs.seams.delta import Lake
 
     return load_config(args.config), Lake(args.root)

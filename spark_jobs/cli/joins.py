@@ -133,9 +133,9 @@ def cmd_run(args) -> int:
 
 
 def cmd_start(args) -> int:
+    from spark_jobs.config import resolve_config_path
     from spark_jobs.joins.runner import check_table_every
     from spark_jobs.joins.supervise import launch_ingest, launch_join, start_jobs
-    from spark_jobs.seams.config import resolve_config_path
 
     config, lake = context(args)
     spec = config.join(args.join)
@@ -251,8 +251,8 @@ def cmd_health(args) -> int:
 
 
 def cmd_explain(args) -> int:
+    from spark_jobs.config import load_config
     from spark_jobs.joins.explain import explain
-    from spark_jobs.seams.config import load_config
     from spark_jobs.seams.delta import Lake
 
     config = load_config(args.config)

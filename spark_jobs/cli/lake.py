@@ -68,8 +68,8 @@ def cmd_show(args) -> int:
 def _decoded(args, lake, rows: list[dict]) -> list[dict]:
     """A Schema Registry topic's mirror (bronze, or a lookup's table) with its keys and values
     decoded as its pipeline declares them (a record that does not decode is shown as its bytes)."""
+    from spark_jobs.config import load_config
     from spark_jobs.formats import DecodeError, Formats
-    from spark_jobs.seams.config import load_config
     from spark_jobs.seams.layout import lookup_table
 
     config = load_config(args.config)

@@ -6,8 +6,8 @@ import json
 import sys
 
 from spark_jobs.cli.common import SparkProgress, context, registry_first, stderr, write_json
+from spark_jobs.config import PARTITIONERS
 from spark_jobs.errors import UserError
-from spark_jobs.seams.config import PARTITIONERS
 
 
 def register(sub, common) -> None:

@@ -91,8 +91,8 @@ def cmd_check(args) -> int:
 
 
 def cmd_report(args) -> int:
+    from spark_jobs.config import load_config, pipeline_files
     from spark_jobs.quality.pages import write_report
-    from spark_jobs.seams.config import load_config, pipeline_files
 
     config, lake = context(args)
     if not args.all:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import sys
 
 from spark_jobs.cli.common import Parser, Progress, context
+from spark_jobs.config import PARTITIONERS
 from spark_jobs.errors import UserError
-from spark_jobs.seams.config import PARTITIONERS
 
 
 def register(sub, common) -> None:
@@ -216,7 +216,7 @@ def _registry(args, config, lake):
     """The Schema Registry that decodes framed keys for ``lake diagnose``: ``--registry``, else the
     pipeline's (or $LAKE_SCHEMA_REGISTRY_URL, or the embedded one) when there is one; else none, and
     framed keys are compared by their bytes. A registry named but not answering is one line."""
-    from spark_jobs.seams.config import RegistrySpec
+    from spark_jobs.config import RegistrySpec
     from spark_jobs.seams.schema_registry import Registry, connect_registry
 
     if args.registry:
@@ -342,8 +342,8 @@ def cmd_ingest(args) -> int:
 
 
 def _ingest_job(args, config, lake) -> int:
+    from spark_jobs.config import resolve_config_path
     from spark_jobs.joins.supervise import launch_ingest, stop_ingest
-    from spark_jobs.seams.config import resolve_config_path
 
     if args.topics or args.max_records:
         raise UserError("--detach and --stop act on the pipeline's whole ingest: no TOPIC or --max-records")

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import sys
 
+from spark_jobs.config import PipelineConfig
 from spark_jobs.errors import UserError
-from spark_jobs.seams.config import PipelineConfig
 from spark_jobs.seams.delta import Lake
 
 

@@ -14,8 +14,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from spark_jobs.config import TopicSpec
 from spark_jobs.formats import Formats
-from spark_jobs.seams.config import TopicSpec
 from spark_jobs.seams.kafka import Cluster, Delivered, ensure_topics, produce, read, watermarks
 
 CUSTOMERS = 10  # user_1 .. user_10 give consents

@@ -7,9 +7,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from spark_jobs.config import PipelineConfig, bundled_config_path, load_config
 from spark_jobs.demo.data import DEMO_TIMESTAMP_MS, encoded, is_empty
 from spark_jobs.formats import Formats
-from spark_jobs.seams.config import PipelineConfig, bundled_config_path, load_config
 from spark_jobs.seams.delta import Lake
 from spark_jobs.seams.kafka import Cluster, connect, ensure_topics, produce
 

@@ -29,12 +29,11 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from spark_jobs.config import PipelineConfig, TopicSpec
 from spark_jobs.errors import UserError
 from spark_jobs.formats import framing
 from spark_jobs.formats.codec import Codec, DecodeError, TextError
 from spark_jobs.formats.logical import spelled
-from spark_jobs.seams.config import PipelineConfig, TopicSpec
-from spark_jobs.seams.kafka import topic_prefix
 from spark_jobs.seams.schema_registry import Registry, connect_registry
 from spark_jobs.seams.storage import Root
 
@@ -66,6 +65,8 @@ class Formats:
         kafka_name: Callable[[str], str] | None = None,
         registry: Registry | None = None,
     ):
+        from spark_jobs.seams.kafka import topic_prefix
+
         prefix = topic_prefix(config)
         self.config, self.root = config, root
         self.kafka_name = kafka_name or (lambda name: prefix + name)

@@ -12,9 +12,8 @@ from datetime import date, datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
-
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import Column, DataFrame
 
 
@@ -64,6 +63,8 @@ class Codec:
     def encode_texts(self, texts: pa.Array) -> pa.Array:
         """Input lines' keys or values (binary, nulls kept) as record bytes: :meth:`encode_text`
         each; :class:`TextError` for the first that does not fit."""
+        import pyarrow as pa
+
         out = []
         for i, text in enumerate(texts.to_pylist()):
             try:

@@ -7,11 +7,10 @@ import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
-
 from spark_jobs.formats.codec import Codec, DecodeError
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import Column
 
 
@@ -32,6 +31,8 @@ class StringCodec(Codec):
         return text
 
     def encode_texts(self, texts: pa.Array) -> pa.Array:
+        import pyarrow as pa
+
         try:
             texts.cast(pa.string())  # all valid UTF-8: Arrow checks a block at once
         except pa.ArrowInvalid:

@@ -6,11 +6,11 @@ from __future__ import annotations
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
+from spark_jobs.config import JoinSpec
 from spark_jobs.joins.batch import live, with_since
 from spark_jobs.joins.engine import Projection
 from spark_jobs.joins.keyed import KeyedJob
 from spark_jobs.joins.state_store import StateStoreJob
-from spark_jobs.seams.config import JoinSpec
 
 # Which of the master records holding one derived key wins (the oracle's order; DeriveJoin.java's
 # ``Holders`` compares the same way). Offsets order records within a partition only, so equal

@@ -42,11 +42,11 @@ from pyspark.sql.pandas.types import from_arrow_type, to_arrow_schema
 from pyspark.sql.utils import AnalysisException
 
 from spark_jobs import faults
+from spark_jobs.config import JoinSpec, PipelineConfig, TopicSpec
 from spark_jobs.errors import UserError, spark_error
 from spark_jobs.formats import Codec, Formats
 from spark_jobs.joins.poison import Guarded, fails, guarded
 from spark_jobs.runtime.profile import Phases
-from spark_jobs.seams.config import JoinSpec, PipelineConfig, TopicSpec
 from spark_jobs.seams.delta import Lake, conform
 from spark_jobs.seams.kafka import (
     Cluster,

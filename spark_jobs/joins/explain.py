@@ -23,11 +23,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from confluent_kafka import Message
 
+from spark_jobs.config import FIELD_PATH_RE, JoinSpec, PipelineConfig
 from spark_jobs.errors import UserError
 from spark_jobs.formats import Codec, Formats
 from spark_jobs.formats.codec import DecodeError, jsonable
 from spark_jobs.seams import partitioners
-from spark_jobs.seams.config import FIELD_PATH_RE, JoinSpec, PipelineConfig
 from spark_jobs.seams.delta import Lake
 from spark_jobs.seams.kafka import Cluster, connect, fetch, offset_ranges, partition_counts, read
 from spark_jobs.seams.layout import QUALITY_RUNS

@@ -6,12 +6,12 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from spark_jobs.config import JoinSpec
 from spark_jobs.join_kinds import SOURCES
 from spark_jobs.joins.batch import left_sources, live, right_versions, with_since
 from spark_jobs.joins.engine import Projection
 from spark_jobs.joins.keyed import KeyedJob
 from spark_jobs.joins.state_store import StateStoreJob
-from spark_jobs.seams.config import JoinSpec
 
 
 class FkJob(KeyedJob, StateStoreJob):

@@ -14,9 +14,9 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, StringType
 from pyspark.sql.utils import AnalysisException
 
+from spark_jobs.config import FIELD_PATH_RE, JoinSpec
 from spark_jobs.errors import UserError, spark_error
 from spark_jobs.joins.engine import JoinJob, Projection, SideCodecs, prepare
-from spark_jobs.seams.config import FIELD_PATH_RE, JoinSpec
 
 
 # --- the left records' keys, by Spark ------------------------------------------------------------

@@ -14,12 +14,12 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.utils import AnalysisException
 
+from spark_jobs.config import JoinSpec
 from spark_jobs.errors import UserError, spark_error
 from spark_jobs.joins.batch import latest, left_sources, live, right_versions, with_since
 from spark_jobs.joins.engine import BatchMetrics, SideCodecs
 from spark_jobs.joins.keyed import KeyedJob
 from spark_jobs.joins.state_store import StateStoreJob
-from spark_jobs.seams.config import JoinSpec
 from spark_jobs.seams.delta import conform
 from spark_jobs.seams.session import arrow_frame
 

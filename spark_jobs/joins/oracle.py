@@ -21,6 +21,7 @@ import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
+from spark_jobs.config import JoinSpec, PipelineConfig
 from spark_jobs.errors import UserError
 from spark_jobs.formats import Formats
 from spark_jobs.joins.engine import SideCodecs, adopt_former_names, prepare, side_records
@@ -28,7 +29,6 @@ from spark_jobs.joins.keyed import LeftKeys
 from spark_jobs.joins.poison import guarded_frame
 from spark_jobs.joins.registry import JOBS
 from spark_jobs.joins.runner import consumed_offsets, offsets_read
-from spark_jobs.seams.config import JoinSpec, PipelineConfig
 from spark_jobs.seams.delta import Lake, conform
 from spark_jobs.seams.kafka import connect
 from spark_jobs.seams.layout import join_table

@@ -6,6 +6,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
+from spark_jobs.config import JoinSpec, PipelineConfig
 from spark_jobs.formats import Formats
 from spark_jobs.joins.derive import DeriveJob
 from spark_jobs.joins.engine import (
@@ -16,7 +17,6 @@ from spark_jobs.joins.lists import ListJob
 from spark_jobs.joins.stream_stream import StreamStreamJob
 from spark_jobs.joins.stream_table import StreamTableJob
 from spark_jobs.joins.table import TableJob
-from spark_jobs.seams.config import JoinSpec, PipelineConfig
 
 
 def job_for(

@@ -30,6 +30,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from spark_jobs import faults
+from spark_jobs.config import JoinSpec, PipelineConfig, TopicSpec
 from spark_jobs.errors import UserError
 from spark_jobs.joins.engine import RECORD_COLUMNS, BatchMetrics, Inputs
 from spark_jobs.joins.registry import JOBS, job_for
@@ -46,7 +47,6 @@ from spark_jobs.runtime.jobs import (
 )
 from spark_jobs.runtime.stopping import stop_on_signals
 from spark_jobs.seams import checkpoints
-from spark_jobs.seams.config import JoinSpec, PipelineConfig, TopicSpec
 from spark_jobs.seams.delta import Lake
 from spark_jobs.seams.kafka import (
     Cluster,

@@ -13,6 +13,7 @@ import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from spark_jobs.config import JoinSpec
 from spark_jobs.join_kinds import STREAM_STREAM
 from spark_jobs.joins.engine import (
     PUBLISHED,
@@ -25,7 +26,6 @@ from spark_jobs.joins.engine import (
     _without_published,
 )
 from spark_jobs.joins.poison import _quiet, is_data_error
-from spark_jobs.seams.config import JoinSpec
 from spark_jobs.seams.delta import conform
 from spark_jobs.seams.layout import join_table
 

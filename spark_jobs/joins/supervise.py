@@ -10,6 +10,7 @@ registered under ``<root>/_jobs`` (``spark_jobs.runtime.jobs``); no Spark runs i
 
 from __future__ import annotations
 
+from spark_jobs.config import JoinSpec, PipelineConfig
 from spark_jobs.runtime.jobs import (
     STALE_AFTER_SECONDS,
     JobState,
@@ -22,7 +23,6 @@ from spark_jobs.runtime.jobs import (
     silent_for,
     stop_job,
 )
-from spark_jobs.seams.config import JoinSpec, PipelineConfig
 from spark_jobs.seams.delta import Lake
 
 INGEST_TRIGGER_SECONDS = 1.0  # the continuous ingest's micro-batch interval

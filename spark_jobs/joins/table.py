@@ -5,11 +5,11 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from spark_jobs.config import JoinSpec
 from spark_jobs.join_kinds import SOURCES
 from spark_jobs.joins.batch import latest, left_sources, right_versions, with_since
 from spark_jobs.joins.engine import Projection
 from spark_jobs.joins.state_store import StateStoreJob
-from spark_jobs.seams.config import JoinSpec
 
 
 class TableJob(StateStoreJob):

@@ -31,11 +31,11 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from spark_jobs import faults
+from spark_jobs.config import LookupSpec, PipelineConfig
 from spark_jobs.errors import UserError
 from spark_jobs.formats import Codec, Formats
 from spark_jobs.lookups.dumps import dump_source, parse_dump, read_lines
 from spark_jobs.seams import partitioners
-from spark_jobs.seams.config import LookupSpec, PipelineConfig
 from spark_jobs.seams.delta import Lake
 from spark_jobs.seams.kafka import Cluster, connect, produce
 from spark_jobs.seams.session import arrow_frame

@@ -20,9 +20,9 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
+from spark_jobs.config import BackfillSpec
 from spark_jobs.errors import UserError
 from spark_jobs.formats import Codec
-from spark_jobs.seams.config import BackfillSpec
 from spark_jobs.topics.keys import RULES as KEY_RULES
 from spark_jobs.topics.keys import plain_key_sql
 

@@ -19,8 +19,8 @@ import os
 import sys
 from pathlib import Path
 
+from spark_jobs.config import load_config, pipeline_files
 from spark_jobs.errors import UserError
-from spark_jobs.seams.config import load_config, pipeline_files
 from spark_jobs.seams.storage import resolve_root
 
 REPO = Path(__file__).resolve().parents[2]

@@ -58,7 +58,7 @@ def _read_json(path: Any, what: str) -> dict:
 
 
 def _lake(config_path: str, root: str):
-    from spark_jobs.seams.config import load_config
+    from spark_jobs.config import load_config
     from spark_jobs.seams.delta import Lake
 
     return load_config(config_path), Lake(root)
@@ -113,8 +113,8 @@ def quality_gate(root: str, config_path: str | None = None, **context: Any) -> d
 
 def _example_key(config_path: str | None, failed: list[dict]) -> str | None:
     """The first missing or misplaced key of the failed checks, with its explanation."""
+    from spark_jobs.config import load_config
     from spark_jobs.quality.pages import Explainer
-    from spark_jobs.seams.config import load_config
 
     if config_path is None:
         return None
@@ -235,9 +235,9 @@ def choose_action(**context: Any) -> str:
 
 def backfill_args(config_path: str, root: str, **context: Any) -> list[str]:
     """Check the trigger's params and turn them into the ``lake backfill`` arguments."""
+    from spark_jobs.config import load_config
     from spark_jobs.errors import UserError
     from spark_jobs.lookups.dumps import dump_source
-    from spark_jobs.seams.config import load_config
 
     params = context["params"]
     config = load_config(config_path)

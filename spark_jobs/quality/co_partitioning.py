@@ -17,9 +17,9 @@ from typing import Any
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from spark_jobs.config import PipelineConfig, mapping
 from spark_jobs.quality.findings import Finding, Placement, display, keyed
 from spark_jobs.quality.gx import GreatExpectations
-from spark_jobs.seams.config import PipelineConfig, mapping
 from spark_jobs.seams.partitioners import spark_partition
 from spark_jobs.topics.snapshots import SnapshotReader
 

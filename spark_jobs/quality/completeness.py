@@ -16,10 +16,10 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from spark_jobs.config import JoinSpec, PipelineConfig, mapping, text_value
 from spark_jobs.join_kinds import referencing
 from spark_jobs.quality.findings import Finding, display, keyed, show_key
 from spark_jobs.quality.gx import GreatExpectations
-from spark_jobs.seams.config import JoinSpec, PipelineConfig, mapping, text_value
 from spark_jobs.topics.keys import plain_key_sql
 from spark_jobs.topics.snapshots import SnapshotReader
 

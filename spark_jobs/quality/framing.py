@@ -19,11 +19,11 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from spark_jobs.config import PipelineConfig
 from spark_jobs.formats import framing
 from spark_jobs.quality.co_partitioning import topic_list as parse
 from spark_jobs.quality.findings import Finding
 from spark_jobs.quality.gx import GreatExpectations
-from spark_jobs.seams.config import PipelineConfig
 from spark_jobs.topics.snapshots import SnapshotReader
 
 __all__ = ["framing_census", "parse", "run", "target", "topics"]

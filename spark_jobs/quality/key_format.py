@@ -15,10 +15,10 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from spark_jobs.config import PipelineConfig
 from spark_jobs.quality.co_partitioning import topic_list as parse
 from spark_jobs.quality.findings import Finding, display, show_key
 from spark_jobs.quality.gx import GreatExpectations
-from spark_jobs.seams.config import PipelineConfig
 from spark_jobs.topics.keys import RULES as KEY_RULES
 from spark_jobs.topics.snapshots import SnapshotReader
 

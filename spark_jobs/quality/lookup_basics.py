@@ -9,9 +9,9 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from spark_jobs.config import PipelineConfig, mapping
 from spark_jobs.quality.findings import display, keyed
 from spark_jobs.quality.gx import GreatExpectations
-from spark_jobs.seams.config import PipelineConfig, mapping
 from spark_jobs.topics.snapshots import SnapshotReader
 
 

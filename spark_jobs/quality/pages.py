@@ -20,8 +20,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from spark_jobs.config import PipelineConfig
 from spark_jobs.quality.results import QualityReport
-from spark_jobs.seams.config import PipelineConfig
 from spark_jobs.seams.delta import Lake
 from spark_jobs.seams.layout import ReportFolder
 from spark_jobs.seams.system_tables import QUALITY_RUNS, QUARANTINE

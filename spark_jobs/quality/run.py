@@ -19,6 +19,7 @@ from pathlib import Path
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 
+from spark_jobs.config import PipelineConfig
 from spark_jobs.errors import UserError
 from spark_jobs.formats import Formats
 from spark_jobs.quality.findings import as_row, offending
@@ -26,7 +27,6 @@ from spark_jobs.quality.gx import GreatExpectations, outcome, project_folder, un
 from spark_jobs.quality.pages import docs_href, render_summary, write_report
 from spark_jobs.quality.results import ExpectationResult, QualityReport
 from spark_jobs.quality.suites import CHECKS, Check, Suite, load_suite
-from spark_jobs.seams.config import PipelineConfig
 from spark_jobs.seams.delta import Lake
 from spark_jobs.seams.kafka import connect
 from spark_jobs.seams.layout import ReportFolder

@@ -9,8 +9,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from spark_jobs.config import PipelineConfig, choice, mapping, read_located, text_value
 from spark_jobs.quality import co_partitioning, completeness, framing, key_format, lookup_basics
-from spark_jobs.seams.config import PipelineConfig, choice, mapping, read_located, text_value
 
 # each check type's module: parse(doc, where, params, config), target(params), topics(params, config),
 # run(finish, asset, spark, reader, config, params, gx)

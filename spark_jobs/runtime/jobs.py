@@ -28,8 +28,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from spark_jobs.config import JoinSpec, PipelineConfig
 from spark_jobs.errors import UserError
-from spark_jobs.seams.config import JoinSpec, PipelineConfig
 from spark_jobs.seams.delta import Lake
 from spark_jobs.seams.processes import alive, read_state
 

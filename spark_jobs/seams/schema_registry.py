@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from spark_jobs.config import PipelineConfig, RegistrySpec
 from spark_jobs.errors import UserError
-from spark_jobs.seams.config import PipelineConfig, RegistrySpec
 from spark_jobs.seams.layout import Layout
 from spark_jobs.seams.processes import read_state
 from spark_jobs.seams.storage import Root

@@ -31,9 +31,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from spark_jobs.config import TopicSpec
 from spark_jobs.errors import UserError
 from spark_jobs.formats import LogicalKeys
-from spark_jobs.seams.config import TopicSpec
 from spark_jobs.seams.kafka import Cluster, partition_counts, read, watermarks
 from spark_jobs.seams.partitioners import MURMUR2, crc32_array, murmur2_array
 from spark_jobs.topics.keys import RULES, hex_dump, show

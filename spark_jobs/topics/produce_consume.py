@@ -27,9 +27,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from spark_jobs.config import TopicSpec
 from spark_jobs.errors import UserError
 from spark_jobs.formats import Codec, DecodeError, TextError, unregistered_codecs
-from spark_jobs.seams.config import TopicSpec
 from spark_jobs.seams.delta import Lake
 from spark_jobs.seams.kafka import Cluster, Delivered, Message, produce, producer_id, read
 

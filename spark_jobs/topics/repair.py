@@ -32,10 +32,10 @@ import numpy as np
 import pyarrow as pa
 from pyspark.sql import SparkSession
 
+from spark_jobs.config import PipelineConfig, TopicSpec
 from spark_jobs.errors import UserError
 from spark_jobs.runtime.jobs import ingest_job, running_jobs
 from spark_jobs.seams import partitioners
-from spark_jobs.seams.config import PipelineConfig, TopicSpec
 from spark_jobs.seams.delta import Lake
 from spark_jobs.seams.kafka import (
     Cluster,

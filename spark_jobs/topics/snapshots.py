@@ -24,9 +24,9 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 
+from spark_jobs.config import TopicSpec
 from spark_jobs.errors import UserError
 from spark_jobs.formats import Formats
-from spark_jobs.seams.config import TopicSpec
 from spark_jobs.seams.kafka import Cluster, offset_ranges
 
 HEADER_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))

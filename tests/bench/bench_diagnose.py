@@ -28,7 +28,7 @@ import numpy as np
 import pyarrow as pa
 from benchkit import embedded_broker
 
-from spark_jobs.seams.config import TopicSpec
+from spark_jobs.config import TopicSpec
 from spark_jobs.seams.kafka import Cluster, produce
 from spark_jobs.seams.partitioners import partitions
 
@@ -77,7 +77,7 @@ def raw_read(bootstrap: str, topics: list[str]) -> tuple[float, int, int]:
     own; returns (seconds, records, peak RSS in KB)."""
     script = f"""
 import time
-from spark_jobs.seams.config import TopicSpec
+from spark_jobs.config import TopicSpec
 {PEAK_KB_SOURCE}
 from spark_jobs.seams.kafka import Cluster, read
 cluster = Cluster("{bootstrap}", {{}}, "", "bench")

@@ -29,7 +29,7 @@ import numpy as np
 import pyarrow as pa
 from benchkit import committed_rows, embedded_broker
 
-from spark_jobs.seams.config import load_config
+from spark_jobs.config import load_config
 from spark_jobs.seams.delta import Lake
 from spark_jobs.seams.kafka import connect, produce
 

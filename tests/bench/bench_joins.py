@@ -30,8 +30,8 @@ from benchkit import (  # (and tests/ on sys.path)
     values,
 )
 
+from spark_jobs.config import load_config
 from spark_jobs.joins.oracle import expected
-from spark_jobs.seams.config import load_config
 from spark_jobs.seams.delta import Lake
 from spark_jobs.seams.session import get_spark
 

@@ -32,9 +32,9 @@ import numpy as np
 import pyarrow as pa
 from benchkit import EngineJoin, embedded_broker, kafka_records, produce_records  # (and tests/ on sys.path)
 
+from spark_jobs.config import load_config
 from spark_jobs.joins.engine import BatchMetrics
 from spark_jobs.joins.oracle import expected
-from spark_jobs.seams.config import load_config
 from spark_jobs.seams.delta import Lake
 from spark_jobs.seams.session import get_spark
 

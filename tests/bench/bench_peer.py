@@ -73,7 +73,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from benchkit import committed_rows, embedded_broker, embedded_registry
 
-from spark_jobs.seams.config import load_config
+from spark_jobs.config import load_config
 from spark_jobs.seams.delta import Lake
 from spark_jobs.seams.kafka import connect, ensure_topics, produce
 

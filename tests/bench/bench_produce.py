@@ -24,8 +24,8 @@ from pathlib import Path
 
 from benchkit import embedded_broker
 
+from spark_jobs.config import TopicSpec
 from spark_jobs.demo.data import write_synthetic_dump
-from spark_jobs.seams.config import TopicSpec
 
 SIZES = [int(a) for a in sys.argv[1:]] or [1_000_000]
 PIPELINE = "topics:\n  lake_produced: {partitions: 12, value: string}\n  raw_produced: {partitions: 12, value: string}\n"
@@ -106,7 +106,7 @@ def main() -> None:
 
 def measure_ingest(root: Path, config: Path, n: int) -> None:
     """The ingest's rate in a running session: the same topic into a fresh bronze table."""
-    from spark_jobs.seams.config import load_config
+    from spark_jobs.config import load_config
     from spark_jobs.seams.delta import Lake
     from spark_jobs.seams.session import get_spark
     from spark_jobs.topics.ingest import run_ingest

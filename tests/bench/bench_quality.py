@@ -15,10 +15,10 @@ from pathlib import Path
 
 from benchkit import embedded_broker, produce_records
 
+from spark_jobs.config import load_config
 from spark_jobs.demo.data import synthetic_dump_chunks, write_synthetic_dump
 from spark_jobs.lookups.backfill import run_backfill
 from spark_jobs.quality.run import run_suites
-from spark_jobs.seams.config import load_config
 from spark_jobs.seams.delta import Lake
 
 STREAM = int(sys.argv[1]) if len(sys.argv) > 1 else 10_000_000

@@ -26,7 +26,7 @@ import numpy as np
 import pyarrow as pa
 from benchkit import TABLE_JOIN_PIPELINE, EngineJoin, embedded_broker, keys, produce_records, values
 
-from spark_jobs.seams.config import load_config
+from spark_jobs.config import load_config
 from spark_jobs.seams.delta import Lake
 from spark_jobs.seams.session import get_spark, use_root
 

@@ -250,7 +250,7 @@ class PipelineConfig:
 
 
 def bundled_config_path(name: str = DEFAULT_CONFIG) -> Path:
-    return Path(__file__).parents[1] / "demo" / "pipelines" / name
+    return Path(__file__).parent / "demo" / "pipelines" / name
 
 
 def bundled_pipelines() -> list[Path]:

@@ -99,7 +99,8 @@ class Bench:
         total = BatchMetrics()
         for m in engine.batches[before:]:
             for f in fields(BatchMetrics):
-                setattr(total, f.name, getattr(total, f.name) + getattr(m, f.name))
+                if isinstance(getattr(m, f.name), int):  # the counters (not the phases' timings)
+                    setattr(total, f.name, getattr(total, f.name) + getattr(m, f.name))
         return engine.visible_at - started, total
 
     def stop(self) -> None:

@@ -33,7 +33,6 @@ from spark_jobs.config import PipelineConfig, TopicSpec
 from spark_jobs.errors import UserError
 from spark_jobs.formats import framing
 from spark_jobs.formats.codec import Codec, DecodeError, TextError
-from spark_jobs.formats.logical import spelled
 from spark_jobs.seams.schema_registry import Registry, connect_registry
 from spark_jobs.seams.storage import Root
 
@@ -169,12 +168,7 @@ class LogicalKeys:
         if schema_id not in self._codecs:
             self._codecs[schema_id] = self._codec_of(schema_id)
         codec = self._codecs[schema_id]
-        if codec is None:
-            return None
-        try:
-            return spelled(codec.spark_value(raw))
-        except DecodeError:
-            return None
+        return None if codec is None else codec.logical_value(raw)
 
     def _codec_of(self, schema_id: int) -> Any:
         assert self.registry is not None

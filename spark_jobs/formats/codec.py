@@ -95,6 +95,10 @@ class Codec:
         key itself here; a framed key's logical value, or its bytes when it does not decode."""
         return raw
 
+    def logical_keys(self, keys: pa.Array) -> pa.Array:
+        """:meth:`logical` of each of ``keys`` (binary, nulls kept): the array itself here."""
+        return keys
+
     def render(self, raw: bytes) -> bytes:
         """Record bytes as ``lake consume`` prints them: the bytes themselves, or the decoded
         record as JSON for the registry formats."""

@@ -87,6 +87,13 @@ class JsonSchemaCodec(RegisteredCodec):
 
     # --- Spark: Spark's JSON reader, with the reader schema's types ------------------------------
     def _struct(self) -> Any:
+        """The reader schema's Spark struct (with the corrupt-record column), made once per reader."""
+        key = f"struct:{self.reader.text}"
+        if key not in self._parsed_cache:
+            self._parsed_cache[key] = self._typed()
+        return self._parsed_cache[key]
+
+    def _typed(self) -> Any:
         from pyspark.sql.types import StringType, StructField, StructType
 
         schema = json.loads(self.reader.text)

@@ -117,10 +117,9 @@ def _shortest(value: float, single: bool) -> tuple[str, int]:
     if single:
         target = _f32(abs(value))
         text = next(t for p in range(1, 10) if _f32(float(t := f"{target:.{p - 1}e}")) == target)
-    sign, digits, exponent = Decimal(text).as_tuple()
+    _, digits, exponent = Decimal(text).as_tuple()
     shown = "".join(map(str, digits)).lstrip("0")
-    position = len(digits) + int(exponent) - (len(digits) - len(shown))
-    return shown.rstrip("0") or "0", position
+    return shown.rstrip("0") or "0", len(shown) + int(exponent)
 
 
 def _f32(value: float) -> float:

@@ -14,6 +14,7 @@ from spark_jobs.formats.logical import OPTIONS, spelled
 from spark_jobs.seams.schema_registry import Registry, Version
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import Column, DataFrame
 
 
@@ -63,11 +64,21 @@ class RegisteredCodec(Codec):
         when it does not decode."""
         raise NotImplementedError
 
-    def logical(self, raw: bytes) -> bytes:
+    def logical_value(self, raw: bytes) -> bytes | None:
+        """A framed key's logical value (:mod:`.logical`); None when it does not decode."""
         try:
             return spelled(self.spark_value(raw))
         except DecodeError:
-            return raw
+            return None
+
+    def logical(self, raw: bytes) -> bytes:
+        value = self.logical_value(raw)
+        return raw if value is None else value
+
+    def logical_keys(self, keys: pa.Array) -> pa.Array:
+        import pyarrow as pa
+
+        return pa.array([None if k is None else self.logical(k) for k in keys.to_pylist()], pa.binary())
 
     def render(self, raw: bytes) -> bytes:
         return as_json(self.decode(raw))

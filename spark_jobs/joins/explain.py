@@ -547,9 +547,7 @@ def _scan(
     patterns = {n for n in targets.values() if n}
     for messages in read(cluster, spec, batch=50_000):
         raw = pa.array([m.key() for m in messages], pa.binary())
-        logical_raw = pa.array(  # the join compares a framed key's logical value
-            [None if k is None else codec.logical(k) for k in raw.to_pylist()], pa.binary()
-        )
+        logical_raw = codec.logical_keys(raw)  # the join compares a framed key's logical value
         exact = pc.is_in(logical_raw, pa.array(list(targets), pa.binary())).to_numpy(zero_copy_only=False)
         near = pa.array([False] * len(raw))
         for pattern in patterns:

@@ -19,7 +19,7 @@ demo: setup kafka-start registry-start ## the embedded Kafka broker and Schema R
 	@$(BIN)/lake dbt build
 	@bash infra/airflow-pipeline.sh marketplace people
 	@echo; echo "== what to open"
-	@echo "the data-quality report, a section per pipeline (written by every quality run): file://$$($(BIN)/python -c 'from spark_jobs.seams.storage import resolve_root; from spark_jobs.seams.layout import Layout; print(Layout(resolve_root()).report_folder.index)')"
+	@echo "the data-quality report, a section per pipeline (written by every quality run): file://$$($(BIN)/python -c 'from spark_jobs.seams.storage import resolve_root; from spark_jobs.layout import Layout; print(Layout(resolve_root()).report_folder.index)')"
 	@echo "the marts, from a new Spark session: $(BIN)/lake sql 'SELECT * FROM marts.optout_feed'"
 	@echo "the topics, as any Kafka client reads them: $(BIN)/lake consume customer_consents -f '%k,%p\\n'"
 	@echo "the embedded Kafka broker and Schema Registry keep running: make kafka-stop registry-stop (or $(BIN)/lake down) stops them"

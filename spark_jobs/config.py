@@ -16,7 +16,7 @@ import yaml
 
 from spark_jobs.errors import UserError
 from spark_jobs.join_kinds import KINDS, JoinKind
-from spark_jobs.seams.layout import LOOKUP_PREFIX, OWNED, SYSTEM_TABLES, is_reserved
+from spark_jobs.layout import LOOKUP_PREFIX, OWNED, SYSTEM_TABLES, is_reserved
 
 DEFAULT_CONFIG = "demo.yaml"
 # what a backfill dump's value text is (a dump's own setting, not a topic's record format)

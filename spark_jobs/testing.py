@@ -35,13 +35,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import functions as F
 
+from spark_jobs import checkpoints
 from spark_jobs.config import PipelineConfig, RegistrySpec, TopicSpec, load_config
 from spark_jobs.errors import UserError
 from spark_jobs.formats import Codec, Formats, codec_class
 from spark_jobs.joins.engine import RECORD_FIELDS, BatchMetrics, Changelog, Inputs
-from spark_jobs.seams import checkpoints, partitioners
+from spark_jobs.layout import QUARANTINE
+from spark_jobs.seams import partitioners
 from spark_jobs.seams.delta import Lake
-from spark_jobs.seams.layout import QUARANTINE
 from spark_jobs.seams.schema_registry import Registry
 from spark_jobs.seams.storage import remove_tree
 

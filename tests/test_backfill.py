@@ -15,7 +15,7 @@ from spark_jobs.formats import Formats
 from spark_jobs.lookups.backfill import run_backfill
 from spark_jobs.seams.kafka import connect, watermarks
 from spark_jobs.seams.partitioners import partition_for
-from spark_jobs.seams.system_tables import QUARANTINE
+from spark_jobs.system_tables import QUARANTINE
 from spark_jobs.topics.ingest import mirrored_up_to, sync_bronze
 from spark_jobs.topics.lookup_tables import lookup_position, lookup_table, refresh_lookup
 from spark_jobs.topics.produce_consume import consume, produce_lines

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from spark_jobs.seams import checkpoints
+from spark_jobs import checkpoints
 
 
 def write_batch(folder, batch, sources, committed=True):

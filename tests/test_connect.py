@@ -13,8 +13,8 @@ import pyarrow as pa
 import pytest
 
 from spark_jobs.errors import UserError
+from spark_jobs.layout import Layout
 from spark_jobs.seams.connect import status
-from spark_jobs.seams.layout import Layout
 from spark_jobs.seams.processes import await_answer, free_port
 
 SHOWN = "key\tname\tn\na\tAda\t1\nb\tBob\t2\n"

@@ -21,7 +21,7 @@ from spark_jobs.errors import UserError
 from spark_jobs.joins.oracle import consumed_records, expected
 from spark_jobs.joins.registry import job_for
 from spark_jobs.joins.streams import STATE_SCHEMA
-from spark_jobs.seams.system_tables import QUARANTINE
+from spark_jobs.system_tables import QUARANTINE
 
 
 @pytest.fixture

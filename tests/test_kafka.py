@@ -10,6 +10,7 @@ import pytest
 
 from spark_jobs.config import KafkaSpec, TopicSpec
 from spark_jobs.errors import UserError
+from spark_jobs.layout import Layout
 from spark_jobs.seams.kafka import (
     Cluster,
     connect,
@@ -22,7 +23,6 @@ from spark_jobs.seams.kafka import (
     topic_ids,
     watermarks,
 )
-from spark_jobs.seams.layout import Layout
 from spark_jobs.seams.partitioners import partition_for
 from spark_jobs.seams.processes import write_state
 

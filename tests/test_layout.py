@@ -1,4 +1,4 @@
-"""The lake root's layout: every path and table name is spelled in spark_jobs/seams/layout.py, and the
+"""The lake root's layout: every path and table name is spelled in spark_jobs/layout.py, and the
 names the lake keeps for itself are refused to topics, lookups and joins."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from spark_jobs.seams.layout import (
+from spark_jobs.layout import (
     JOIN_PARTS,
     SYSTEM_TABLES,
     Layout,

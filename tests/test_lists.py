@@ -17,7 +17,7 @@ from joinkit import (
     write_config,
 )
 
-from spark_jobs.seams.system_tables import QUARANTINE
+from spark_jobs.system_tables import QUARANTINE
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from spark_jobs.formats import Formats
 from spark_jobs.quality.run import run_suites
 from spark_jobs.seams.delta import Lake
 from spark_jobs.seams.kafka import connect
-from spark_jobs.seams.system_tables import QUALITY_RUNS
+from spark_jobs.system_tables import QUALITY_RUNS
 from spark_jobs.topics.snapshots import SnapshotReader, take
 
 CONFIG = """

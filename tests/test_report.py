@@ -16,7 +16,7 @@ from spark_jobs.quality.pages import failures_per_run, latest_per_suite, write_r
 from spark_jobs.quality.run import run_suites
 from spark_jobs.seams.delta import Lake
 from spark_jobs.seams.kafka import connect, watermarks
-from spark_jobs.seams.system_tables import QUALITY_RUNS
+from spark_jobs.system_tables import QUALITY_RUNS
 from spark_jobs.topics.produce_consume import produce_lines
 
 CONFIG = """

@@ -82,8 +82,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _jvm_output(args: argparse.Namespace) -> Iterator[None]:
     """A Spark JVM the command starts writes its own output to the command's log under the lake
     root (``$LAKE_SPARK_LOG`` when set: a detached job's log), not into the command's output."""
+    from spark_jobs.layout import Layout
     from spark_jobs.seams import session
-    from spark_jobs.seams.layout import Layout
     from spark_jobs.seams.storage import resolve_root
 
     named = os.environ.get("LAKE_SPARK_LOG")

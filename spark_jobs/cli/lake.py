@@ -70,7 +70,7 @@ def _decoded(args, lake, rows: list[dict]) -> list[dict]:
     decoded as its pipeline declares them (a record that does not decode is shown as its bytes)."""
     from spark_jobs.config import load_config
     from spark_jobs.formats import DecodeError, Formats
-    from spark_jobs.seams.layout import lookup_table
+    from spark_jobs.layout import lookup_table
 
     config = load_config(args.config)
     lookups = {lookup_table(name): spec.topic for name, spec in config.lookups.items()}

@@ -26,8 +26,8 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 from spark_jobs import faults
+from spark_jobs.layout import join_table
 from spark_jobs.seams.delta import Lake
-from spark_jobs.seams.layout import join_table
 
 BATCH, DELETE = "__batch", "__delete"
 

@@ -46,6 +46,7 @@ from spark_jobs.config import JoinSpec, PipelineConfig, TopicSpec
 from spark_jobs.errors import UserError, spark_error
 from spark_jobs.formats import Codec, Formats
 from spark_jobs.joins.poison import Guarded, fails, guarded
+from spark_jobs.layout import former_pending_table, join_table
 from spark_jobs.runtime.profile import Phases
 from spark_jobs.seams.delta import Lake, conform
 from spark_jobs.seams.kafka import (
@@ -57,9 +58,8 @@ from spark_jobs.seams.kafka import (
     publish_frame,
     topic_ids,
 )
-from spark_jobs.seams.layout import former_pending_table, join_table
 from spark_jobs.seams.session import arrow_frame
-from spark_jobs.seams.system_tables import (
+from spark_jobs.system_tables import (
     JOIN_METRICS,
     JOIN_METRICS_SCHEMA,
     QUARANTINE,

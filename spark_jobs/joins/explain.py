@@ -27,10 +27,10 @@ from spark_jobs.config import FIELD_PATH_RE, JoinSpec, PipelineConfig
 from spark_jobs.errors import UserError
 from spark_jobs.formats import Codec, Formats
 from spark_jobs.formats.codec import DecodeError, jsonable
+from spark_jobs.layout import QUALITY_RUNS
 from spark_jobs.seams import partitioners
 from spark_jobs.seams.delta import Lake
 from spark_jobs.seams.kafka import Cluster, connect, fetch, offset_ranges, partition_counts, read
-from spark_jobs.seams.layout import QUALITY_RUNS
 from spark_jobs.topics.keys import RULES, plain_key, show
 
 LOOKALIKES = 3  # records with a key that differs in invisible bytes, named per missing key

@@ -29,9 +29,9 @@ from spark_jobs.joins.keyed import LeftKeys
 from spark_jobs.joins.poison import guarded_frame
 from spark_jobs.joins.registry import JOBS
 from spark_jobs.joins.runner import consumed_offsets, offsets_read
+from spark_jobs.layout import join_table
 from spark_jobs.seams.delta import Lake, conform
 from spark_jobs.seams.kafka import connect
-from spark_jobs.seams.layout import join_table
 from spark_jobs.topics.snapshots import records as kafka_records
 from spark_jobs.topics.snapshots import take
 

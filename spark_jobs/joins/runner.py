@@ -29,7 +29,7 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from spark_jobs import faults
+from spark_jobs import checkpoints, faults
 from spark_jobs.config import JoinSpec, PipelineConfig, TopicSpec
 from spark_jobs.errors import UserError
 from spark_jobs.joins.engine import RECORD_COLUMNS, BatchMetrics, Inputs
@@ -46,7 +46,6 @@ from spark_jobs.runtime.jobs import (
     running_jobs,
 )
 from spark_jobs.runtime.stopping import stop_on_signals
-from spark_jobs.seams import checkpoints
 from spark_jobs.seams.delta import Lake
 from spark_jobs.seams.kafka import (
     Cluster,

@@ -13,7 +13,7 @@ from spark_jobs.config import JoinSpec
 from spark_jobs.join_kinds import STREAM_STREAM
 from spark_jobs.joins.engine import RECORD_COLUMNS, BatchMetrics, Projection
 from spark_jobs.joins.streams import BUFFER_SCHEMA, PAIR_COLUMNS, Counts, StreamJob, _stream_tables
-from spark_jobs.seams.layout import join_table
+from spark_jobs.layout import join_table
 
 SIDES = ("left", "right")
 

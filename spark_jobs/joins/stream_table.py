@@ -13,7 +13,7 @@ from pyspark.sql import functions as F
 from spark_jobs.config import JoinSpec
 from spark_jobs.joins.engine import RECORD_COLUMNS, BatchMetrics, Projection
 from spark_jobs.joins.streams import STATE_SCHEMA, Counts, StreamJob, _stream_tables
-from spark_jobs.seams.layout import join_table
+from spark_jobs.layout import join_table
 
 EVENT_ORDER = ["timestamp", "partition", "offset"]
 

@@ -26,8 +26,8 @@ from spark_jobs.joins.engine import (
     _without_published,
 )
 from spark_jobs.joins.poison import _quiet, is_data_error
+from spark_jobs.layout import join_table
 from spark_jobs.seams.delta import conform
-from spark_jobs.seams.layout import join_table
 
 SEQ = "__seq"  # a published event's place in its batch's order
 STATE_SCHEMA = pa.schema(RECORD_FIELDS)

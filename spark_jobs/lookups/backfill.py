@@ -39,7 +39,7 @@ from spark_jobs.seams import partitioners
 from spark_jobs.seams.delta import Lake
 from spark_jobs.seams.kafka import Cluster, connect, produce
 from spark_jobs.seams.session import arrow_frame
-from spark_jobs.seams.system_tables import QUARANTINE, ensure_quarantine
+from spark_jobs.system_tables import QUARANTINE, ensure_quarantine
 from spark_jobs.topics import ingest
 from spark_jobs.topics.lookup_tables import lookup_position, lookup_table
 from spark_jobs.topics.produce_consume import producing

@@ -27,9 +27,9 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from spark_jobs.config import PARTITIONERS, PipelineConfig, load_config
 from spark_jobs.errors import UserError
+from spark_jobs.layout import QUALITY_RUNS, QUARANTINE, lookup_table
 from spark_jobs.orchestration import tasks
 from spark_jobs.orchestration.environment import unique_pipelines
-from spark_jobs.seams.layout import QUALITY_RUNS, QUARANTINE, lookup_table
 from spark_jobs.seams.session import submit_conf
 from spark_jobs.seams.storage import Root, resolve_root
 

@@ -13,7 +13,7 @@ import mimetypes
 from pathlib import Path
 from typing import Any
 
-from spark_jobs.seams.layout import Layout
+from spark_jobs.layout import Layout
 from spark_jobs.seams.storage import resolve_root
 
 URL_PREFIX = "/lake-reports"

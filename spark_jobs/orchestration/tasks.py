@@ -17,7 +17,7 @@ import os
 from datetime import UTC, datetime
 from typing import Any
 
-from spark_jobs.seams.layout import Layout
+from spark_jobs.layout import Layout
 from spark_jobs.seams.storage import append_line
 
 log = logging.getLogger(__name__)

@@ -41,7 +41,7 @@ class Finding:
 
 
 def as_row(finding: Finding) -> dict:
-    """A finding as a ``FINDING_TYPE`` value (``spark_jobs.seams.system_tables``)."""
+    """A finding as a ``FINDING_TYPE`` value (``spark_jobs.system_tables``)."""
     return {
         "text": finding.text,
         "problem": finding.problem,

@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from spark_jobs.config import PipelineConfig
+from spark_jobs.layout import ReportFolder
 from spark_jobs.quality.results import QualityReport
 from spark_jobs.seams.delta import Lake
-from spark_jobs.seams.layout import ReportFolder
-from spark_jobs.seams.system_tables import QUALITY_RUNS, QUARANTINE
+from spark_jobs.system_tables import QUALITY_RUNS, QUARANTINE
 from spark_jobs.topics.snapshots import offsets_text
 
 CHART_RUNS = 30  # runs shown in the chart

@@ -22,6 +22,7 @@ from pyspark.sql import DataFrame, SparkSession
 from spark_jobs.config import PipelineConfig
 from spark_jobs.errors import UserError
 from spark_jobs.formats import Formats
+from spark_jobs.layout import ReportFolder
 from spark_jobs.quality.findings import as_row, offending
 from spark_jobs.quality.gx import GreatExpectations, outcome, project_folder, unexpected_rows
 from spark_jobs.quality.pages import docs_href, render_summary, write_report
@@ -29,8 +30,7 @@ from spark_jobs.quality.results import ExpectationResult, QualityReport
 from spark_jobs.quality.suites import CHECKS, Check, Suite, load_suite
 from spark_jobs.seams.delta import Lake
 from spark_jobs.seams.kafka import connect
-from spark_jobs.seams.layout import ReportFolder
-from spark_jobs.seams.system_tables import QUALITY_RUNS, QUALITY_RUNS_SCHEMA, ensure_quality_runs
+from spark_jobs.system_tables import QUALITY_RUNS, QUALITY_RUNS_SCHEMA, ensure_quality_runs
 from spark_jobs.topics.snapshots import Snapshot, SnapshotReader, offsets_text, take
 
 DESCRIPTION_LIMIT = 20  # offending keys spelled out in the Data Docs description

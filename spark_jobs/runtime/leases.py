@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from spark_jobs.errors import UserError
-from spark_jobs.seams.layout import Layout
+from spark_jobs.layout import Layout
 from spark_jobs.seams.storage import ObjectPath, Root, delete_if, put_if, read_tagged
 
 TTL = 60.0  # seconds a lease outlives its last renewal

@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from spark_jobs.seams.layout import Layout
+from spark_jobs.layout import Layout
 from spark_jobs.seams.processes import HOST, await_answer, check_port, read_state, stop_service, write_state
 from spark_jobs.seams.session import DEFAULT_MASTER, get_spark, submit_conf
 from spark_jobs.seams.storage import Root, resolve_root

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from spark_jobs.errors import UserError
-from spark_jobs.seams.layout import Layout
+from spark_jobs.layout import Layout
 from spark_jobs.seams.storage import check_root, move_tree, remove_tree, resolve_root
 
 if TYPE_CHECKING:

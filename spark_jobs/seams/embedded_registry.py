@@ -26,8 +26,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from spark_jobs.layout import Layout
 from spark_jobs.seams.jvm import registry_app
-from spark_jobs.seams.layout import Layout
 from spark_jobs.seams.processes import (
     HOST,
     await_answer,

@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from spark_jobs.errors import UserError
+from spark_jobs.layout import Layout
 from spark_jobs.seams.jvm import locked_jars
-from spark_jobs.seams.layout import Layout
 from spark_jobs.seams.processes import (
     HOST,
     await_answer,

@@ -45,8 +45,8 @@ from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 from spark_jobs import faults
 from spark_jobs.config import PipelineConfig, TopicSpec
 from spark_jobs.errors import UserError
+from spark_jobs.layout import Layout
 from spark_jobs.seams import partitioners
-from spark_jobs.seams.layout import Layout
 from spark_jobs.seams.processes import read_state
 from spark_jobs.seams.storage import Root
 

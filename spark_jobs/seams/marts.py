@@ -20,7 +20,7 @@ from pathlib import Path
 
 from spark_jobs.errors import UserError
 from spark_jobs.seams.delta import Lake
-from spark_jobs.seams.system_tables import ensure_quality_runs, ensure_quarantine
+from spark_jobs.system_tables import ensure_quality_runs, ensure_quarantine
 
 PROJECT_DIR = Path(__file__).resolve().parents[2] / "dbt"
 MARTS_SCHEMA = "marts"

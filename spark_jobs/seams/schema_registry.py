@@ -23,7 +23,7 @@ from typing import Any
 
 from spark_jobs.config import PipelineConfig, RegistrySpec
 from spark_jobs.errors import UserError
-from spark_jobs.seams.layout import Layout
+from spark_jobs.layout import Layout
 from spark_jobs.seams.processes import read_state
 from spark_jobs.seams.storage import Root
 

@@ -34,8 +34,8 @@ from pathlib import Path
 from typing import Any
 
 from spark_jobs.errors import UserError
+from spark_jobs.layout import Layout
 from spark_jobs.seams.jvm import class_archive_options, locked_jars, product_jars
-from spark_jobs.seams.layout import Layout
 from spark_jobs.seams.storage import Root, hadoop_conf
 
 DEFAULT_MASTER = "local[2]"

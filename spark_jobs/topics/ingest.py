@@ -27,12 +27,11 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from spark_jobs import faults
+from spark_jobs import checkpoints, faults
 from spark_jobs.config import LookupSpec, PipelineConfig, TopicSpec
 from spark_jobs.errors import UserError
 from spark_jobs.runtime.jobs import HEARTBEAT_SECONDS, ingest_job, registered
 from spark_jobs.runtime.stopping import stop_on_signals
-from spark_jobs.seams import checkpoints
 from spark_jobs.seams.delta import Lake
 from spark_jobs.seams.kafka import Cluster, connect, ensure_topics, watermarks
 from spark_jobs.seams.storage import remove_tree, write_whole

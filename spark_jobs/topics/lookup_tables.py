@@ -27,10 +27,9 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.window import Window
 
-from spark_jobs import faults
+from spark_jobs import faults, layout
 from spark_jobs.config import LookupSpec, PipelineConfig
 from spark_jobs.errors import UserError
-from spark_jobs.seams import layout
 from spark_jobs.seams.delta import Lake
 from spark_jobs.seams.kafka import connect, offset_ranges
 from spark_jobs.seams.storage import write_whole

@@ -53,7 +53,7 @@ from typing import Any
 
 from spark_jobs.seams.storage import Root, resolve_root
 
-# The system tables under tables/ (their schemas: spark_jobs.seams.system_tables). No topic, lookup or join
+# The system tables under tables/ (their schemas: spark_jobs.system_tables). No topic, lookup or join
 # may take these names.
 QUARANTINE = "quarantine"
 QUALITY_RUNS = "quality_runs"

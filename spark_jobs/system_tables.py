@@ -1,5 +1,5 @@
 """The lake's system tables, described once: their schemas and how they are created (their names are
-the layout's, ``spark_jobs.seams.layout``).
+the layout's, ``spark_jobs.layout``).
 
 - ``quarantine``: every input a job rejected (a backfill's bad dump line, a join's record whose value
   does not parse), with the job, where it came from, its bytes in hex and the reason.
@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+from spark_jobs.layout import JOIN_METRICS, QUALITY_RUNS, QUARANTINE
 from spark_jobs.seams.delta import Lake
-from spark_jobs.seams.layout import JOIN_METRICS, QUALITY_RUNS, QUARANTINE
 
 # a quality finding as a typed row (spark_jobs.quality.findings builds them)
 OFFSET_TYPE = pa.struct([("partition", pa.int32()), ("offset", pa.int64())])

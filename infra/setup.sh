@@ -8,7 +8,8 @@
 #   - a pinned uv (in .tools/) to install the locked dependency set quickly,
 #   - .venv/ at the repo root with exactly requirements.lock plus this repo (editable),
 #   - the joins' Java state operators, compiled against that pyspark into build/jvm/lake-joins.jar,
-#     and the record formats' decoders into build/jvm/formats/lake-formats.jar.
+#     the record formats' decoders into build/jvm/formats/lake-formats.jar and the changelog's writer
+#     into build/jvm/kafka/lake-kafka.jar.
 # Re-running is fast: stamps of the locks, pyproject and this script skip the work when nothing changed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -132,8 +133,8 @@ build_jar() {
 }
 
 # The join operators (spark_jobs/joins/java): Spark's state operators of the joins are Java (a Python
-# stateful processor pays a Python call and state-server round trips per key), and the changelog's
-# writer on the executors, built against the jars of the installed pyspark and the locked Kafka client.
+# stateful processor pays a Python call and state-server round trips per key), built against the jars
+# of the installed pyspark.
 command -v javac >/dev/null 2>&1 || apt_install openjdk-17-jdk-headless "javac is missing (it builds the join operators)" \
   || die "javac (a JDK 17+) is needed to build the join operators. Install it, e.g. 'sudo apt-get install openjdk-17-jdk-headless', then rerun."
 spark_jars=$(.venv/bin/python -c 'import os, pyspark; print(os.path.join(pyspark.__path__[0], "jars"))')
@@ -143,6 +144,10 @@ build_jar "join operators" spark_jobs/joins/java build/jvm/lake-joins.jar "$spar
 # records decoded on the executors, against pyspark's jars and the locked protobuf-java.
 build_jar "record format decoders" spark_jobs/formats/java build/jvm/formats/lake-formats.jar \
   "$spark_jars/*:.jvm/spark/*" "$(.venv/bin/python -c 'import pyspark; print(pyspark.__version__)') $(cat .jvm/.stamp)"
+# The changelog's writer on the executors (spark_jobs/seams/java), which the Kafka seam drives: against
+# pyspark's jars and the locked Kafka client.
+build_jar "changelog writer" spark_jobs/seams/java build/jvm/kafka/lake-kafka.jar \
+  "$spark_jars/*:.jvm/spark/*" "$(.venv/bin/python -c 'import pyspark; print(pyspark.__version__)') $(cat .jvm/.stamp)"
 # The Kafka Streams peer (tests/bench/peer): the benchmarks' peer (docs/benchmarks.md, "Against Kafka Streams") and
 # the test that its outputs equal the product's, built against the locked .jvm/streams jars.
 build_jar "Kafka Streams peer" tests/bench/peer/src/main/java build/peer/lake-peer.jar ".jvm/streams/*" \
@@ -150,7 +155,7 @@ build_jar "Kafka Streams peer" tests/bench/peer/src/main/java build/peer/lake-pe
 # The Spark driver's class-data archive (spark_jobs/seams/jvm.py, write_class_archive): the classes a Spark start
 # loads, parsed and verified once, so each later start maps them (a CLI command starts about twice as
 # fast). Written again when what it was taken from changes: the JDK, the Python set, the jars.
-cds_stamp=$( (java -version 2>&1; cat .venv/.setup-stamp .jvm/.stamp build/jvm/.stamp build/jvm/formats/.stamp spark_jobs/seams/jvm.py) | sha256sum | cut -d' ' -f1)
+cds_stamp=$( (java -version 2>&1; cat .venv/.setup-stamp .jvm/.stamp build/jvm/.stamp build/jvm/formats/.stamp build/jvm/kafka/.stamp spark_jobs/seams/jvm.py) | sha256sum | cut -d' ' -f1)
 if ! [ -f build/cds/spark-driver.jsa ] || [ "$(cat build/cds/.stamp 2>/dev/null)" != "$cds_stamp" ]; then
   say "writing the Spark driver's class-data archive (a Spark start with a small Delta workload, about a minute)"
   .venv/bin/python -c 'from spark_jobs.seams.jvm import write_class_archive; write_class_archive()' \

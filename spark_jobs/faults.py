@@ -9,7 +9,7 @@ the broker, not committed), ``publish-part`` (partition 0's changelog transactio
 others' still open: their tasks wait before committing), ``publish`` (every partition's changelog
 transaction is committed), ``park`` (its result rows are parked for the table, ``--table-every``),
 ``write`` (its result commit is in), and ``fold`` (a catch-up's MERGE is in, the parked rows not yet
-cleared). The two ``publish-`` points are the executors' (``lake.joins.ChangelogWriter``): they end
+cleared). The two ``publish-`` points are the executors' (``lake.kafka.ChangelogWriter``): they end
 the Spark process.
 
 The points of a backfill (``lake backfill``), in order: ``backfill-read`` (the dump is read and

@@ -101,7 +101,7 @@ def test_a_join_submitted_to_the_standalone_cluster_runs_on_its_workers(cluster,
     done = subprocess.run(
         [str(submit), "--master", MASTER, "--name", "cluster-join", "--conf", "spark.cores.max=2", *conf]
         # each executor that starts publishing the changelog dies as kill -9 would, once its open
-        # transaction has a record on the broker (lake.joins.ChangelogWriter): Spark runs the task again
+        # transaction has a record on the broker (lake.kafka.ChangelogWriter): Spark runs the task again
         + ["--conf", "spark.executorEnv.LAKE_KILL_AT=publish-open", APP]
         + ["run", "consents_with_mail", "--once", "--root", root],
         capture_output=True,
@@ -255,7 +255,7 @@ def test_a_continuous_fk_join_on_the_cluster_publishes_every_result_once_with_a_
     executors = "".join(
         p.read_text() for p in folder.glob("worker*/app-*/*/stderr") if p.parent.parent.name not in before
     )
-    replaced = executors.count("lake.joins.ChangelogWriter: the kept producer of")
+    replaced = executors.count("lake.kafka.ChangelogWriter: the kept producer of")
     print(f"{replaced} kept producers were found fenced and replaced; {len(failed)} task(s) lost: {removed}")
 
 

@@ -7,11 +7,11 @@ and checked against ``infra/jvm/jars.sha256``. Sets never mixed on one classpath
 - ``kafka``: the embedded KRaft broker (``lake kafka start``);
 - ``registry``: the embedded Schema Registry's archive, unpacked by setup (:func:`registry_app`).
 
-The joins' state operators (``spark_jobs/joins/java``) and the record formats' decoders
-(``spark_jobs/formats/java``) are the product's own JVM code: ``infra/setup.sh`` compiles them
-against the installed pyspark's jars into ``build/jvm/lake-joins.jar`` and
-``build/jvm/formats/lake-formats.jar`` (:func:`product_jars`), which go on every session's
-``spark.jars`` with the ``spark`` set.
+The joins' state operators (``spark_jobs/joins/java``), the record formats' decoders
+(``spark_jobs/formats/java``) and the changelog's writer that the Kafka seam drives on the executors
+(``spark_jobs/seams/java``) are the product's own JVM code: ``infra/setup.sh`` compiles each against
+the installed pyspark's jars into a jar of its own under ``build/jvm/`` (:func:`product_jars`), which
+go on every session's ``spark.jars`` with the ``spark`` set.
 
 Which jars belong to a set is read from the checksum list, so a stray jar in ``.jvm/`` is never loaded.
 
@@ -37,6 +37,8 @@ OPERATORS_SOURCE = REPO / "spark_jobs" / "joins" / "java"
 OPERATORS_JAR = REPO / "build" / "jvm" / "lake-joins.jar"
 FORMATS_SOURCE = REPO / "spark_jobs" / "formats" / "java"
 FORMATS_JAR = REPO / "build" / "jvm" / "formats" / "lake-formats.jar"
+KAFKA_SOURCE = REPO / "spark_jobs" / "seams" / "java"
+KAFKA_JAR = REPO / "build" / "jvm" / "kafka" / "lake-kafka.jar"
 CLASS_ARCHIVE = REPO / "build" / "cds" / "spark-driver.jsa"
 # the JVM's own notices about the archive (one it cannot use is ignored: nothing to tell a user)
 _QUIET_ARCHIVE = "-Xlog:cds=off -Xlog:cds+dynamic=off"
@@ -73,11 +75,12 @@ def registry_app() -> Path:
 
 
 def product_jars() -> list[Path]:
-    """The product's own JVM code, built by setup: the joins' state operators and the record
-    formats' decoders; a clear error when setup has not built a jar, or built it from older sources."""
+    """The product's own JVM code, built by setup: the joins' state operators, the record formats'
+    decoders and the Kafka seam's changelog writer; a clear error when setup has not built a jar, or built it from older sources."""
     return [
         _built(OPERATORS_JAR, OPERATORS_SOURCE, "the join operators"),
         _built(FORMATS_JAR, FORMATS_SOURCE, "the record format decoders"),
+        _built(KAFKA_JAR, KAFKA_SOURCE, "the changelog writer"),
     ]
 
 

@@ -593,7 +593,7 @@ def publish_frame(
     already got them and is skipped. Each partition's records go in ``order`` (else any). Visible to
     ``read_committed`` readers when this returns. ``topic_id``: the existing topic's
     (:func:`topic_ids`; a writer that publishes again and again asks once), so that the executors'
-    producers of a recreated topic are new ones. The writer is ``lake.joins.ChangelogWriter``."""
+    producers of a recreated topic are new ones. The writer is ``lake.kafka.ChangelogWriter``."""
     from py4j.protocol import Py4JJavaError
     from pyspark.sql import DataFrame
 
@@ -603,7 +603,7 @@ def publish_frame(
     conf.update({"transaction.timeout.ms": str(TRANSACTION_TIMEOUT_MS), "linger.ms": "5"})
     conf.setdefault("batch.size", "262144")
     spark = records.sparkSession
-    writer = spark._jvm.lake.joins.ChangelogWriter  # type: ignore[union-attr]
+    writer = spark._jvm.lake.kafka.ChangelogWriter  # type: ignore[union-attr]
     try:
         sent = DataFrame(
             writer.publish(
@@ -644,7 +644,7 @@ def _java_reason(exc: Any) -> str:
 def forget_publishers(spark: Any, transactional_id: str) -> None:
     """Close the executors' kept producers of :func:`publish_frame` under ``transactional_id`` (in
     this process: a local Spark's executors; a cluster's close theirs when their application ends)."""
-    spark._jvm.lake.joins.ChangelogWriter.forget(transactional_id)
+    spark._jvm.lake.kafka.ChangelogWriter.forget(transactional_id)
 
 
 def producer_id(root: Any, *names: str) -> str:

@@ -22,7 +22,7 @@ from pathlib import Path
 KINDS: list[tuple[str, re.Pattern]] = [
     (
         "publish: Kafka producer",
-        re.compile(r"^(lake\.joins\.ChangelogWriter|org\.apache\.kafka\.clients\.producer)"),
+        re.compile(r"^(lake\.kafka\.ChangelogWriter|org\.apache\.kafka\.clients\.producer)"),
     ),
     (
         "read: Kafka consumer",

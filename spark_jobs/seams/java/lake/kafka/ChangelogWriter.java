@@ -1,4 +1,4 @@
-package lake.joins;
+package lake.kafka;
 
 import static org.apache.spark.sql.functions.col;
 import static org.apache.spark.sql.functions.udf;
@@ -220,7 +220,7 @@ public final class ChangelogWriter {
           drop(id);
           check = true;
           System.err.println(
-              "lake.joins.ChangelogWriter: the kept producer of " + id + " could not be used ("
+              "lake.kafka.ChangelogWriter: the kept producer of " + id + " could not be used ("
                   + rootCause(stale) + "); opened a new one");
         }
       }

@@ -13,27 +13,30 @@ row's history (the result's change feed, newest first) and the last quality runs
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from confluent_kafka import Message
 
 from spark_jobs.config import FIELD_PATH_RE, JoinSpec, PipelineConfig
 from spark_jobs.errors import UserError
-from spark_jobs.formats import Codec, Formats
+from spark_jobs.formats import Formats
 from spark_jobs.formats.codec import DecodeError, jsonable
 from spark_jobs.layout import QUALITY_RUNS
-from spark_jobs.seams import partitioners
 from spark_jobs.seams.delta import Lake
-from spark_jobs.seams.kafka import Cluster, connect, fetch, offset_ranges, partition_counts, read
-from spark_jobs.topics.keys import RULES, plain_key, show
-
-LOOKALIKES = 3  # records with a key that differs in invisible bytes, named per missing key
+from spark_jobs.seams.kafka import Cluster, connect, fetch, partition_counts, read
+from spark_jobs.topics.diagnose import (
+    KeyFound,
+    backfill_fix,
+    find_keys,
+    missing,
+    placement,
+    why_differs,
+)
+from spark_jobs.topics.keys import show
 
 
 @dataclass
@@ -385,61 +388,7 @@ def _record(config: PipelineConfig, formats: Formats, role: str, topic: str, m: 
     return source
 
 
-def placement(config: PipelineConfig, topic: str, raw_key: bytes | None, partition: int) -> str | None:
-    """Where a record is against where its topic's partitioner puts its key: None when it is there,
-    else the partition it belongs in and the partitioner that put it where it is."""
-    if raw_key is None:
-        return None
-    spec = config.topic(topic)
-    partitioner = partitioners.check_partitioner(spec.partitioner)
-    expected = partitioners.partition_for(raw_key, spec.partitions, partitioner)
-    if expected is None or expected == partition:
-        return None
-    matches = [
-        p
-        for p in partitioners.NAMES
-        if p != partitioner and partitioners.partition_for(raw_key, spec.partitions, p) == partition
-    ]
-    written = (
-        f"written with {matches[0]}" if matches else "written with neither murmur2 nor consistent_random"
-    )
-    return (
-        f"MISPLACED: in partition {partition}, but {partitioner} (the topic's partitioner) puts this key in "
-        f"partition {expected} ({written}): the product's joins find it, a Kafka Streams or ksqlDB join "
-        f"of the topic misses it; fix: lake topic repartition {topic}"
-    )
-
-
 # --- why a side is empty ---------------------------------------------------------------------------
-@dataclass(frozen=True)
-class _Rec:
-    partition: int
-    offset: int
-    ms: int  # the record's timestamp, epoch ms
-    key: bytes
-    value: bytes | None
-
-    @classmethod
-    def of(cls, m: Message) -> _Rec:
-        return cls(int(m.partition() or 0), int(m.offset() or 0), m.timestamp()[1], m.key() or b"", m.value())
-
-    @property
-    def where(self) -> str:
-        return f"partition {self.partition} offset {self.offset}"
-
-    @property
-    def when(self) -> str:
-        return datetime.fromtimestamp(self.ms / 1000, UTC).isoformat(timespec="milliseconds")
-
-
-@dataclass
-class _Found:
-    """What a scan of a topic found for one key: its records (exact key) and lookalikes."""
-
-    records: list[_Rec] = field(default_factory=list)
-    lookalikes: list[_Rec] = field(default_factory=list)
-
-
 def _reasons(
     lake: Lake,
     config: PipelineConfig,
@@ -481,7 +430,7 @@ def _reasons(
         if not mine:
             continue
         topic = spec.left if side == "left" else str(spec.right)
-        found, ends = _scan(cluster, config, formats, topic, {w[2] for w in mine})
+        found, ends = find_keys(cluster, config, formats, topic, {w[2] for w in mine})
         for role, _, wanted_key, event_ms in dict.fromkeys(mine):
             read_to = (consumed or {}).get(side)
             out.append(_reason(config, role, topic, wanted_key, found[wanted_key], ends, read_to, event_ms))
@@ -528,62 +477,24 @@ def _foreign_key(
     return None if by is None or by[0] is None else bytes(by[0])
 
 
-def _normal(raw: bytes, codec: Codec) -> bytes:
-    """A key without the invisible bytes a producer may add: registry framing (its logical value),
-    then :func:`spark_jobs.topics.keys.plain_key`."""
-    return plain_key(codec.logical(raw))
-
-
-def _scan(
-    cluster: Cluster, config: PipelineConfig, formats: Formats, topic: str, keys: Iterable[bytes]
-) -> tuple[dict[bytes, _Found], list[int]]:
-    """A read of the whole topic for ``keys``: each key's records, and records whose key differs
-    from it only in invisible bytes; and the end offsets it read up to."""
-    spec = config.topic(topic)
-    codec = formats.codec(topic, "key")
-    targets = {k: _normal(k, codec) for k in keys}
-    found = {k: _Found() for k in targets}
-    ends = [high for _, high in offset_ranges(cluster, [spec])[spec.name]]
-    patterns = {n for n in targets.values() if n}
-    for messages in read(cluster, spec, batch=50_000):
-        raw = pa.array([m.key() for m in messages], pa.binary())
-        logical_raw = codec.logical_keys(raw)  # the join compares a framed key's logical value
-        exact = pc.is_in(logical_raw, pa.array(list(targets), pa.binary())).to_numpy(zero_copy_only=False)
-        near = pa.array([False] * len(raw))
-        for pattern in patterns:
-            near = pc.or_(
-                near, pc.fill_null(pc.match_substring(raw, pattern=pattern.decode("utf-8", "replace")), False)
-            )
-        for i in (exact | near.to_numpy(zero_copy_only=False)).nonzero()[0]:
-            m, k = _Rec.of(messages[int(i)]), logical_raw[int(i)].as_py()
-            if k in found:
-                found[k].records.append(m)
-                continue
-            normal = _normal(m.key, codec)
-            for target, target_normal in targets.items():
-                if normal == target_normal and len(found[target].lookalikes) < LOOKALIKES:
-                    found[target].lookalikes.append(m)
-    return found, ends
-
-
 def _reason(
     config: PipelineConfig,
     role: str,
     topic: str,
     key: bytes,
-    found: _Found,
+    found: KeyFound,
     ends: list[int],
     read_to: list[int] | None,
     event_ms: int | None,
 ) -> Reason:
     shown = show(key)
-    fix = _backfill(config, topic)
+    fix = backfill_fix(config, topic)
     if not found.records:
         text = missing(config, topic, key, ends)
         for m in found.lookalikes:
             text += (
                 f"; but {topic} {m.where} has key {show(m.key)} (hex {m.key.hex(' ')}), which differs "
-                f"in invisible bytes ({_why_differs(m.key)})"
+                f"in invisible bytes ({why_differs(m.key)})"
             )
         return Reason(role, text, fix, nothing=not found.lookalikes)
     last = max(found.records, key=lambda m: (m.ms, m.offset))
@@ -610,39 +521,6 @@ def _reason(
     return Reason(
         role, f"a record with key {shown} is at {where} ({when})" + (f"; {misplaced}" if misplaced else "")
     )
-
-
-def missing(config: PipelineConfig, topic: str, key: bytes, ends: list[int]) -> str:
-    """``no record with key K in T up to its end offsets [..] (murmur2 puts it in partition p)``."""
-    spec = config.topic(topic)
-    partitioner = partitioners.check_partitioner(spec.partitioner)
-    home = partitioners.partition_for(key, spec.partitions, partitioner)
-    upto = f"[{', '.join(str(e) for e in ends)}]"
-    return (
-        f"no record with key {show(key)} in {topic} up to its end offsets {upto} "
-        f"({partitioner} puts it in partition {home})"
-    )
-
-
-def commands(config: PipelineConfig, topic: str, key: bytes) -> list[str]:
-    """``lake explain JOIN KEY`` for each join whose result is keyed by ``topic``'s keys (not the
-    joins that reach it through a foreign key or a list: their rows have the left topic's keys)."""
-    arg = show(key)
-    if arg != key.decode("utf-8", "replace") or arg.startswith("-"):
-        arg = f"{key.hex()} --key-hex"
-    keyed = [n for n, j in config.joins.items() if j.left == topic and not j.join_kind.rekeyed]
-    keyed += [n for n, j in config.joins.items() if j.right == topic and not j.join_kind.references]
-    return [f"lake explain {name} {arg}" for name in keyed]
-
-
-def _why_differs(raw: bytes) -> str:
-    rules = [r.text for r in RULES if bool(r.arrow(pa.array([raw], pa.binary()))[0])]
-    return "the key " + " and ".join(rules) if rules else "other bytes"
-
-
-def _backfill(config: PipelineConfig, topic: str) -> str | None:
-    lookup = next((name for name, lk in config.lookups.items() if lk.topic == topic), None)
-    return f"lake backfill {lookup}" if lookup else None
 
 
 # --- history and the gate --------------------------------------------------------------------------

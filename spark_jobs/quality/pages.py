@@ -25,6 +25,7 @@ from spark_jobs.layout import ReportFolder
 from spark_jobs.quality.results import QualityReport
 from spark_jobs.seams.delta import Lake
 from spark_jobs.system_tables import QUALITY_RUNS, QUARANTINE
+from spark_jobs.topics.diagnose import Explainer
 from spark_jobs.topics.snapshots import offsets_text
 
 CHART_RUNS = 30  # runs shown in the chart
@@ -157,48 +158,6 @@ def _e(value) -> str:
 
 def _when(value: datetime) -> str:
     return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-
-
-class Explainer:
-    """A missing or misplaced key of a finding as ``lake explain`` says it (the same words), with
-    the ``lake explain`` commands that tell the rest for the joins reading its topic."""
-
-    def __init__(self, config: PipelineConfig):
-        self.config = config
-
-    def missing(self, row: dict, finding: dict) -> str | None:
-        from spark_jobs.joins.explain import commands, missing
-
-        lookup = self.config.lookups.get(row["check"].split("->", 1)[-1])
-        if lookup is None or not finding.get("key_hex"):
-            return None
-        key = bytes.fromhex(finding["key_hex"])
-        # a quality_runs row's (topic, ends) pairs, or a run summary's {topic: ends}
-        read = dict(row.get("topic_offsets") or row.get("offsets") or [])
-        ends = read.get(lookup.topic, read.get(self._kafka(lookup.topic)))
-        if ends is None:
-            return None
-        text = f"{missing(self.config, lookup.topic, key, list(ends))}; fix: lake backfill {lookup.name}"
-        return "; ".join([text, *commands(self.config, lookup.topic, key)])
-
-    def misplaced(self, finding: dict, placement: dict) -> str | None:
-        from spark_jobs.joins.explain import commands
-        from spark_jobs.joins.explain import placement as where
-
-        name = next(
-            (t for t in self.config.topics if self._kafka(t) == placement["topic"]), placement["topic"]
-        )
-        if name not in self.config.topics or not finding.get("key_hex"):
-            return None
-        key = bytes.fromhex(finding["key_hex"])
-        texts = [where(self.config, name, key, p) for p in placement["partitions"]]
-        return "; ".join([t for t in texts if t] + commands(self.config, name, key)) or None
-
-    def _kafka(self, topic: str) -> str:
-        """A declared topic's name on Kafka (findings name the topics as Kafka does)."""
-        from spark_jobs.seams.kafka import topic_prefix
-
-        return topic_prefix(self.config) + topic
 
 
 def render(

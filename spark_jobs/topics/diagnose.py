@@ -1,4 +1,8 @@
-"""``lake diagnose``: two Kafka topics side by side, read-only, no pipeline needed.
+"""Diagnosis of keys on Kafka: ``lake diagnose`` (two topics side by side), and the words for one key
+that ``lake explain`` and the quality pages share (where its partitioner puts it, why it is missing,
+which keys differ from it only in invisible bytes).
+
+``lake diagnose``: two Kafka topics side by side, read-only, no pipeline needed.
 
 What one otherwise does by hand with kcat: read both topics to their end offsets as
 the command starts (assigned partitions, no consumer group offsets read or written, nothing
@@ -24,19 +28,25 @@ need a second read of the first topic, which stops when its sample is full.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from spark_jobs.config import TopicSpec
+from spark_jobs.config import PipelineConfig, TopicSpec
 from spark_jobs.errors import UserError
-from spark_jobs.formats import LogicalKeys
-from spark_jobs.seams.kafka import Cluster, partition_counts, read, watermarks
+from spark_jobs.formats import Codec, Formats, LogicalKeys
+from spark_jobs.seams import partitioners
+from spark_jobs.seams.kafka import Cluster, offset_ranges, partition_counts, read, topic_prefix, watermarks
 from spark_jobs.seams.partitioners import MURMUR2, crc32_array, murmur2_array
-from spark_jobs.topics.keys import RULES, hex_dump, show
+from spark_jobs.topics.keys import RULES, hex_dump, plain_key, show
+
+if TYPE_CHECKING:
+    from confluent_kafka import Message
 
 CRC32 = "crc32"  # librdkafka's consistent_random / consistent: kcat, confluent-kafka's default
 PARTITIONERS = (MURMUR2, CRC32)
@@ -502,3 +512,165 @@ def text(d: Diagnosis) -> str:
 
 def _more(s: Sample) -> list[str]:
     return [f"  ... and {s.count - len(s.rows):,} more"] if s.count > len(s.rows) else []
+
+
+# --- one key: where it belongs, why it is missing, what differs (lake explain, the quality pages) ---
+LOOKALIKES = 3  # records with a key that differs in invisible bytes, named per missing key
+
+
+def placement(config: PipelineConfig, topic: str, raw_key: bytes | None, partition: int) -> str | None:
+    """Where a record is against where its topic's partitioner puts its key: None when it is there,
+    else the partition it belongs in and the partitioner that put it where it is."""
+    if raw_key is None:
+        return None
+    spec = config.topic(topic)
+    partitioner = partitioners.check_partitioner(spec.partitioner)
+    expected = partitioners.partition_for(raw_key, spec.partitions, partitioner)
+    if expected is None or expected == partition:
+        return None
+    matches = [
+        p
+        for p in partitioners.NAMES
+        if p != partitioner and partitioners.partition_for(raw_key, spec.partitions, p) == partition
+    ]
+    written = (
+        f"written with {matches[0]}" if matches else "written with neither murmur2 nor consistent_random"
+    )
+    return (
+        f"MISPLACED: in partition {partition}, but {partitioner} (the topic's partitioner) puts this key in "
+        f"partition {expected} ({written}): the product's joins find it, a Kafka Streams or ksqlDB join "
+        f"of the topic misses it; fix: lake topic repartition {topic}"
+    )
+
+
+@dataclass(frozen=True)
+class KeyRecord:
+    partition: int
+    offset: int
+    ms: int  # the record's timestamp, epoch ms
+    key: bytes
+    value: bytes | None
+
+    @classmethod
+    def of(cls, m: Message) -> KeyRecord:
+        return cls(int(m.partition() or 0), int(m.offset() or 0), m.timestamp()[1], m.key() or b"", m.value())
+
+    @property
+    def where(self) -> str:
+        return f"partition {self.partition} offset {self.offset}"
+
+    @property
+    def when(self) -> str:
+        return datetime.fromtimestamp(self.ms / 1000, UTC).isoformat(timespec="milliseconds")
+
+
+@dataclass
+class KeyFound:
+    """What a scan of a topic found for one key: its records (exact key) and lookalikes."""
+
+    records: list[KeyRecord] = field(default_factory=list)
+    lookalikes: list[KeyRecord] = field(default_factory=list)
+
+
+def normal_key(raw: bytes, codec: Codec) -> bytes:
+    """A key without the invisible bytes a producer may add: registry framing (its logical value),
+    then :func:`spark_jobs.topics.keys.plain_key`."""
+    return plain_key(codec.logical(raw))
+
+
+def find_keys(
+    cluster: Cluster, config: PipelineConfig, formats: Formats, topic: str, keys: Iterable[bytes]
+) -> tuple[dict[bytes, KeyFound], list[int]]:
+    """A read of the whole topic for ``keys``: each key's records, and records whose key differs
+    from it only in invisible bytes; and the end offsets it read up to."""
+    spec = config.topic(topic)
+    codec = formats.codec(topic, "key")
+    targets = {k: normal_key(k, codec) for k in keys}
+    found = {k: KeyFound() for k in targets}
+    ends = [high for _, high in offset_ranges(cluster, [spec])[spec.name]]
+    patterns = {n for n in targets.values() if n}
+    for messages in read(cluster, spec, batch=50_000):
+        raw = pa.array([m.key() for m in messages], pa.binary())
+        logical_raw = codec.logical_keys(raw)  # the join compares a framed key's logical value
+        exact = pc.is_in(logical_raw, pa.array(list(targets), pa.binary())).to_numpy(zero_copy_only=False)
+        near = pa.array([False] * len(raw))
+        for pattern in patterns:
+            near = pc.or_(
+                near, pc.fill_null(pc.match_substring(raw, pattern=pattern.decode("utf-8", "replace")), False)
+            )
+        for i in (exact | near.to_numpy(zero_copy_only=False)).nonzero()[0]:
+            m, k = KeyRecord.of(messages[int(i)]), logical_raw[int(i)].as_py()
+            if k in found:
+                found[k].records.append(m)
+                continue
+            normal = normal_key(m.key, codec)
+            for target, target_normal in targets.items():
+                if normal == target_normal and len(found[target].lookalikes) < LOOKALIKES:
+                    found[target].lookalikes.append(m)
+    return found, ends
+
+
+def missing(config: PipelineConfig, topic: str, key: bytes, ends: list[int]) -> str:
+    """``no record with key K in T up to its end offsets [..] (murmur2 puts it in partition p)``."""
+    spec = config.topic(topic)
+    partitioner = partitioners.check_partitioner(spec.partitioner)
+    home = partitioners.partition_for(key, spec.partitions, partitioner)
+    upto = f"[{', '.join(str(e) for e in ends)}]"
+    return (
+        f"no record with key {show(key)} in {topic} up to its end offsets {upto} "
+        f"({partitioner} puts it in partition {home})"
+    )
+
+
+def explain_commands(config: PipelineConfig, topic: str, key: bytes) -> list[str]:
+    """``lake explain JOIN KEY`` for each join whose result is keyed by ``topic``'s keys (not the
+    joins that reach it through a foreign key or a list: their rows have the left topic's keys)."""
+    arg = show(key)
+    if arg != key.decode("utf-8", "replace") or arg.startswith("-"):
+        arg = f"{key.hex()} --key-hex"
+    keyed = [n for n, j in config.joins.items() if j.left == topic and not j.join_kind.rekeyed]
+    keyed += [n for n, j in config.joins.items() if j.right == topic and not j.join_kind.references]
+    return [f"lake explain {name} {arg}" for name in keyed]
+
+
+def why_differs(raw: bytes) -> str:
+    rules = [r.text for r in RULES if bool(r.arrow(pa.array([raw], pa.binary()))[0])]
+    return "the key " + " and ".join(rules) if rules else "other bytes"
+
+
+def backfill_fix(config: PipelineConfig, topic: str) -> str | None:
+    lookup = next((name for name, lk in config.lookups.items() if lk.topic == topic), None)
+    return f"lake backfill {lookup}" if lookup else None
+
+
+class Explainer:
+    """A missing or misplaced key of a finding as ``lake explain`` says it (the same words), with
+    the ``lake explain`` commands that tell the rest for the joins reading its topic."""
+
+    def __init__(self, config: PipelineConfig):
+        self.config = config
+
+    def missing(self, row: dict, finding: dict) -> str | None:
+        lookup = self.config.lookups.get(row["check"].split("->", 1)[-1])
+        if lookup is None or not finding.get("key_hex"):
+            return None
+        key = bytes.fromhex(finding["key_hex"])
+        # a quality_runs row's (topic, ends) pairs, or a run summary's {topic: ends}
+        read = dict(row.get("topic_offsets") or row.get("offsets") or [])
+        ends = read.get(lookup.topic, read.get(self._kafka(lookup.topic)))
+        if ends is None:
+            return None
+        text = f"{missing(self.config, lookup.topic, key, list(ends))}; fix: lake backfill {lookup.name}"
+        return "; ".join([text, *explain_commands(self.config, lookup.topic, key)])
+
+    def misplaced(self, finding: dict, where: dict) -> str | None:
+        name = next((t for t in self.config.topics if self._kafka(t) == where["topic"]), where["topic"])
+        if name not in self.config.topics or not finding.get("key_hex"):
+            return None
+        key = bytes.fromhex(finding["key_hex"])
+        texts = [placement(self.config, name, key, p) for p in where["partitions"]]
+        return "; ".join([t for t in texts if t] + explain_commands(self.config, name, key)) or None
+
+    def _kafka(self, topic: str) -> str:
+        """A declared topic's name on Kafka (findings name the topics as Kafka does)."""
+        return topic_prefix(self.config) + topic

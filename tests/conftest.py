@@ -39,10 +39,12 @@ def kafka(tmp_path_factory):
     from spark_jobs.seams import broker
 
     root = tmp_path_factory.mktemp("kafka-broker")
-    state = broker.start(root, _free_port(), _free_port(), {SASL_USER: SASL_PASSWORD})
-    os.environ["LAKE_KAFKA_BOOTSTRAP"] = state.bootstrap_servers
+    state = broker.Broker(root).start(
+        _free_port(), sasl_port=_free_port(), sasl_users={SASL_USER: SASL_PASSWORD}
+    )
+    os.environ["LAKE_KAFKA_BOOTSTRAP"] = str(state.address)
     yield state
-    broker.stop(root)
+    broker.Broker(root).stop()
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -52,10 +54,10 @@ def schema_registry(tmp_path_factory):
     from spark_jobs.seams import embedded_registry
 
     root = tmp_path_factory.mktemp("schema-registry")
-    state = embedded_registry.start(root, _free_port())
-    os.environ["LAKE_SCHEMA_REGISTRY_URL"] = str(state.url)
+    state = embedded_registry.Registry(root).start(_free_port())
+    os.environ["LAKE_SCHEMA_REGISTRY_URL"] = str(state.address)
     yield state
-    embedded_registry.stop(root)
+    embedded_registry.Registry(root).stop()
 
 
 S3_BUCKET = "lake-tests"
@@ -69,17 +71,17 @@ def s3_store(tmp_path_factory):
     from spark_jobs.seams import embedded_s3
 
     work = tmp_path_factory.mktemp("s3-store")
-    state = embedded_s3.start(work, _free_port(), (S3_BUCKET,))
+    state = embedded_s3.S3Store(work).start(_free_port(), buckets=(S3_BUCKET,))
     os.environ.update(
         {
-            "AWS_ENDPOINT_URL": str(state.endpoint),
-            "AWS_ACCESS_KEY_ID": str(state.access_key),
-            "AWS_SECRET_ACCESS_KEY": str(state.secret_key),
+            "AWS_ENDPOINT_URL": str(state.address),
+            "AWS_ACCESS_KEY_ID": str(state.details["access_key"]),
+            "AWS_SECRET_ACCESS_KEY": str(state.details["secret_key"]),
             "AWS_REGION": embedded_s3.REGION,
         }
     )
     yield state
-    embedded_s3.stop(work)
+    embedded_s3.S3Store(work).stop()
 
 
 @pytest.fixture
@@ -88,9 +90,9 @@ def s3(s3_store):
     from pyarrow import fs
 
     return fs.S3FileSystem(
-        access_key=s3_store.access_key,
-        secret_key=s3_store.secret_key,
-        endpoint_override=s3_store.endpoint,
+        access_key=s3_store.details["access_key"],
+        secret_key=s3_store.details["secret_key"],
+        endpoint_override=s3_store.address,
         region=os.environ["AWS_REGION"],
     )
 

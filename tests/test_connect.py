@@ -14,7 +14,7 @@ import pytest
 
 from spark_jobs.errors import UserError
 from spark_jobs.layout import Layout
-from spark_jobs.seams.connect import status
+from spark_jobs.seams.connect import ConnectServer
 from spark_jobs.seams.processes import await_answer, free_port
 
 SHOWN = "key\tname\tn\na\tAda\t1\nb\tBob\t2\n"
@@ -65,7 +65,7 @@ def test_lake_show_runs_on_the_connect_server_while_it_is_up_and_locally_otherwi
     assert code == 0 and out == (
         "Spark Connect server: stopped\nembedded Schema Registry: stopped\nembedded Kafka broker: stopped\n"
     ), err
-    assert not status(root).running
+    assert not ConnectServer(root).status().running
     code, out, err = lake_cli(root, "show", "people")  # down: a local session, the same rows
     assert (code, out) == (0, SHOWN) and "Spark Connect" not in err
     # a server that does not answer (its pid alive, nothing on its port): a local session, said so

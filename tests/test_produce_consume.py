@@ -238,8 +238,8 @@ def test_a_broker_that_dies_mid_produce_is_one_line_and_nothing_is_visible(tmp_p
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     home = tmp_path / "own-broker"
-    state = broker.start(home, port)
-    monkeypatch.setenv("LAKE_KAFKA_BOOTSTRAP", state.bootstrap_servers)
+    state = broker.Broker(home).start(port)
+    monkeypatch.setenv("LAKE_KAFKA_BOOTSTRAP", str(state.address))
     monkeypatch.setattr(kafka, "TIMEOUT_S", 3.0)
     config = PipelineConfig("test.yaml", "test", topics={"t": SPEC})
     cluster = connect(config, tmp_path / "lake")
@@ -251,7 +251,7 @@ def test_a_broker_that_dies_mid_produce_is_one_line_and_nothing_is_visible(tmp_p
 
         client = Consumer(
             {
-                "bootstrap.servers": state.bootstrap_servers,
+                "bootstrap.servers": str(state.address),
                 "group.id": "x",
                 "isolation.level": "read_uncommitted",
             }
@@ -279,10 +279,10 @@ def test_a_broker_that_dies_mid_produce_is_one_line_and_nothing_is_visible(tmp_p
         message = str(caught.value)
         assert "\n" not in message
         assert message.startswith(
-            f"Kafka at {state.bootstrap_servers} ($LAKE_KAFKA_BOOTSTRAP): producing to {cluster.topic('t')} "
+            f"Kafka at {str(state.address)} ($LAKE_KAFKA_BOOTSTRAP): producing to {cluster.topic('t')} "
             "failed, nothing was committed: 1 record(s) not acknowledged within 12 s (is the broker down?)"
         )
-        broker.start(home, port)
+        broker.Broker(home).start(port)
         assert in_the_log() >= 1000  # the records are in the log
         assert dump(kc=cluster) == ""  # ... and read_committed readers see none of them
         # the next produce with the writer's id aborts the open transaction at once: readers move on
@@ -290,7 +290,7 @@ def test_a_broker_that_dies_mid_produce_is_one_line_and_nothing_is_visible(tmp_p
         produce(cluster, SPEC, [(pa.array([b"next"]), pa.array([b"v"]))], transactional_id=writer)
         assert dump(kc=cluster, fmt="%k=%s\\n") == "next=v\n"
     finally:
-        broker.stop(home)
+        broker.Broker(home).stop()
 
 
 def test_producers_get_stable_transactional_ids_one_per_concurrent_writer(lake):

@@ -61,7 +61,7 @@ def test_a_bucket_that_is_not_there_or_credentials_it_refuses_are_one_line_and_n
     missing = lake(tmp_path, "--root", "s3a://no-such-bucket/lake", "status", env=env)
     assert missing.returncode == 2
     assert missing.stderr.splitlines() == [
-        f"lake: error: lake root s3a://no-such-bucket/lake: bucket no-such-bucket does not exist at {s3_store.endpoint}"
+        f"lake: error: lake root s3a://no-such-bucket/lake: bucket no-such-bucket does not exist at {s3_store.address}"
     ]
     refused = lake(
         tmp_path, "--root", "s3a://lake-tests/refused", "status",
@@ -69,7 +69,7 @@ def test_a_bucket_that_is_not_there_or_credentials_it_refuses_are_one_line_and_n
     )  # fmt: skip
     assert refused.returncode == 2
     assert refused.stderr.splitlines() == [
-        f"lake: error: lake root s3a://lake-tests/refused: {s3_store.endpoint} refused this machine's "
+        f"lake: error: lake root s3a://lake-tests/refused: {s3_store.address} refused this machine's "
         "credentials for bucket lake-tests"
     ]
     assert not (tmp_path / "work").exists() or not any((tmp_path / "work").rglob("*.json"))

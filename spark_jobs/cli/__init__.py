@@ -1,5 +1,5 @@
-"""``lake``: the product's command line, one module per area (topics, kafka, services, lookups, quality,
-joins, lake, demo), each registering its commands.
+"""``lake``: the product's command line, one module per area (topics, services, lookups, quality, joins,
+lake, demo), each registering its commands.
 
 User mistakes (unknown topic, bad config, bad input line) print one line ``lake: error: …`` and exit
 2; nothing is written in that case. A lake root the command cannot write (read-only, not a folder,
@@ -16,11 +16,11 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from spark_jobs import __version__
-from spark_jobs.cli import demo, joins, kafka, lake, lookups, quality, services, topics
+from spark_jobs.cli import demo, joins, lake, lookups, quality, services, topics
 from spark_jobs.cli.common import Parser, global_options
 from spark_jobs.errors import FILE_SYSTEM, FULL, UserError, cannot_write, storage_errno
 
-AREAS = (topics, kafka, services, lookups, quality, joins, lake, demo)
+AREAS = (topics, services, lookups, quality, joins, lake, demo)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,38 +1,107 @@
-"""``lake up`` / ``lake down``: the product's services on this machine, the embedded broker, the
-embedded Schema Registry and the Spark Connect server that quick commands use; ``lake registry
-start|stop|status`` and ``lake connect start|stop|status`` for one of them alone (the broker alone:
-``lake kafka``); ``lake s3 start|stop|status``: the embedded S3-compatible store, for a lake on
-object storage tried on one machine."""
+"""The product's local services on this machine, one verb set for each: ``lake kafka | registry | s3 |
+connect start | stop | status | log`` (the embedded broker, the embedded Schema Registry, the
+embedded S3-compatible store for a lake on object storage tried on one machine, the Spark Connect
+server that quick commands use); ``lake up`` / ``lake down``: the broker, the registry and the
+Connect server together. Each is a :class:`spark_jobs.seams.processes.Service`."""
 
 from __future__ import annotations
 
 import json
-import os
 import sys
+from dataclasses import dataclass
+from importlib import import_module
 
 from spark_jobs.cli.common import Parser
-from spark_jobs.cli.kafka import broker_port, cmd_kafka_stop
+from spark_jobs.errors import UserError
+
+
+@dataclass(frozen=True)
+class _Entry:
+    """A service as the command line names it (its class is imported when a command runs)."""
+
+    name: str
+    module: str
+    cls: str
+    help: str
+    port: str  # the help text's default port
+    stays: str  # what a stop leaves
+    in_work: bool = False  # it serves the lake root's work folder (this machine's), not the root
+
+    def service(self, args):
+        from spark_jobs.seams.storage import resolve_root, work_folder
+
+        cls = getattr(import_module(f"spark_jobs.seams.{self.module}"), self.cls)
+        return cls(work_folder(args.root) if self.in_work else resolve_root(args.root))
+
+
+SERVICES = (
+    _Entry(
+        "kafka",
+        "broker",
+        "Broker",
+        "the embedded single-node Kafka broker (KRaft; data and log under <root>/_kafka)",
+        "$LAKE_KAFKA_PORT or 9092",
+        "the data stays under <root>/_kafka",
+    ),
+    _Entry(
+        "registry",
+        "embedded_registry",
+        "Registry",
+        "the embedded Schema Registry (Confluent-compatible API; schemas kept under <root>/_registry)",
+        "$LAKE_REGISTRY_PORT or 8081",
+        "the schemas stay under <root>/_registry",
+    ),
+    _Entry(
+        "s3",
+        "embedded_s3",
+        "S3Store",
+        "the embedded S3-compatible store (S3Proxy, objects kept under <work>/_s3/data)",
+        "$LAKE_S3_PORT or 9000",
+        "the objects stay under <work>/_s3/data",
+        in_work=True,
+    ),
+    _Entry(
+        "connect",
+        "connect",
+        "ConnectServer",
+        "the Spark Connect server of the lake root (quick 'lake show')",
+        "$LAKE_CONNECT_PORT or 15002",
+        "nothing of the lake is in it",
+    ),
+)
+_BY_NAME = {e.name: e for e in SERVICES}
+UP = ("kafka", "registry", "connect")  # lake up starts these, lake down stops them in reverse
 
 
 def register(sub, common) -> None:
+    for entry in SERVICES:
+        p = sub.add_parser(entry.name, parents=[common], help=entry.help)
+        verbs = p.add_subparsers(dest=f"{entry.name}_command", metavar="ACTION", parser_class=Parser)
+        start = verbs.add_parser("start", parents=[common], help="start it; returns once it answers")
+        start.add_argument(
+            "--port", f"--{entry.name}-port", dest="port", type=int, default=None,
+            help=f"its loopback port (default {entry.port})",
+        )  # fmt: skip
+        _START_OPTIONS.get(entry.name, lambda _: None)(start)
+        start.set_defaults(run=cmd_start, service=entry.name)
+        stop = verbs.add_parser("stop", parents=[common], help=f"stop it ({entry.stays})")
+        stop.set_defaults(run=cmd_stop, service=entry.name)
+        status = verbs.add_parser("status", parents=[common], help="is it running, and where")
+        status.add_argument("--json", action="store_true", help="the status as one JSON object")
+        status.set_defaults(run=cmd_status, service=entry.name)
+        log = verbs.add_parser("log", parents=[common], help="the end of its log")
+        log.add_argument("--lines", type=int, default=40, help="how many lines (default 40)")
+        log.set_defaults(run=cmd_log, service=entry.name)
+
     up = sub.add_parser(
         "up",
         parents=[common],
         help="start the embedded Kafka broker, the embedded Schema Registry and the Spark Connect server "
         "(quick 'lake show')",
     )
-    up.add_argument(
-        "--port", type=int, default=None, help="the broker's port (default $LAKE_KAFKA_PORT or 9092)"
-    )
-    up.add_argument(
-        "--registry-port",
-        type=int,
-        default=None,
-        help="the registry's port (default $LAKE_REGISTRY_PORT or 8081)",
-    )
-    up.add_argument(
-        "--connect-port", type=int, default=None, help="the Spark Connect server's port (default 15002)"
-    )
+    for name in UP:
+        flags = ("--port", "--kafka-port") if name == "kafka" else (f"--{name}-port",)
+        up.add_argument(*flags, dest=f"{name}_port", type=int, default=None, help=f"the {name} port")
     up.set_defaults(run=cmd_up)
     down = sub.add_parser(
         "down",
@@ -41,171 +110,86 @@ def register(sub, common) -> None:
     )
     down.set_defaults(run=cmd_down)
 
-    r = sub.add_parser(
-        "registry",
-        parents=[common],
-        help="the embedded Schema Registry (Confluent-compatible API; schemas kept under <root>/_registry)",
-    )
-    rsub = r.add_subparsers(dest="registry_command", metavar="ACTION", parser_class=Parser)
-    rs = rsub.add_parser("start", parents=[common], help="start it; returns once it answers")
-    rs.add_argument(
-        "--registry-port",
-        "--port",
-        type=int,
-        default=None,
-        help="its port (default $LAKE_REGISTRY_PORT or 8081)",
-    )
-    rs.set_defaults(run=cmd_registry_start)
-    rt = rsub.add_parser("stop", parents=[common], help="stop it (the schemas stay under <root>/_registry)")
-    rt.set_defaults(run=cmd_registry_stop)
-    rst = rsub.add_parser("status", parents=[common], help="is it running, and its URL")
-    rst.add_argument("--json", action="store_true", help='{"running": ..., "url": ...}')
-    rst.set_defaults(run=cmd_registry_status)
 
-    s3 = sub.add_parser(
-        "s3",
-        parents=[common],
-        help="the embedded S3-compatible store (S3Proxy, objects kept under <work>/_s3/data)",
+def _kafka_options(parser) -> None:
+    parser.add_argument(
+        "--sasl-user",
+        action="append",
+        default=[],
+        metavar="USER:PASSWORD",
+        help="also open a SASL_PLAINTEXT listener (PLAIN) with this user (repeatable)",
     )
-    s3sub = s3.add_subparsers(dest="s3_command", metavar="ACTION", parser_class=Parser)
-    s3s = s3sub.add_parser("start", parents=[common], help="start it; returns once it answers")
-    s3s.add_argument(
-        "--s3-port", "--port", type=int, default=None, help="its port (default $LAKE_S3_PORT or 9000)"
-    )
-    s3s.add_argument(
+    parser.add_argument("--sasl-port", type=int, help="the SASL listener's port (default: port + 2)")
+
+
+def _s3_options(parser) -> None:
+    parser.add_argument(
         "--bucket", action="append", default=[], help="a bucket to create unless it exists (repeatable)"
     )
-    s3s.set_defaults(run=cmd_s3_start)
-    s3t = s3sub.add_parser("stop", parents=[common], help="stop it (the objects stay under <work>/_s3/data)")
-    s3t.set_defaults(run=cmd_s3_stop)
-    s3st = s3sub.add_parser("status", parents=[common], help="is it running, its endpoint and access key")
-    s3st.add_argument(
-        "--json", action="store_true", help='{"running": ..., "endpoint": ...} (never the secret)'
-    )
-    s3st.set_defaults(run=cmd_s3_status)
 
-    c = sub.add_parser("connect", parents=[common], help="the Spark Connect server of the lake root alone")
-    csub = c.add_subparsers(dest="connect_command", metavar="ACTION", parser_class=Parser)
-    cs = csub.add_parser("start", parents=[common], help="start it; returns once it accepts connections")
-    cs.add_argument("--connect-port", type=int, default=None, help="its port (default 15002)")
-    cs.set_defaults(run=cmd_connect_start)
-    ct = csub.add_parser("stop", parents=[common], help="stop it")
-    ct.set_defaults(run=cmd_connect_stop)
-    cst = csub.add_parser("status", parents=[common], help="is it running, and where")
-    cst.add_argument("--json", action="store_true", help='{"running": ..., "url": ...}')
-    cst.set_defaults(run=cmd_connect_status)
+
+_START_OPTIONS = {"kafka": _kafka_options, "s3": _s3_options}
+
+
+def _options(name: str, args) -> dict:
+    """A service's own start options from the command line."""
+    if name == "kafka":
+        users = {}
+        for item in args.sasl_user:
+            user, sep, password = item.partition(":")
+            if not sep or not user or not password:
+                raise UserError(f"--sasl-user must be USER:PASSWORD, got {item!r}")
+            users[user] = password
+        return {"sasl_port": args.sasl_port, "sasl_users": users}
+    if name == "s3":
+        from spark_jobs.seams.storage import bucket_of
+
+        root_bucket = bucket_of(args.root)  # an s3a:// root's bucket is made with the store
+        return {"buckets": tuple(dict.fromkeys([root_bucket, *args.bucket] if root_bucket else args.bucket))}
+    return {}
 
 
 def _log(message: str) -> None:
     print(message, file=sys.stderr)
 
 
-def _root(args):
-    from spark_jobs.seams.storage import resolve_root
+def cmd_start(args) -> int:
+    service = _BY_NAME[args.service].service(args)
+    print(service.start(args.port, log=_log, **_options(args.service, args)).text())
+    return 0
 
-    return resolve_root(args.root)
+
+def cmd_stop(args) -> int:
+    service = _BY_NAME[args.service].service(args)
+    print(f"{service.title}: stopped" if service.stop(log=_log) else f"{service.title}: was not running")
+    return 0
 
 
-def _connect_port(args) -> int:
-    from spark_jobs.seams import connect
+def cmd_status(args) -> int:
+    state = _BY_NAME[args.service].service(args).status()
+    print(json.dumps(state.as_dict()) if args.json else state.text())
+    return 0
 
-    return args.connect_port or int(os.environ.get("LAKE_CONNECT_PORT", connect.DEFAULT_PORT))
+
+def cmd_log(args) -> int:
+    service = _BY_NAME[args.service].service(args)
+    if args.lines < 1:
+        raise UserError("--lines must be at least 1")
+    text = service.log_tail(args.lines)
+    print(text if text else f"{service.title}: no log yet at {service.log_file}")
+    return 0
 
 
 def cmd_up(args) -> int:
-    from spark_jobs.seams import broker
-
-    print(broker.start(_root(args), broker_port(args), log=_log).text())
-    cmd_registry_start(args)
-    return cmd_connect_start(args)
+    for name in UP:
+        service = _BY_NAME[name].service(args)
+        flag = "--port" if name == "kafka" else f"--{name}-port"
+        print(service.start(getattr(args, f"{name}_port"), log=_log, flag=flag).text())
+    return 0
 
 
 def cmd_down(args) -> int:
-    cmd_connect_stop(args)
-    cmd_registry_stop(args)
-    return cmd_kafka_stop(args)
-
-
-def _registry_port(args) -> int:
-    from spark_jobs.seams import embedded_registry
-
-    return args.registry_port or int(os.environ.get("LAKE_REGISTRY_PORT", embedded_registry.DEFAULT_PORT))
-
-
-def cmd_registry_start(args) -> int:
-    from spark_jobs.seams import embedded_registry
-
-    print(embedded_registry.start(_root(args), _registry_port(args), log=_log).text())
-    return 0
-
-
-def cmd_registry_stop(args) -> int:
-    from spark_jobs.seams import embedded_registry
-
-    stopped = embedded_registry.stop(_root(args), log=_log)
-    print("embedded Schema Registry: stopped" if stopped else "embedded Schema Registry: was not running")
-    return 0
-
-
-def cmd_registry_status(args) -> int:
-    from spark_jobs.seams import embedded_registry
-
-    state = embedded_registry.status(_root(args))
-    print(json.dumps(state.as_dict()) if args.json else state.text())
-    return 0
-
-
-def _work(args):
-    from spark_jobs.seams.storage import work_folder
-
-    return work_folder(args.root)
-
-
-def cmd_s3_start(args) -> int:
-    from spark_jobs.seams import embedded_s3
-    from spark_jobs.seams.storage import bucket_of
-
-    port = args.s3_port or int(os.environ.get("LAKE_S3_PORT", embedded_s3.DEFAULT_PORT))
-    root_bucket = bucket_of(args.root)  # an s3a:// root's bucket is made with the store
-    buckets = tuple(dict.fromkeys([root_bucket, *args.bucket] if root_bucket else args.bucket))
-    print(embedded_s3.start(_work(args), port, buckets, log=_log).text())
-    return 0
-
-
-def cmd_s3_stop(args) -> int:
-    from spark_jobs.seams import embedded_s3
-
-    stopped = embedded_s3.stop(_work(args), log=_log)
-    print("embedded S3 store: stopped" if stopped else "embedded S3 store: was not running")
-    return 0
-
-
-def cmd_s3_status(args) -> int:
-    from spark_jobs.seams import embedded_s3
-
-    state = embedded_s3.status(_work(args))
-    print(json.dumps(state.as_dict()) if args.json else state.text())
-    return 0
-
-
-def cmd_connect_start(args) -> int:
-    from spark_jobs.seams import connect
-
-    print(connect.start(_root(args), _connect_port(args), log=_log).text())
-    return 0
-
-
-def cmd_connect_stop(args) -> int:
-    from spark_jobs.seams import connect
-
-    stopped = connect.stop(_root(args), log=_log)
-    print("Spark Connect server: stopped" if stopped else "Spark Connect server: was not running")
-    return 0
-
-
-def cmd_connect_status(args) -> int:
-    from spark_jobs.seams import connect
-
-    state = connect.status(_root(args))
-    print(json.dumps(state.as_dict()) if args.json else state.text())
+    for name in reversed(UP):
+        service = _BY_NAME[name].service(args)
+        print(f"{service.title}: stopped" if service.stop(log=_log) else f"{service.title}: was not running")
     return 0

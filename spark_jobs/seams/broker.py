@@ -1,4 +1,5 @@
-"""The embedded single-node KRaft broker: ``lake kafka start | stop | status``.
+"""The embedded single-node KRaft broker: ``lake kafka start | stop | status | log``, a
+:class:`~spark_jobs.seams.processes.Service`.
 
 A real Kafka broker (``kafka.Kafka`` from the locked ``kafka`` jars, :mod:`spark_jobs.seams.jvm`) in its own
 JVM, combined broker and controller, listening on loopback only. Its data, log and state live under
@@ -20,25 +21,13 @@ import base64
 import os
 import subprocess
 import uuid
-from dataclasses import dataclass
-from datetime import UTC, datetime
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from spark_jobs.errors import UserError
-from spark_jobs.layout import Layout
 from spark_jobs.seams.jvm import locked_jars
-from spark_jobs.seams.processes import (
-    HOST,
-    await_answer,
-    check_port,
-    free_port,
-    last_line,
-    read_state,
-    stop_service,
-    write_state,
-)
-from spark_jobs.seams.storage import Root
+from spark_jobs.seams.processes import HOST, Launched, Service, check_port, free_port, last_line
 
 DEFAULT_PORT = 9092
 START_TIMEOUT_S = 60
@@ -59,49 +48,6 @@ logger.kafka.level = {level}
 logger.kafka.additivity = false
 logger.kafka.appenderRef.file.ref = file
 """
-
-
-@dataclass(frozen=True)
-class BrokerStatus:
-    running: bool
-    bootstrap_servers: str | None = None
-    sasl_bootstrap_servers: str | None = None
-    pid: int | None = None
-    started_at: str | None = None
-    data_dir: str | None = None
-    log: str | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
-
-    def text(self) -> str:
-        if not self.running:
-            return "embedded Kafka broker: not running"
-        sasl = (
-            f", SASL_PLAINTEXT (PLAIN) at {self.sasl_bootstrap_servers}"
-            if self.sasl_bootstrap_servers
-            else ""
-        )
-        return (
-            f"embedded Kafka broker: running at {self.bootstrap_servers}{sasl} (pid {self.pid}, "
-            f"since {self.started_at}); data {self.data_dir}, log {self.log}"
-        )
-
-
-def status(root: Root | Path) -> BrokerStatus:
-    """The broker's state from ``broker.json``; a file left by a dead broker reads as not running."""
-    info = read_state(Layout(root).broker_state)
-    if info is None:
-        return BrokerStatus(False)
-    return BrokerStatus(
-        True,
-        info["bootstrap_servers"],
-        info.get("sasl_bootstrap_servers"),
-        int(info["pid"]),
-        info.get("started_at"),
-        info.get("data_dir"),
-        info.get("log"),
-    )
 
 
 # What every broker this project starts (the embedded one, the fault suite's cluster) is set to
@@ -166,79 +112,97 @@ def _server_properties(
     )
 
 
-def start(
-    root: Root | Path,
-    port: int = DEFAULT_PORT,
-    sasl_port: int | None = None,
-    sasl_users: dict[str, str] | None = None,
-    log=lambda _: None,
-) -> BrokerStatus:
-    """Start the broker unless it runs; returns once it answers."""
-    current = status(root)
-    if current.running:
-        return current
-    sasl_users = sasl_users or {}
-    if sasl_users and sasl_port is None:
-        sasl_port = port + 2
-    check_port(port, "--port")
-    if sasl_port is not None:
-        check_port(sasl_port, "--sasl-port", what="SASL port")
-    jars = locked_jars("kafka")
-    layout = Layout(root)
-    data = layout.broker_data
-    data.mkdir(parents=True, exist_ok=True)
-    controller = free_port()
-    props = layout.broker_config
-    props.write_text(_server_properties(data, port, controller, sasl_port, sasl_users))
-    broker_log = layout.broker_log
-    log4j = layout.broker_log_config
-    log4j.write_text(LOG4J2.format(log=broker_log, level=os.environ.get("LAKE_KAFKA_LOG_LEVEL", "WARN")))
-    java = ["java", f"-Xmx{HEAP}", f"-Xms{HEAP}", "-XX:+UseParallelGC", "-Djava.awt.headless=true"]
-    java += [f"-Dlog4j2.configurationFile={log4j}", "-cp", ":".join(str(j) for j in jars)]
-    if not (data / "meta.properties").exists():
-        cluster_id = new_cluster_id()
-        formatted = subprocess.run(
-            [
-                *java,
-                "kafka.tools.StorageTool",
-                "format",
-                "--standalone",
-                f"--cluster-id={cluster_id}",
-                "-c",
-                str(props),
-            ],
-            capture_output=True,
-            text=True,
-        )
-        if formatted.returncode != 0:
-            raise UserError(
-                f"formatting the broker's storage in {data} failed: {last_line(formatted.stderr)}"
+class Broker(Service):
+    """The embedded broker of a lake root (its files under ``<root>/_kafka/``)."""
+
+    name = "kafka"
+    title = "embedded Kafka broker"
+    address_key = "bootstrap_servers"
+    default_port = DEFAULT_PORT
+    port_env = "LAKE_KAFKA_PORT"
+    start_timeout = START_TIMEOUT_S
+    stop_timeout = STOP_TIMEOUT_S
+
+    @property
+    def state_file(self) -> Path:
+        return self.layout.broker_state
+
+    @property
+    def log_file(self) -> Path:
+        return self.layout.broker_log
+
+    def describe_also(self, info: dict[str, Any]) -> str:
+        sasl = info.get("sasl_bootstrap_servers")
+        return f", SASL_PLAINTEXT (PLAIN) at {sasl}" if sasl else ""
+
+    def launch(
+        self,
+        port: int,
+        log: Callable[[str], None],
+        sasl_port: int | None = None,
+        sasl_users: dict[str, str] | None = None,
+        **_: Any,
+    ) -> Launched:
+        """With ``sasl_users``, a second listener (SASL_PLAINTEXT, PLAIN) on ``sasl_port`` (default:
+        ``port`` + 2)."""
+        sasl_users = sasl_users or {}
+        if sasl_users and sasl_port is None:
+            sasl_port = port + 2
+        if sasl_port is not None:
+            check_port(sasl_port, "--sasl-port", what="SASL port")
+        jars = locked_jars("kafka")
+        layout = self.layout
+        data = layout.broker_data
+        data.mkdir(parents=True, exist_ok=True)
+        controller = free_port()
+        props = layout.broker_config
+        props.write_text(_server_properties(data, port, controller, sasl_port, sasl_users))
+        log4j = layout.broker_log_config
+        level = os.environ.get("LAKE_KAFKA_LOG_LEVEL", "WARN")
+        log4j.write_text(LOG4J2.format(log=layout.broker_log, level=level))
+        java = ["java", f"-Xmx{HEAP}", f"-Xms{HEAP}", "-XX:+UseParallelGC", "-Djava.awt.headless=true"]
+        java += [f"-Dlog4j2.configurationFile={log4j}", "-cp", ":".join(str(j) for j in jars)]
+        if not (data / "meta.properties").exists():
+            _format_storage(java, data, props)
+        log(f"starting the embedded Kafka broker on {HOST}:{port} (data {data}) ...")
+        with open(layout.broker_output, "w") as out:
+            proc = subprocess.Popen(
+                [*java, "kafka.Kafka", str(props)],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,  # outlives the command that started it
             )
-    log(f"starting the embedded Kafka broker on {HOST}:{port} (data {data}) ...")
-    with open(layout.broker_output, "w") as out:
-        proc = subprocess.Popen(
-            [*java, "kafka.Kafka", str(props)],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,  # outlives the command that started it
+        bootstrap = f"{HOST}:{port}"
+        state = {
+            "bootstrap_servers": bootstrap,
+            "sasl_bootstrap_servers": f"{HOST}:{sasl_port}" if sasl_port else None,
+            "controller_port": controller,
+            "data_dir": str(data),
+        }
+        # the broker's output: what a JVM that never got to log4j printed
+        return Launched(
+            proc, lambda: _answers(bootstrap), bootstrap, state, [layout.broker_log, layout.broker_output]
         )
-    bootstrap = f"{HOST}:{port}"
-    info = {
-        "pid": proc.pid,
-        "bootstrap_servers": bootstrap,
-        "sasl_bootstrap_servers": f"{HOST}:{sasl_port}" if sasl_port else None,
-        "controller_port": controller,
-        "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "data_dir": str(data),
-        "log": str(broker_log),
-    }
-    logs = [broker_log, layout.broker_output]  # what a JVM that never got to log4j printed
-    await_answer(
-        proc, lambda: _answers(bootstrap), "the embedded Kafka broker", bootstrap, logs, START_TIMEOUT_S
+
+
+def _format_storage(java: list[str], data: Path, props: Path) -> None:
+    """Format the broker's log directories once (KRaft, standalone controller, a new cluster id)."""
+    formatted = subprocess.run(
+        [
+            *java,
+            "kafka.tools.StorageTool",
+            "format",
+            "--standalone",
+            f"--cluster-id={new_cluster_id()}",
+            "-c",
+            str(props),
+        ],
+        capture_output=True,
+        text=True,
     )
-    write_state(layout.broker_state, info)
-    return status(root)
+    if formatted.returncode != 0:
+        raise UserError(f"formatting the broker's storage in {data} failed: {last_line(formatted.stderr)}")
 
 
 def _answers(bootstrap: str) -> bool:
@@ -246,8 +210,3 @@ def _answers(bootstrap: str) -> bool:
     from spark_jobs.seams.kafka import broker_answers
 
     return broker_answers(bootstrap)
-
-
-def stop(root: Root | Path, log=lambda _: None) -> bool:
-    """Stop the broker (controlled shutdown, then SIGKILL after 30 s); False when it was not running."""
-    return stop_service(Layout(root).broker_state, "the embedded Kafka broker", STOP_TIMEOUT_S, log)

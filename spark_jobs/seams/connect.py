@@ -1,5 +1,6 @@
 """The lake's Spark Connect server: a long-lived Spark driver that quick commands talk to, ``lake up`` /
-``lake down`` (with the embedded broker), ``lake connect start | stop | status``.
+``lake down`` (with the embedded broker), ``lake connect start | stop | status | log``; a
+:class:`~spark_jobs.seams.processes.Service`.
 
 Starting a local Spark session costs a command about 10 s on a small machine (a JVM, the jars, the
 session); a command that only reads (``lake show``) then does a fraction of a second of work. The
@@ -17,14 +18,11 @@ from __future__ import annotations
 
 import os
 import socket
-import subprocess
-from dataclasses import dataclass
-from datetime import UTC, datetime
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from spark_jobs.layout import Layout
-from spark_jobs.seams.processes import HOST, await_answer, check_port, read_state, stop_service, write_state
+from spark_jobs.seams.processes import HOST, Launched, Service, spawn
 from spark_jobs.seams.session import DEFAULT_MASTER, get_spark, submit_conf
 from spark_jobs.seams.storage import Root, resolve_root
 
@@ -34,32 +32,45 @@ START_TIMEOUT_S = 120
 STOP_TIMEOUT_S = 30
 
 
-@dataclass(frozen=True)
-class ConnectStatus:
-    running: bool
-    url: str | None = None
-    pid: int | None = None
-    started_at: str | None = None
-    log: str | None = None
+class ConnectServer(Service):
+    """The Spark Connect server of a lake root (its files under ``<root>/_connect/``)."""
 
-    def as_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+    name = "connect"
+    title = "Spark Connect server"
+    address_key = "url"
+    default_port = DEFAULT_PORT
+    port_env = "LAKE_CONNECT_PORT"
+    start_timeout = START_TIMEOUT_S
+    stop_timeout = STOP_TIMEOUT_S
 
-    def text(self) -> str:
-        if not self.running:
-            return "Spark Connect server: not running"
-        return (
-            f"Spark Connect server: running at {self.url} (pid {self.pid}, since {self.started_at}); "
-            f"log {self.log}"
-        )
+    @property
+    def state_file(self) -> Path:
+        return self.layout.connect_state
 
+    @property
+    def log_file(self) -> Path:
+        return self.layout.connect_log
 
-def status(root: Root | Path) -> ConnectStatus:
-    """The server's state from ``server.json``; a file left by a dead server reads as not running."""
-    info = read_state(Layout(root).connect_state)
-    if info is None:
-        return ConnectStatus(False)
-    return ConnectStatus(True, info["url"], int(info["pid"]), info.get("started_at"), info.get("log"))
+    def launch(self, port: int, log: Callable[[str], None], **_: Any) -> Launched:
+        self.layout.connect.mkdir(parents=True, exist_ok=True)
+        conf = submit_conf(self.layout.lake) | {
+            "spark.connect.grpc.binding.address": HOST,
+            "spark.connect.grpc.binding.port": str(port),
+        }
+        master = os.environ.get("LAKE_SPARK_MASTER") or DEFAULT_MASTER
+        cmd = [_spark_submit(), "--master", master, "--name", "lake-connect", "--class", SERVER_CLASS]
+        cmd += [a for k, v in conf.items() for a in ("--conf", f"{k}={v}")]
+        log(f"starting the Spark Connect server on {HOST}:{port} ({master}) ...")
+        proc = spawn(cmd, self.log_file, cwd=self.layout.connect)
+        return Launched(proc, lambda: _answers(port), f"{HOST}:{port}", {"url": f"sc://{HOST}:{port}"})
+
+    def ready(self, launched: Launched) -> None:
+        _warm_up(launched.state["url"], self.layout.connect_warm_up)
+
+    def answering(self) -> str | None:
+        """The URL of a running server that accepts connections now, else None."""
+        url = self.status().address
+        return url if url is not None and _answers(int(url.rsplit(":", 1)[1])) else None
 
 
 def _spark_submit() -> str:
@@ -78,52 +89,6 @@ def _answers(port: int) -> bool:
         return False
 
 
-def answering(state: ConnectStatus) -> bool:
-    """A running server that accepts connections now."""
-    return state.running and state.url is not None and _answers(int(state.url.rsplit(":", 1)[1]))
-
-
-def start(root: Root | Path, port: int = DEFAULT_PORT, log=lambda _: None) -> ConnectStatus:
-    """Start the server unless it runs; returns once it accepts connections."""
-    current = status(root)
-    if current.running:
-        return current
-    check_port(port, "--connect-port")
-    layout = Layout(root)
-    layout.connect.mkdir(parents=True, exist_ok=True)
-    server_log = layout.connect_log
-    conf = submit_conf(resolve_root(root)) | {
-        "spark.connect.grpc.binding.address": HOST,
-        "spark.connect.grpc.binding.port": str(port),
-    }
-    master = os.environ.get("LAKE_SPARK_MASTER") or DEFAULT_MASTER
-    cmd = [_spark_submit(), "--master", master, "--name", "lake-connect", "--class", SERVER_CLASS]
-    cmd += [a for k, v in conf.items() for a in ("--conf", f"{k}={v}")]
-    log(f"starting the Spark Connect server on {HOST}:{port} ({master}) ...")
-    with open(server_log, "w") as out:
-        proc = subprocess.Popen(
-            cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
-        )
-    url = f"sc://{HOST}:{port}"
-    info = {
-        "pid": proc.pid,
-        "url": url,
-        "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "log": str(server_log),
-    }
-    await_answer(
-        proc,
-        lambda: _answers(port),
-        "the Spark Connect server",
-        f"{HOST}:{port}",
-        [server_log],
-        START_TIMEOUT_S,
-    )
-    _warm_up(url, layout.connect_warm_up)
-    write_state(layout.connect_state, info)
-    return status(root)
-
-
 def _warm_up(url: str, table: Path) -> None:
     """The server's first query loads and compiles what every later one reuses (Delta's reader, Arrow
     batches to the client): about 7 s. Paid here, by ``lake up``, not by the user's first command."""
@@ -137,28 +102,23 @@ def _warm_up(url: str, table: Path) -> None:
         spark.stop()
 
 
-def stop(root: Root | Path, log=lambda _: None) -> bool:
-    """Stop the server (SIGTERM: Spark stops its context, then SIGKILL after 30 s); False when it was
-    not running."""
-    return stop_service(Layout(root).connect_state, "the Spark Connect server", STOP_TIMEOUT_S, log)
-
-
 def quick_session(root: Root | Path, app_name: str = "lake", log: Any = lambda _: None):
     """A session for a command that only reads the lake (``lake show``): the lake root's Spark Connect
     server when it runs (``lake up``), a second or two instead of a local
     Spark's start-up; else, or when the server does not answer, a local session (:func:`get_spark`)."""
-    server = status(root)
-    if server.running and not answering(server):
-        log(f"the Spark Connect server at {server.url} does not answer; starting a local Spark")
-    elif server.running and server.url:
+    server = ConnectServer(root).status()
+    url = server.address
+    if server.running and not ConnectServer(root).answering():
+        log(f"the Spark Connect server at {url} does not answer; starting a local Spark")
+    elif server.running and url:
         from pyspark.sql import SparkSession
 
         try:
-            spark = SparkSession.builder.remote(server.url).getOrCreate()
+            spark = SparkSession.builder.remote(url).getOrCreate()
             _ = spark.version  # the first request: a server that does not answer fails here
-            log(f"(on the Spark Connect server at {server.url})")
+            log(f"(on the Spark Connect server at {url})")
             return spark
         except Exception as exc:  # a stuck or dying server: the command still runs
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            log(f"the Spark Connect server at {server.url} did not answer ({first}); starting a local Spark")
+            log(f"the Spark Connect server at {url} did not answer ({first}); starting a local Spark")
     return get_spark(app_name=app_name, root=resolve_root(root))

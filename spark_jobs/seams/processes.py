@@ -1,6 +1,15 @@
-"""What the product's background services (the embedded broker, the Spark Connect server) share:
-is a pid alive, is a loopback port free, a free port, waiting for a started service to answer, its
-state file, stopping it, the tail of its log."""
+"""The product's local services (the embedded broker, Schema Registry and S3 store, the Spark Connect
+server) and what they share: one shape, :class:`Service` (a state file while it runs, start, wait
+until it answers, status, stop, its log), which ``lake <service> start | stop | status | log`` drives
+for each of them alike; and the process helpers under it (is a pid alive, is a loopback port free, a
+free port, spawning, stopping).
+
+A service's state file (JSON) holds its pid, its address, when it started, its data folder and its log
+while it runs; a file left by a dead process reads as not running. Start does nothing when the service
+runs; otherwise it launches it (the service's own part), waits until it answers (a one-line error with
+the last line of its log when it exits first or stays silent), then writes the state file. Stop sends
+SIGTERM (the service's own clean shutdown), then SIGKILL after the service's timeout, and removes the
+file."""
 
 from __future__ import annotations
 
@@ -11,9 +20,10 @@ import socket
 import subprocess
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from spark_jobs.errors import UserError
 
@@ -170,3 +180,148 @@ def terminate(pid: int, timeout: float) -> None:
             break
         time.sleep(0.2)
     reap(pid)
+
+
+@dataclass(frozen=True)
+class ServiceStatus:
+    """What ``lake <service> status`` says: running or not, where, since when, its data and log;
+    ``details`` the service's own facts (printed by ``--json`` except ``secrets``)."""
+
+    title: str
+    running: bool
+    address: str | None = None
+    pid: int | None = None
+    started_at: str | None = None
+    data_dir: str | None = None
+    log: str | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+    address_key: str = "address"  # the address's name in the state file and in --json
+    also: str = ""  # more addresses, said after the first (a broker's SASL listener)
+    secrets: tuple[str, ...] = ()
+
+    def as_dict(self) -> dict[str, Any]:
+        common = {"running": self.running, self.address_key: self.address, "pid": self.pid}
+        common |= {"started_at": self.started_at, "data_dir": self.data_dir, "log": self.log}
+        return common | {k: v for k, v in self.details.items() if k not in self.secrets}
+
+    def text(self) -> str:
+        if not self.running:
+            return f"{self.title}: not running"
+        data = f"data {self.data_dir}, " if self.data_dir else ""
+        return (
+            f"{self.title}: running at {self.address}{self.also} (pid {self.pid}, since {self.started_at}); "
+            f"{data}log {self.log}"
+        )
+
+
+class Service:
+    """One local service at a lake root (or, for the S3 store, its work folder): the shape every one
+    of them has. A service is a subclass that names its files and says how it is launched
+    (:meth:`launch`) and how it answers; ``lake <name> ...`` is built from these attributes."""
+
+    name: ClassVar[str]  # the CLI word: lake <name> start | stop | status | log
+    title: ClassVar[str]  # "embedded Kafka broker"
+    address_key: ClassVar[str]  # what its address is called: bootstrap_servers, url, endpoint
+    default_port: ClassVar[int]
+    port_env: ClassVar[str]  # the environment variable that moves its default port
+    start_timeout: ClassVar[float] = 60.0
+    stop_timeout: ClassVar[float] = 30.0
+    secrets: ClassVar[tuple[str, ...]] = ()  # state file entries never printed (the file is private)
+
+    def __init__(self, place: Any):
+        from spark_jobs.layout import Layout
+
+        self.layout = Layout(place)
+
+    # what a service names
+    @property
+    def state_file(self) -> Path:
+        raise NotImplementedError
+
+    @property
+    def log_file(self) -> Path:
+        raise NotImplementedError
+
+    def launch(self, port: int, log: Callable[[str], None], **options: Any) -> Launched:
+        """Start the process (the service is not running); what to wait for and to record."""
+        raise NotImplementedError
+
+    def ready(self, launched: Launched) -> None:
+        """After it first answers, before its state is written (a setting, a warm-up)."""
+
+    # the shape they share
+    @classmethod
+    def port(cls, given: int | None = None) -> int:
+        """``given``, else ``$<port_env>``, else the service's default port."""
+        return given or int(os.environ.get(cls.port_env, cls.default_port))
+
+    def status(self) -> ServiceStatus:
+        info = read_state(self.state_file)
+        if info is None:
+            return ServiceStatus(self.title, False, address_key=self.address_key, secrets=self.secrets)
+        common = {"pid", self.address_key, "started_at", "data_dir", "log"}
+        return ServiceStatus(
+            self.title,
+            True,
+            info.get(self.address_key),
+            int(info["pid"]),
+            info.get("started_at"),
+            info.get("data_dir"),
+            info.get("log"),
+            {k: v for k, v in info.items() if k not in common},
+            self.address_key,
+            self.describe_also(info),
+            self.secrets,
+        )
+
+    def describe_also(self, info: dict[str, Any]) -> str:
+        return ""
+
+    def start(
+        self,
+        port: int | None = None,
+        log: Callable[[str], None] = lambda _: None,
+        flag: str = "--port",
+        **options: Any,
+    ) -> ServiceStatus:
+        """Start it unless it runs; returns once it answers. ``flag``: the option that named ``port``
+        (named by the error when the port is taken)."""
+        current = self.status()
+        if current.running:
+            return current
+        port = self.port(port)
+        check_port(port, flag)
+        launched = self.launch(port, log, **options)
+        await_answer(
+            launched.process,
+            launched.answers,
+            f"the {self.title}",
+            launched.where,
+            launched.logs or [self.log_file],
+            self.start_timeout,
+        )
+        self.ready(launched)
+        started = datetime.now(UTC).isoformat(timespec="seconds")
+        info = {"pid": launched.process.pid, "port": port, "started_at": started, "log": str(self.log_file)}
+        write_state(self.state_file, info | launched.state, private=bool(self.secrets))
+        return self.status()
+
+    def stop(self, log: Callable[[str], None] = lambda _: None) -> bool:
+        """Stop it (SIGTERM, then SIGKILL after its timeout); False when it was not running."""
+        return stop_service(self.state_file, f"the {self.title}", self.stop_timeout, log)
+
+    def log_tail(self, lines: int = 40) -> str:
+        """The last ``lines`` lines of its log ("" when it has none)."""
+        return tail(self.log_file, lines)
+
+
+@dataclass
+class Launched:
+    """A service's just-started process: ``answers()`` once it serves at ``where``; ``logs`` to quote
+    when it does not (default: its log); ``state`` its own entries of the state file."""
+
+    process: subprocess.Popen
+    answers: Callable[[], bool]
+    where: str
+    state: dict[str, Any]
+    logs: list[Path] = field(default_factory=list)

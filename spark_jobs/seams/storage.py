@@ -163,9 +163,11 @@ def s3_settings(work: Path) -> S3Settings:
         return S3Settings(endpoint.rstrip("/"), region)
     from spark_jobs.seams import embedded_s3
 
-    store = embedded_s3.status(work)
+    store = embedded_s3.S3Store(work).status()
     if store.running:
-        return S3Settings(store.endpoint, embedded_s3.REGION, store.access_key, store.secret_key)
+        return S3Settings(
+            store.address, embedded_s3.REGION, store.details["access_key"], store.details["secret_key"]
+        )
     return S3Settings(None, region)
 
 

@@ -51,12 +51,12 @@ def main() -> None:
         lake.spark.stop()  # the benchmark's own session is not one the commands could use
         local = [show(root) for _ in range(RUNS)]
         started = time.perf_counter()
-        connect.start(root, free_port())
+        connect.ConnectServer(root).start(free_port())
         start_up = time.perf_counter() - started
         try:
             remote = [show(root) for _ in range(RUNS)]
         finally:
-            connect.stop(root)
+            connect.ConnectServer(root).stop()
     print(
         f"lake show of a {ROWS:,}-row table, {RUNS} runs each (Spark Connect server start-up: {start_up:.1f} s)"
     )

@@ -130,13 +130,13 @@ def main() -> None:
     left_keys = 1_000_000 if BIG else 10_000 if SMALL else 100_000
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        store = embedded_s3.start(work / "store", _free_port(), (BUCKET,))
+        store = embedded_s3.S3Store(work / "store").start(_free_port(), buckets=(BUCKET,))
         # the way a user's own store is reached, and before Spark starts (S3A reads them)
         os.environ.update(
             {
-                "AWS_ENDPOINT_URL": str(store.endpoint),
-                "AWS_ACCESS_KEY_ID": str(store.access_key),
-                "AWS_SECRET_ACCESS_KEY": str(store.secret_key),
+                "AWS_ENDPOINT_URL": str(store.address),
+                "AWS_ACCESS_KEY_ID": str(store.details["access_key"]),
+                "AWS_SECRET_ACCESS_KEY": str(store.details["secret_key"]),
                 "AWS_REGION": embedded_s3.REGION,
                 "LAKE_WORK": str(work / "work"),
             }
@@ -167,7 +167,7 @@ def main() -> None:
                         flush=True,
                     )
         finally:
-            embedded_s3.stop(work / "store")
+            embedded_s3.S3Store(work / "store").stop()
 
 
 def report(r: dict, left_keys: int) -> None:

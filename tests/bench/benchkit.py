@@ -71,12 +71,12 @@ def embedded_broker(root: Path) -> Iterator[str]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    state = broker.start(root, port)
-    os.environ["LAKE_KAFKA_BOOTSTRAP"] = str(state.bootstrap_servers)
+    state = broker.Broker(root).start(port)
+    os.environ["LAKE_KAFKA_BOOTSTRAP"] = str(state.address)
     try:
-        yield str(state.bootstrap_servers)
+        yield str(state.address)
     finally:
-        broker.stop(root)
+        broker.Broker(root).stop()
 
 
 @contextmanager
@@ -88,12 +88,12 @@ def embedded_registry(root: Path) -> Iterator[str]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    state = registry.start(root, port)
-    os.environ["LAKE_SCHEMA_REGISTRY_URL"] = str(state.url)
+    state = registry.Registry(root).start(port)
+    os.environ["LAKE_SCHEMA_REGISTRY_URL"] = str(state.address)
     try:
-        yield str(state.url)
+        yield str(state.address)
     finally:
-        registry.stop(root)
+        registry.Registry(root).stop()
 
 
 def produce_records(lake, config, topic: str, keys: pa.Array, values: pa.Array) -> None:

@@ -16,7 +16,7 @@ from spark_jobs.lookups.backfill import run_backfill
 from spark_jobs.seams.kafka import connect, watermarks
 from spark_jobs.seams.partitioners import partition_for
 from spark_jobs.system_tables import QUARANTINE
-from spark_jobs.topics.ingest import mirrored_up_to, sync_bronze
+from spark_jobs.topics.ingest import catch_up, mirrored_up_to
 from spark_jobs.topics.lookup_tables import lookup_position, lookup_table, refresh_lookup
 from spark_jobs.topics.produce_consume import consume, produce_lines
 
@@ -121,7 +121,7 @@ def test_dry_run_reports_the_same_counts_and_writes_nothing(spark, demo):
     lake, config = demo
     before = versions(lake), kafka_ends(lake, config)
     s = run_backfill(spark, lake, config, "accounts", dry_run=True, log=quiet)
-    assert (s.new, s.changed, s.unchanged, s.written, s.topic_version) == (2, 0, 8, 2, None)
+    assert (s.new, s.changed, s.unchanged, s.written, s.lookup_up_to) == (2, 0, 8, 2, None)
     assert "dry run: nothing written" in s.text()
     assert (versions(lake), kafka_ends(lake, config)) == before
     assert not lake.exists(lookup_table(config.lookup("accounts")))
@@ -207,7 +207,7 @@ def test_csv_and_jsonl_dumps(spark, lake, tmp_path):
 
 def test_the_ingest_refreshes_the_lookup_table_with_tombstones_and_updates(spark, demo):
     lake, config = demo
-    sync_bronze(spark, lake, config, ["customer_accounts"])
+    catch_up(spark, lake, config, ["customer_accounts"])
     assert len(lookup_rows(lake, config)) == 8
     spec = config.topic("customer_accounts")
     produce_lines(
@@ -218,7 +218,7 @@ def test_the_ingest_refreshes_the_lookup_table_with_tombstones_and_updates(spark
         key_sep=";",
         null_empty=True,
     )
-    sync_bronze(spark, lake, config, ["customer_accounts"])  # mirrors the two, refreshes the lookup
+    catch_up(spark, lake, config, ["customer_accounts"])  # mirrors the two, refreshes the lookup
     rows = lookup_rows(lake, config)
     assert "user_1" not in rows and rows["user_2"] == account(2, "b@x.org") and len(rows) == 7
     lookup = config.lookup("accounts")

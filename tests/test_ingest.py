@@ -15,7 +15,7 @@ import pyarrow as pa
 from spark_jobs.config import load_config
 from spark_jobs.runtime.profile import watch_queries
 from spark_jobs.seams.kafka import connect, produce, read
-from spark_jobs.topics.ingest import mirrored_records, run_ingest
+from spark_jobs.topics.ingest import catch_up, mirrored_records
 
 PIPELINE = "topics:\n  events: {partitions: 3}\n  other: {partitions: 2, value: string}\n"
 
@@ -51,14 +51,14 @@ def test_ingest_mirrors_records_tombstones_and_headers_exactly(spark, lake, tmp_
     keys = pa.array([b"a", b"b", b"c", b"a"], pa.binary())
     values = pa.array([b'{"n":1}', b'{"n":2}', None, b'{"n":3}'], pa.binary())
     produce(cluster, spec, [(keys, values)], timestamp_ms=1_000, headers=[("source", b"test")])
-    first = run_ingest(spark, lake, config)
+    first = catch_up(spark, lake, config)
     assert first.topics == {"events": 4, "other": 0}
     want = kafka_records(cluster, spec)
     assert len(want) == 4 and bronze_records(lake, "events") == want
     assert {r["topic"] for r in lake.read_arrow("events").to_pylist()} == {cluster.topic("events")}
     # a second ingest adds only what is new
     produce(cluster, spec, [(pa.array([b"d"]), pa.array([b'{"n":4}']))], timestamp_ms=2_000)
-    assert run_ingest(spark, lake, config, ["events"]).topics == {"events": 1}
+    assert catch_up(spark, lake, config, ["events"]).topics == {"events": 1}
     assert bronze_records(lake, "events") == kafka_records(cluster, spec)
 
 
@@ -80,7 +80,7 @@ def test_topics_says_in_kafka_offsets_how_far_bronze_is_complete(spark, lake, tm
         return next(line for line in capsys.readouterr().out.splitlines() if line.startswith("  events:"))
 
     assert events_line().endswith(f"end offsets {ends}; not in bronze yet")
-    run_ingest(spark, lake, config, ["events"])
+    catch_up(spark, lake, config, ["events"])
     assert events_line().endswith(f"end offsets {ends}; bronze up to offsets {ends}")
 
 
@@ -98,7 +98,7 @@ def test_an_ingest_waiting_on_another_that_ends_short_mirrors_the_rest_itself(sp
     lines: list[str] = []
     with lake.lock("ingest-events"):  # the first command's ingest holds the topic ...
         waiting = threading.Thread(
-            target=run_ingest, args=(spark, lake, config, ["events"]), kwargs={"log": lines.append}
+            target=catch_up, args=(spark, lake, config, ["events"]), kwargs={"log": lines.append}
         )
         waiting.start()
         deadline = time.monotonic() + 60
@@ -119,7 +119,7 @@ def test_with_lake_profile_each_micro_batch_logs_its_spark_phases(spark, lake, t
     lines: list[str] = []
     listener = watch_queries(spark, lines.append)
     try:
-        run_ingest(spark, lake, config, ["events"])
+        catch_up(spark, lake, config, ["events"])
         deadline = time.monotonic() + 30  # the listener hears of the batch after it ends
         while not lines and time.monotonic() < deadline:
             time.sleep(0.1)
@@ -163,7 +163,7 @@ def test_ingest_is_exactly_once_across_kill_9(spark, lake, tmp_path):
         if job.poll() is None:
             os.killpg(job.pid, signal.SIGKILL)
     assert mirrored_records(lake, spec) < 12_000
-    run_ingest(spark, lake, config, ["events"])  # resumes from the killed job's checkpoint
+    catch_up(spark, lake, config, ["events"])  # resumes from the killed job's checkpoint
     got = bronze_records(lake, "events")
     assert len(got) == 12_000 and len({(r[2], r[3]) for r in got}) == 12_000  # each offset once
     assert got == kafka_records(cluster, spec)

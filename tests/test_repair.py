@@ -14,7 +14,7 @@ import pytest
 
 from spark_jobs.errors import UserError
 from spark_jobs.seams.partitioners import partition_for
-from spark_jobs.topics.ingest import refresh_lookups, sync_bronze
+from spark_jobs.topics.ingest import catch_up, refresh_lookups
 from spark_jobs.topics.lookup_tables import lookup_table
 from spark_jobs.topics.produce_consume import consume, produce_lines, producing
 from spark_jobs.topics.repair import dependents, repartition
@@ -37,7 +37,7 @@ def test_repartition_places_every_record_and_keeps_per_key_order(spark, lake, de
     java = io.BytesIO(b'user_10;{"v":2}\nuser_2;{"v":1}\n')
     produce_lines(cluster, spec, java, "-", key_sep=";", timestamp_ms=now + 1)
     assert zlib.crc32(b"user_10") % 4 == 0 and partition_for(b"user_10", 4) == 1
-    sync_bronze(spark, lake, demo_config, ["customer_accounts"])
+    catch_up(spark, lake, demo_config, ["customer_accounts"])
     refresh_lookups(spark, lake, demo_config, [demo_config.lookup("accounts")])
     result = repartition(spark, lake, demo_config, "customer_accounts")
     assert (result.records, result.moved, result.partitioner, result.replaced) == (4, 2, "murmur2", True)
@@ -68,7 +68,7 @@ def test_repartition_places_every_record_and_keeps_per_key_order(spark, lake, de
     }
     # the ingest continues after the rebuilt records
     produce_lines(cluster, spec, io.BytesIO(b'user_3;{"v":1}\n'), "-", key_sep=";")
-    sync_bronze(spark, lake, demo_config, ["customer_accounts"])
+    catch_up(spark, lake, demo_config, ["customer_accounts"])
     assert lake.read_arrow("customer_accounts").num_rows == 5
     again = repartition(spark, lake, demo_config, "customer_accounts")
     assert (again.moved, again.replaced) == (0, False)

@@ -313,7 +313,7 @@ def cmd_consume(args) -> int:
 def cmd_ingest(args) -> int:
     from spark_jobs.runtime.profile import watch_queries
     from spark_jobs.seams.session import get_spark
-    from spark_jobs.topics.ingest import run_ingest
+    from spark_jobs.topics.ingest import catch_up, run_continuous
 
     config, lake = context(args)
     for topic in args.topics:
@@ -326,18 +326,20 @@ def cmd_ingest(args) -> int:
         return _ingest_job(args, config, lake)
     spark = get_spark(app_name=f"ingest-{config.name}", root=lake.root)
     watch_queries(spark, lambda m: print(m, flush=True))
-    summary = run_ingest(
+    log = lambda m: print(m, flush=True)  # noqa: E731
+    if not args.continuous:
+        catch_up(spark, lake, config, args.topics or None, max_records=args.max_records, log=log)
+        return 0
+    summary = run_continuous(
         spark,
         lake,
         config,
         args.topics or None,
-        once=not args.continuous,
         trigger_seconds=args.trigger,
         max_records=args.max_records,
-        log=lambda m: print(m, flush=True),
+        log=log,
     )
-    if args.continuous:
-        print(summary.text())
+    print(summary.text())
     return 0
 
 

@@ -41,7 +41,6 @@ from spark_jobs.seams.kafka import Cluster, connect, produce
 from spark_jobs.seams.session import arrow_frame
 from spark_jobs.system_tables import QUARANTINE, ensure_quarantine
 from spark_jobs.topics import ingest
-from spark_jobs.topics.lookup_tables import lookup_position, lookup_table
 from spark_jobs.topics.produce_consume import producing
 from spark_jobs.topics.snapshots import SnapshotReader, take
 
@@ -61,7 +60,6 @@ class BackfillSummary:
     duplicates: int = 0  # good lines whose key appears again later in the dump (the last one wins)
     rejected: int = 0
     written: int = 0
-    topic_version: int | None = None
     compared_with: str = ""  # the topic's offsets the dump was compared with
     lookup_up_to: list[int] | None = None  # the offsets the lookup table is complete up to afterwards
     lookup_changed: bool = False  # the lookup table got rows (this run's, or a crashed run's records)
@@ -81,7 +79,6 @@ class BackfillSummary:
             + f", {self.unchanged:,} unchanged, "
             f"{self.duplicates:,} superseded duplicates, {self.rejected:,} rejected; {verb} "
             f"{self.written:,} records to {self.topic}"
-            + (f" (version {self.topic_version})" if self.topic_version is not None else "")
             + f" in {self.seconds:.1f}s; compared with {self.compared_with}"
             + (f"; lookup table up to offsets {self.lookup_up_to}" if self.lookup_up_to is not None else "")
             + (" [dry run: nothing written]" if self.dry_run else "")
@@ -142,15 +139,12 @@ def run_backfill(
         finally:
             parsed.unpersist()
     if not dry_run:
-        # the mirror and the lookup table, up to the topic's end: also when nothing was written, so a
-        # rerun after a crash between the write and the refresh finishes what that run began
-        table = lookup_table(lookup)
-        before = lake.version(table) if lake.exists(table) else None
-        ingest.sync_bronze(spark, lake, config, [topic.name], log=log, cluster=cluster)
-        summary.topic_version = lake.version(topic.name)
-        summary.lookup_changed = lake.exists(table) and lake.version(table) != before
-        position = lookup_position(lake, lookup)
-        summary.lookup_up_to = position[0] if position is not None else None
+        # handed to the ingest: the mirror and the lookup table, up to the topic's end; also when
+        # nothing was written, so a rerun after a crash between the write and the refresh finishes
+        # what that run began
+        refreshed = ingest.catch_up(spark, lake, config, [topic.name], log=log, cluster=cluster).lookups
+        summary.lookup_up_to = refreshed[lookup.name].up_to
+        summary.lookup_changed = refreshed[lookup.name].merged > 0
         log(f"lookup {lookup.name}: up to offsets {summary.lookup_up_to}")
     summary.seconds = time.perf_counter() - started
     return summary

@@ -57,10 +57,20 @@ def checkpoint_dir(lake: Lake, topic: str) -> Path:
     return lake.layout.ingest_checkpoint(topic)
 
 
+@dataclass(frozen=True)
+class Refreshed:
+    """A lookup table's refresh: the Kafka offsets it is complete up to (None: its topic is not
+    mirrored yet), and the keys it merged."""
+
+    up_to: list[int] | None
+    merged: int
+
+
 @dataclass
 class IngestSummary:
     topics: dict[str, int] = field(default_factory=dict)  # topic -> records appended
     seconds: float = 0.0
+    lookups: dict[str, Refreshed] = field(default_factory=dict)  # lookup -> its refresh at the end
 
     def text(self) -> str:
         parts = ", ".join(f"{t} +{n:,}" for t, n in self.topics.items()) or "no topics"
@@ -90,76 +100,119 @@ def _query(
     return writer.start(lake.uri(spec.name))
 
 
-def run_ingest(
+def catch_up(
     spark: SparkSession,
     lake: Lake,
     config: PipelineConfig,
     topics: list[str] | None = None,
     *,
-    once: bool = True,
-    trigger_seconds: float = 1.0,
     max_records: int | None = None,
-    stop: threading.Event | None = None,
     log: Callable[[str], None] = lambda _: None,
     cluster: Cluster | None = None,
 ) -> IngestSummary:
-    """Mirror ``topics`` (default: every declared topic) into their bronze tables: ``once`` everything
-    available now, then return; otherwise until ``stop`` is set (or SIGTERM / Ctrl-C). ``max_records``
-    caps the Kafka offsets one micro-batch reads per topic (Spark's ``maxOffsetsPerTrigger``).
+    """Mirror ``topics`` (default: every declared topic) into their bronze tables up to their end as
+    of now, then refresh the lookup tables of those topics (``lake ingest --once``; what a backfill
+    hands its topic to). ``max_records`` caps the Kafka offsets one micro-batch reads per topic
+    (Spark's ``maxOffsetsPerTrigger``).
 
-    One ingest per topic runs at a time (``<root>/_locks/ingest-<topic>.lock``). ``once`` on a topic
-    that a continuous ingest is mirroring waits until that one has passed the topic's end as of now.
-    The lookup tables of the mirrored topics are refreshed at the end (continuously: at most every
-    ``LOOKUP_REFRESH_SECONDS``). A continuous ingest registers as the pipeline's job
-    ``ingest:<pipeline>`` under ``<root>/_jobs``
-    (pid, heartbeat, each topic's last batch; ``lake ingest --detach`` starts it detached, ``lake
-    status`` shows it); a second one of the pipeline, or of one of its topics, is refused. ``cluster``:
-    the pipeline's cluster when the caller has it already (one connection per command)."""
+    One ingest per topic runs at a time (``<root>/_locks/ingest-<topic>.lock``): on a topic that
+    another ingest is mirroring (the continuous one), this waits until that one has passed the
+    topic's end as of now. ``cluster``: the pipeline's cluster when the caller has it already (one
+    connection per command)."""
     started = time.perf_counter()
-    specs = [config.topic(t) for t in topics] if topics else list(config.topics.values())
-    cluster = cluster or connect(config, lake.root)
-    ensure_topics(cluster, specs)  # Spark's source needs them to exist
-    for spec in specs:  # before registering: whoever sees the job running finds the tables
-        ensure_bronze(lake, spec)
-    before = {s.name: mirrored_records(lake, s) for s in specs}
+    specs, cluster, before = _prepare(lake, config, topics, cluster)
     with ExitStack() as held:
-        beat = None if once else held.enter_context(registered(lake, ingest_job(config), "continuous"))
-        mine: list[TopicSpec] = []
-        others: list[TopicSpec] = []
-        for spec in specs:
-            taken = held.enter_context(lake.lock(f"ingest-{spec.name}", wait=False))
-            (mine if taken else others).append(spec)
-        if others and not once:
-            names = ", ".join(s.name for s in others)
-            raise UserError(f"a continuous ingest of {names} is already running (lake ingest --continuous)")
+        mine, others = _take(held, lake, specs)
         targets = {s.name: [high for _, high in watermarks(cluster, s)] for s in others}
-        queries = [_query(spark, lake, cluster, s, once, trigger_seconds, max_records) for s in mine]
-        lookups = [lk for lk in config.lookups.values() if lk.topic in {s.name for s in specs}]
-        refresh = lambda: refresh_lookups(spark, lake, config, lookups)  # noqa: E731
-        upkeep = None if once else _Every(LOOKUP_REFRESH_SECONDS, refresh)
-        _await(queries, stop or threading.Event(), beat, upkeep)
+        _await(
+            [_query(spark, lake, cluster, s, True, 1.0, max_records) for s in mine], threading.Event(), None
+        )
         for spec in others:
             log(f"ingest: {spec.name} is being mirrored by another ingest; waiting for it ...")
             _mirror_behind(spark, lake, cluster, spec, targets[spec.name], max_records)
         faults.point("mirror")  # bronze is written, the lookup tables not refreshed
-        refresh()
-    summary = IngestSummary(
-        {s.name: mirrored_records(lake, s) - before[s.name] for s in specs}, time.perf_counter() - started
-    )
-    log(summary.text())
-    return summary
+        refreshed = refresh_lookups(spark, lake, config, _lookups_of(config, specs))
+    return _summary(lake, specs, before, refreshed, started, log)
 
 
-def sync_bronze(
+def run_continuous(
     spark: SparkSession,
     lake: Lake,
     config: PipelineConfig,
-    topics: list[str],
-    log=lambda _: None,
-    cluster: Cluster | None = None,
+    topics: list[str] | None = None,
+    *,
+    trigger_seconds: float = 1.0,
+    max_records: int | None = None,
+    stop: threading.Event | None = None,
+    log: Callable[[str], None] = lambda _: None,
 ) -> IngestSummary:
-    """Bring the bronze tables of ``topics`` up to their Kafka topics' current end."""
-    return run_ingest(spark, lake, config, topics, once=True, log=log, cluster=cluster)
+    """Mirror ``topics`` (default: every declared topic) until ``stop`` is set (or SIGTERM / Ctrl-C),
+    a micro-batch every ``trigger_seconds``, refreshing their lookup tables at most every
+    ``LOOKUP_REFRESH_SECONDS`` and once more at the end (``lake ingest --continuous``). It registers as
+    the pipeline's job ``ingest:<pipeline>`` under ``<root>/_jobs`` (pid, heartbeat, each topic's last
+    batch; ``lake ingest --detach`` starts it detached, ``lake status`` shows it); a second one of the
+    pipeline, or of one of its topics, is refused."""
+    started = time.perf_counter()
+    specs, cluster, before = _prepare(lake, config, topics, None)
+    with ExitStack() as held:
+        beat = held.enter_context(registered(lake, ingest_job(config), "continuous"))
+        mine, others = _take(held, lake, specs)
+        if others:
+            names = ", ".join(s.name for s in others)
+            raise UserError(f"a continuous ingest of {names} is already running (lake ingest --continuous)")
+        queries = [_query(spark, lake, cluster, s, False, trigger_seconds, max_records) for s in mine]
+        refresh = lambda: refresh_lookups(spark, lake, config, _lookups_of(config, specs))  # noqa: E731
+        _await(queries, stop or threading.Event(), beat, _Every(LOOKUP_REFRESH_SECONDS, refresh))
+        faults.point("mirror")  # bronze is written, the lookup tables not refreshed
+        refreshed = refresh()
+    return _summary(lake, specs, before, refreshed, started, log)
+
+
+def _prepare(
+    lake: Lake, config: PipelineConfig, topics: list[str] | None, cluster: Cluster | None
+) -> tuple[list[TopicSpec], Cluster, dict[str, int]]:
+    """The topics' specs, the cluster, the topics created on Kafka when missing (Spark's source needs
+    them) and their bronze tables (before anything registers: whoever sees a job running finds the
+    tables), and how many records each bronze table holds now."""
+    specs = [config.topic(t) for t in topics] if topics else list(config.topics.values())
+    cluster = cluster or connect(config, lake.root)
+    ensure_topics(cluster, specs)
+    for spec in specs:
+        ensure_bronze(lake, spec)
+    return specs, cluster, {s.name: mirrored_records(lake, s) for s in specs}
+
+
+def _take(held: ExitStack, lake: Lake, specs: list[TopicSpec]) -> tuple[list[TopicSpec], list[TopicSpec]]:
+    """The topics this ingest mirrors itself (their locks taken, held by ``held``) and the topics
+    another ingest is mirroring."""
+    mine: list[TopicSpec] = []
+    others: list[TopicSpec] = []
+    for spec in specs:
+        taken = held.enter_context(lake.lock(f"ingest-{spec.name}", wait=False))
+        (mine if taken else others).append(spec)
+    return mine, others
+
+
+def _lookups_of(config: PipelineConfig, specs: list[TopicSpec]) -> list[LookupSpec]:
+    names = {s.name for s in specs}
+    return [lk for lk in config.lookups.values() if lk.topic in names]
+
+
+def _summary(
+    lake: Lake,
+    specs: list[TopicSpec],
+    before: dict[str, int],
+    refreshed: dict[str, Refreshed],
+    started: float,
+    log: Callable[[str], None],
+) -> IngestSummary:
+    summary = IngestSummary(
+        {s.name: mirrored_records(lake, s) - before[s.name] for s in specs},
+        time.perf_counter() - started,
+        refreshed,
+    )
+    log(summary.text())
+    return summary
 
 
 class _Every:
@@ -176,11 +229,14 @@ class _Every:
 
 def refresh_lookups(
     spark: SparkSession, lake: Lake, config: PipelineConfig, lookups: list[LookupSpec]
-) -> None:
+) -> dict[str, Refreshed]:
     """Bring the lookup tables up to their bronze tables, each recording the Kafka offsets it is then
     complete up to: its mirror's, read before the refresh reads the bronze table."""
+    refreshed = {}
     for lookup in lookups:
-        refresh_lookup(spark, lake, lookup, mirrored_up_to(lake, config.topic(lookup.topic)))
+        up_to = mirrored_up_to(lake, config.topic(lookup.topic))
+        refreshed[lookup.name] = Refreshed(up_to, refresh_lookup(spark, lake, lookup, up_to))
+    return refreshed
 
 
 def _await(

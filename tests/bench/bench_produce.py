@@ -109,13 +109,13 @@ def measure_ingest(root: Path, config: Path, n: int) -> None:
     from spark_jobs.config import load_config
     from spark_jobs.seams.delta import Lake
     from spark_jobs.seams.session import get_spark
-    from spark_jobs.topics.ingest import run_ingest
+    from spark_jobs.topics.ingest import catch_up
 
     spark = get_spark(app_name="bench-ingest")
     cfg = load_config(config)
     fresh = Lake(root.parent / f"lake-warm-{n}")
     started = time.perf_counter()
-    summary = run_ingest(spark, fresh, cfg, [f"lake_produced_{n}"], once=True)
+    summary = catch_up(spark, fresh, cfg, [f"lake_produced_{n}"])
     secs = time.perf_counter() - started
     got = sum(summary.topics.values())
     assert got == n, (got, n)

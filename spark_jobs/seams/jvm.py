@@ -76,7 +76,8 @@ def registry_app() -> Path:
 
 def product_jars() -> list[Path]:
     """The product's own JVM code, built by setup: the joins' state operators, the record formats'
-    decoders and the Kafka seam's changelog writer; a clear error when setup has not built a jar, or built it from older sources."""
+    decoders and the Kafka seam's changelog writer; a clear error when setup has not built a jar, or
+    built it from older sources."""
     return [
         _built(OPERATORS_JAR, OPERATORS_SOURCE, "the join operators"),
         _built(FORMATS_JAR, FORMATS_SOURCE, "the record format decoders"),

@@ -136,7 +136,7 @@ def kafka_ends(root):
 
 def test_kafka_errors_are_one_line_exit_2(tmp_path, kafka):
     root = tmp_path / "lake"
-    port = kafka.bootstrap_servers.rsplit(":", 1)[1]
+    port = str(kafka.address).rsplit(":", 1)[1]
     code, _, err = lake_cli(root, "kafka", "start", "--port", port)
     assert code == 2 and err == (
         f"lake: error: port {port} on 127.0.0.1 is already taken by another process; choose another with --port\n"

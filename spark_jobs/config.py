@@ -196,6 +196,9 @@ class JoinSpec:
     # stream-table: hold each event until the stream's time (its largest event timestamp read) has
     # passed the event's timestamp by this much (KIP-923); None: decide once the table side has
     grace_ms: int | None = None
+    # the consumer group the join's finished offsets are committed to, for Kafka's own tools: "" the
+    # default (lake.<pipeline>.<join>, PipelineConfig.consumer_group), None none (consumer_group: false)
+    consumer_group: str | None = ""
 
     @property
     def job(self) -> str:
@@ -242,6 +245,12 @@ class PipelineConfig:
 
     def join(self, name: str) -> JoinSpec:
         return self._declared("join", self.joins, name)
+
+    def consumer_group(self, spec: JoinSpec) -> str | None:
+        """The consumer group that shows the join's position to Kafka's tools (None: turned off)."""
+        if spec.consumer_group == "":
+            return f"lake.{self.name}.{spec.name}"
+        return spec.consumer_group
 
     def lookup_partitioner(self, lookup: LookupSpec) -> str:
         """The partitioner a backfill uses by default: the one of the topics it is joined with."""
@@ -453,6 +462,9 @@ def _registry(doc: LocatedYaml, raw: Any) -> RegistrySpec:
             raise doc.error((*path, "url"), f"must be http(s)://HOST[:PORT][/PATH][,...], got {url!r}")
     settings = {k: _setting(doc, (*path, k), v) for k, v in raw.items() if k != "url"}
     return RegistrySpec(url, settings)
+
+
+GROUP_RE = re.compile(r"[A-Za-z0-9._-]{1,249}")
 
 
 def mapping(doc: LocatedYaml, path: tuple[str, ...], value: Any, allowed: tuple[str, ...]) -> dict:
@@ -689,7 +701,7 @@ def _join(
     kind = choice(doc, (*path, "kind"), spec.get("kind"), tuple(KINDS))
     info = KINDS[kind]
     every = tuple(dict.fromkeys(k for other in KINDS.values() for k in other.settings))
-    spec = mapping(doc, path, spec, ("kind", "left", "type", "select", "publish", *every))
+    spec = mapping(doc, path, spec, ("kind", "left", "type", "select", "publish", "consumer_group", *every))
     for key in spec:
         if key in every and key not in info.settings:
             kinds = ", ".join(k.name for k in KINDS.values() if key in k.settings)
@@ -725,6 +737,7 @@ def _join(
     )
     table_every, publish, publish_format = _publish_settings(doc, path, name, spec, topics)
     grace = window_ms(doc, (*path, "grace"), spec["grace"]) if "grace" in spec else None
+    group = _consumer_group(doc, (*path, "consumer_group"), spec.get("consumer_group", ""))
     return JoinSpec(
         name,
         kind,
@@ -742,7 +755,19 @@ def _join(
         table_every,
         publish_format,
         grace,
+        group,
     )
+
+
+def _consumer_group(doc: LocatedYaml, path: tuple[str, ...], value: Any) -> str | None:
+    """A consumer group name (letters, digits, '.', '_', '-'), false for none; "" the default."""
+    if value is False:
+        return None
+    if value == "":
+        return ""
+    if not isinstance(value, str) or not GROUP_RE.fullmatch(value):
+        raise doc.error(path, "must be a consumer group name (letters, digits, '.', '_', '-') or false")
+    return value
 
 
 def _join_name(doc: LocatedYaml, path: tuple, name: str, topics: dict[str, TopicSpec]) -> None:

@@ -63,6 +63,10 @@ def test_malformed_config_is_one_line_naming_file_line_and_key(tmp_path, capsys,
         ),
         ("{kind: table, left: L, right: R, select: {}}", "select: must be a mapping"),
         ("{kind: table, left: L, right: R, select: {a: left.v}, publish: L}", "is declared already"),
+        (
+            "{kind: table, left: L, right: R, select: {a: left.v}, consumer_group: 'a b'}",
+            "consumer_group: must be a consumer group name (letters, digits, '.', '_', '-') or false",
+        ),
     ],
 )
 def test_join_config_errors_name_the_line(tmp_path, join, message):
@@ -71,6 +75,20 @@ def test_join_config_errors_name_the_line(tmp_path, join, message):
     with pytest.raises(UserError) as err:
         load_config(path)
     assert "p.yaml:5: joins.j." in str(err.value) and message in str(err.value)
+
+
+def test_a_joins_consumer_group_is_named_after_the_pipeline_unless_set(tmp_path):
+    path = tmp_path / "p.yaml"
+    joins = {"d": "", "own": ", consumer_group: ops.orders", "off": ", consumer_group: false"}
+    path.write_text(
+        "pipeline: shop\ntopics:\n  L: {partitions: 2}\n  R: {partitions: 2}\njoins:\n"
+        + "".join(
+            f"  {n}: {{kind: table, left: L, right: R, select: {{a: left.v}}{extra}}}\n"
+            for n, extra in joins.items()
+        )
+    )
+    config = load_config(path)
+    assert [config.consumer_group(config.join(n)) for n in joins] == ["lake.shop.d", "ops.orders", None]
 
 
 def test_join_config_reads_window_and_publish(cfg):

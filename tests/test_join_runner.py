@@ -296,6 +296,65 @@ def test_sigkill_at_random_moments_then_restart_gives_the_oracle_and_no_duplicat
     assert sorted((k.decode(), v["lv"], v["rv"]) for k, v in published.items()) == want
 
 
+JVM_KAFKA = Path(__file__).resolve().parents[1] / ".jvm" / "kafka"
+
+
+def described_group(group: str) -> dict[tuple[str, int], tuple[int, int, int]]:
+    """``kafka-consumer-groups --describe --group G`` (Kafka's own tool, from the locked jars):
+    (topic, partition) -> (current offset, log end offset, lag)."""
+    proc = subprocess.run(
+        ["java", "-cp", f"{JVM_KAFKA}/*", "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"]
+        + ["--bootstrap-server", os.environ["LAKE_KAFKA_BOOTSTRAP"], "--describe", "--group", group],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = {}
+    for line in proc.stdout.splitlines():
+        cells = line.split()
+        if len(cells) >= 6 and cells[0] == group and cells[2].isdigit():
+            rows[(cells[1], int(cells[2]))] = (int(cells[3]), int(cells[4]), int(cells[5]))
+    return rows
+
+
+def checkpoint_group(lake, cfg, name: str) -> dict[tuple[str, int], int]:
+    """The join's checkpoint position as (Kafka topic, partition) -> offset."""
+    from spark_jobs import checkpoints
+    from spark_jobs.joins.runner import checkpoint_dir
+
+    positions = checkpoints.committed_positions(checkpoint_dir(lake, cfg.join(name))) or {}
+    return {(t, p): o for t, by in positions.items() for p, o in by.items()}
+
+
+def test_kafka_tools_see_a_join_as_its_consumer_group_with_its_lag(spark, setup, capsys):
+    """kafka-consumer-groups --describe shows the join's group lake.<pipeline>.<join> at the offsets
+    its checkpoint finished, with the lag of what arrived since, and caught up after the next run."""
+    cfg, lake, opts = setup
+    produce(lake, cfg, "L", [("a", "a1", T0), ("b", "b1", T0), ("c", "c1", T0)])
+    produce(lake, cfg, "R", [("a", "r1", T0)])
+    assert main(["run", "t_left", "--once", *opts]) == 0
+    cluster = connect(cfg, lake.root)
+    group = cluster.group("lake.joins-test.t_left")
+    ends = {
+        (cluster.topic(t), p): high
+        for t in ("L", "R")
+        for p, (_, high) in enumerate(watermarks(cluster, cfg.topic(t)))
+    }
+    assert checkpoint_group(lake, cfg, "t_left") == ends
+    assert described_group(group) == {tp: (end, end, 0) for tp, end in ends.items()}
+
+    produce(lake, cfg, "L", [("d", "d1", T0 + 1)])  # one record and its transaction's commit marker
+    lagging = {tp: lag for tp, (_, _, lag) in described_group(group).items() if lag}
+    assert list(lagging.values()) == [2] and next(iter(lagging))[0] == cluster.topic("L")
+
+    assert main(["run", "t_left", "--once", *opts]) == 0
+    caught_up = described_group(group)
+    assert all(lag == 0 for _, _, lag in caught_up.values())
+    assert {tp: current for tp, (current, _, _) in caught_up.items()} == checkpoint_group(lake, cfg, "t_left")
+    capsys.readouterr()
+
+
 @pytest.mark.slow
 def test_kill_9_at_every_commit_point_loses_and_doubles_nothing(spark, setup):
     """A continuous job killed with SIGKILL right after each commit point of a micro-batch in turn:
@@ -319,6 +378,10 @@ def test_kill_9_at_every_commit_point_loses_and_doubles_nothing(spark, setup):
             if proc.poll() is None:
                 proc.kill()
     run_join(spark, lake, cfg, "t_left", once=True)  # resumes after the last kill
+    # Kafka's tools see the position the checkpoint holds, whatever commit point the kills hit
+    group = connect(cfg, lake.root).group("lake.joins-test.t_left")
+    described = {tp: current for tp, (current, _, _) in described_group(group).items()}
+    assert described == checkpoint_group(lake, cfg, "t_left")
     want = model_table(topic_history(lake, "L"), topic_history(lake, "R"), "left")
     assert result_rows(lake, "t_left") == want
     assert lake.read_arrow("t_left__parked").num_rows == 0

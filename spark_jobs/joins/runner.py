@@ -32,6 +32,7 @@ from pyspark.sql import functions as F
 from spark_jobs import checkpoints, faults
 from spark_jobs.config import JoinSpec, PipelineConfig, TopicSpec
 from spark_jobs.errors import UserError
+from spark_jobs.joins.consumer_group import GroupPosition
 from spark_jobs.joins.engine import RECORD_COLUMNS, BatchMetrics, Inputs
 from spark_jobs.joins.registry import JOBS, job_for
 from spark_jobs.joins.state_store import StateStoreJob
@@ -191,6 +192,9 @@ def run_join(
         if isinstance(job, StateStoreJob):
             job.table_every = table_every
         batches = _Batches(lake, config, spec, cluster, job, beat, stop)
+        group = config.consumer_group(spec)
+        batches.group = GroupPosition(cluster, group and cluster.group(group), checkpoint, log)
+        batches.group.sync()  # a run killed before its last commit reached the group: mended here
         stream = job.plan(input_stream(spark, cluster, config, spec, max_records))
         writer = stream.writeStream.queryName(f"join_{spec.name}").foreachBatch(batches)
         writer = writer.option("checkpointLocation", str(checkpoint))
@@ -205,6 +209,7 @@ def run_join(
                 try:
                     _watch(query, batches, table_every)
                 finally:
+                    batches.group.sync(query)
                     job.flush_metrics()
                     if isinstance(job, StateStoreJob) and job.behind.waiting:  # the table catches up
                         _fold_at_end(lake, spec, job)
@@ -263,6 +268,7 @@ class _Batches:
         self.stopping = False
         self.done = -1  # the last micro-batch this run processed
         self.ended = time.monotonic()  # when the last micro-batch ended
+        self.group: GroupPosition | None = None  # the consumer group Kafka's tools read
 
     def __call__(self, frame: DataFrame, batch_id: int) -> None:
         with self.guard:
@@ -321,6 +327,8 @@ def _watch(query: Any, batches: _Batches, table_every: float) -> None:
                 query.stop()
                 break
             query.awaitTermination(0.25)  # type: ignore[arg-type]  # seconds, a float is fine
+            if batches.group is not None:
+                batches.group.sync(query)
             if time.monotonic() - batches.ended >= IDLE_SECONDS:
                 _between_batches(batches.job, batches.guard, table_every)
             if time.monotonic() - last_beat >= HEARTBEAT_SECONDS:  # alive, even when idle

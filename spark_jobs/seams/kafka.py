@@ -33,6 +33,7 @@ from typing import Any, cast
 import pyarrow as pa
 from confluent_kafka import (
     Consumer,
+    ConsumerGroupTopicPartitions,
     KafkaError,
     KafkaException,
     Message,
@@ -88,6 +89,11 @@ class Cluster:
 
     def topic(self, name: str) -> str:
         """The Kafka name of a declared topic."""
+        return self.topic_prefix + name
+
+    def group(self, name: str) -> str:
+        """The Kafka name of a consumer group the pipeline names: the topics' prefix in front, so
+        each prefix (an environment on a shared cluster) has groups of its own."""
         return self.topic_prefix + name
 
     def conf(self, **extra: Any) -> dict[str, Any]:
@@ -206,6 +212,30 @@ def partition_counts(cluster: Cluster, names: Iterable[str] | None = None) -> di
         for name, t in meta.topics.items()
         if (wanted is None or name in wanted) and t.error is None
     }
+
+
+def commit_group(cluster: Cluster, group: str, positions: dict[str, dict[int, int]]) -> None:
+    """Set the consumer group ``group``'s committed offsets to ``positions`` ({Kafka topic: {partition:
+    next offset to read}}), as a consumer of the group would commit them: what Kafka's own tools
+    (``kafka-consumer-groups --describe``), lag exporters and managed consoles read. The group has no
+    members (the product's readers are Spark's, which join no group), so the offsets are altered
+    through the admin API; a group with active members refuses it. A one-line error naming the group
+    when the cluster refuses (an ACL without Read on the group, say)."""
+    wanted = [TopicPartition(t, p, o) for t, by in sorted(positions.items()) for p, o in sorted(by.items())]
+    if not wanted:
+        return
+    admin = _admin(cluster)
+    try:
+        done = admin.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(group, wanted)])
+        answer = done[group].result(timeout=TIMEOUT_S)
+    except KafkaException as exc:
+        raise cluster.error(f"cannot commit the offsets of consumer group {group}", exc) from None
+    failed = next((tp for tp in answer.topic_partitions or [] if tp.error is not None), None)
+    if failed is not None:
+        raise cluster.error(
+            f"cannot commit the offsets of consumer group {group} ({failed.topic} [{failed.partition}])",
+            failed.error,
+        )
 
 
 def timestamp_range(cluster: Cluster, name: str) -> tuple[int, int] | None:

@@ -201,7 +201,7 @@ def test_client_settings_pass_through_sasl(kafka, tmp_path, monkeypatch):
     good = pipeline("${KAFKA_TEST_PASSWORD}")
     assert good.kafka.settings["sasl.password"] == SASL_PASSWORD
     cluster = connect(good, tmp_path)
-    assert cluster.bootstrap_servers == kafka.details['sasl_bootstrap_servers']
+    assert cluster.bootstrap_servers == kafka.details["sasl_bootstrap_servers"]
     put(cluster, b"k;v\n", spec=good.topic("s"), key_sep=";")
     assert dump(cluster, good.topic("s"), fmt="%k=%s\\n") == "k=v\n"
     assert cluster.spark_options()["kafka.sasl.jaas.config"] == (

@@ -160,9 +160,12 @@ def cmd_start(args) -> int:
 
 
 def cmd_stop(args) -> int:
-    service = _BY_NAME[args.service].service(args)
-    print(f"{service.title}: stopped" if service.stop(log=_log) else f"{service.title}: was not running")
+    _stop(_BY_NAME[args.service].service(args))
     return 0
+
+
+def _stop(service) -> None:
+    print(f"{service.title}: stopped" if service.stop(log=_log) else f"{service.title}: was not running")
 
 
 def cmd_status(args) -> int:
@@ -190,6 +193,5 @@ def cmd_up(args) -> int:
 
 def cmd_down(args) -> int:
     for name in reversed(UP):
-        service = _BY_NAME[name].service(args)
-        print(f"{service.title}: stopped" if service.stop(log=_log) else f"{service.title}: was not running")
+        _stop(_BY_NAME[name].service(args))
     return 0

@@ -67,11 +67,6 @@ class ConnectServer(Service):
     def ready(self, launched: Launched) -> None:
         _warm_up(launched.state["url"], self.layout.connect_warm_up)
 
-    def answering(self) -> str | None:
-        """The URL of a running server that accepts connections now, else None."""
-        url = self.status().address
-        return url if url is not None and _answers(int(url.rsplit(":", 1)[1])) else None
-
 
 def _spark_submit() -> str:
     import pyspark
@@ -108,7 +103,7 @@ def quick_session(root: Root | Path, app_name: str = "lake", log: Any = lambda _
     Spark's start-up; else, or when the server does not answer, a local session (:func:`get_spark`)."""
     server = ConnectServer(root).status()
     url = server.address
-    if server.running and not ConnectServer(root).answering():
+    if server.running and not (url and _answers(int(url.rsplit(":", 1)[1]))):
         log(f"the Spark Connect server at {url} does not answer; starting a local Spark")
     elif server.running and url:
         from pyspark.sql import SparkSession

@@ -157,19 +157,6 @@ def write_state(path: Path, info: dict[str, Any], private: bool = False) -> None
     tmp.replace(path)
 
 
-def stop_service(state: Path, what: str, timeout: float, log: Callable[[str], None]) -> bool:
-    """Stop the service whose state file is ``state`` (``terminate``), then remove the file; False when
-    it was not running (a file a dead service left behind is removed too)."""
-    info = read_state(state)
-    if info is None:
-        state.unlink(missing_ok=True)
-        return False
-    log(f"stopping {what} (pid {info['pid']}) ...")
-    terminate(int(info["pid"]), timeout)
-    state.unlink(missing_ok=True)
-    return True
-
-
 def terminate(pid: int, timeout: float) -> None:
     """SIGTERM (the service's own clean shutdown), SIGKILL after ``timeout`` seconds; reaped."""
     os.kill(pid, signal.SIGTERM)
@@ -307,8 +294,16 @@ class Service:
         return self.status()
 
     def stop(self, log: Callable[[str], None] = lambda _: None) -> bool:
-        """Stop it (SIGTERM, then SIGKILL after its timeout); False when it was not running."""
-        return stop_service(self.state_file, f"the {self.title}", self.stop_timeout, log)
+        """Stop it (SIGTERM, then SIGKILL after its timeout), then remove its state file; False when it
+        was not running (a file a dead process left behind is removed too)."""
+        info = read_state(self.state_file)
+        if info is None:
+            self.state_file.unlink(missing_ok=True)
+            return False
+        log(f"stopping the {self.title} (pid {info['pid']}) ...")
+        terminate(int(info["pid"]), self.stop_timeout)
+        self.state_file.unlink(missing_ok=True)
+        return True
 
     def log_tail(self, lines: int = 40) -> str:
         """The last ``lines`` lines of its log ("" when it has none)."""

@@ -35,7 +35,17 @@ REGISTRY_SETTINGS = (
 )
 # librdkafka's names (kcat's -X partitioner=...); "murmur2" is kept as an alias of murmur2_random
 PARTITIONERS = ("murmur2_random", "murmur2", "consistent_random")
-TOP_LEVEL_KEYS = ("pipeline", "description", "kafka", "topics", "lookups", "joins", "quality", "airflow")
+TOP_LEVEL_KEYS = (
+    "pipeline",
+    "description",
+    "kafka",
+    "topics",
+    "lookups",
+    "joins",
+    "quality",
+    "airflow",
+    "metrics",
+)
 MAX_PARTITIONS = 10_000  # far above any real topic; a broker asked for millions would not answer
 KAFKA_TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{0,200}$")
 ENV_REF_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -169,6 +179,16 @@ class AirflowSpec:
 
 
 @dataclass(frozen=True)
+class MetricsSpec:
+    """Where the pipeline's long-running jobs serve their Prometheus metrics (docs/operating.md):
+    ``port`` 0 gives each job a free port (``lake status --json`` shows its ``metrics_url``); a fixed
+    port gives the ingest that one and the joins the next ones, in the file's order."""
+
+    host: str = "127.0.0.1"
+    port: int = 0
+
+
+@dataclass(frozen=True)
 class JoinSpec:
     """A continuous join of two topics, or a lookup derived from one (docs/joins.md)."""
 
@@ -227,6 +247,7 @@ class PipelineConfig:
     quality: QualitySpec = field(default_factory=lambda: QualitySpec({}))
     joins: dict[str, JoinSpec] = field(default_factory=dict)
     airflow: AirflowSpec = field(default_factory=AirflowSpec)
+    metrics: MetricsSpec | None = field(default_factory=MetricsSpec)  # None: ``metrics: false``
 
     def _declared(self, kind: str, items: dict[str, Any], name: str) -> Any:
         try:
@@ -251,6 +272,12 @@ class PipelineConfig:
         if spec.consumer_group == "":
             return f"lake.{self.name}.{spec.name}"
         return spec.consumer_group
+
+    def metrics_port(self, join: str | None = None) -> int:
+        """The port a job serves its metrics on: ``join``'s, or the ingest's (None); 0 any free one."""
+        if self.metrics is None or not self.metrics.port:
+            return 0
+        return self.metrics.port + (0 if join is None else 1 + list(self.joins).index(join))
 
     def lookup_partitioner(self, lookup: LookupSpec) -> str:
         """The partitioner a backfill uses by default: the one of the topics it is joined with."""
@@ -406,7 +433,8 @@ def load_config(path: str | os.PathLike[str] | None = None) -> PipelineConfig:
         joins[join_name] = join
     airflow = _airflow(doc, data.get("airflow") or {})
     kafka = _kafka(doc, data.get("kafka") or {})
-    return PipelineConfig(source, name, description, kafka, topics, lookups, quality, joins, airflow)
+    metrics = _metrics(doc, data.get("metrics", {}), len(joins))
+    return PipelineConfig(source, name, description, kafka, topics, lookups, quality, joins, airflow, metrics)
 
 
 def _kafka(doc: LocatedYaml, raw: Any) -> KafkaSpec:
@@ -546,6 +574,21 @@ def _quality(doc: LocatedYaml, raw: Any, base: Path) -> QualitySpec:
             raise doc.error(path, "suite names use letters, digits, '_', '-' or '.'")
         suites[name] = (base / text_value(doc, path, file)).resolve()
     return QualitySpec(suites)
+
+
+def _metrics(doc: LocatedYaml, raw: Any, jobs: int) -> MetricsSpec | None:
+    if raw is False:
+        return None
+    raw = mapping(doc, ("metrics",), {} if raw is True or raw is None else raw, ("host", "port"))
+    host = text_value(doc, ("metrics", "host"), raw.get("host", MetricsSpec.host))
+    port = raw.get("port", 0)
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535 - jobs:
+        raise doc.error(
+            ("metrics", "port"),
+            f"must be a port number (0: a free port per job; the ingest takes it and the {jobs} join(s) "
+            f"the next ones, so at most {65535 - jobs}), got {port!r}",
+        )
+    return MetricsSpec(host, port)
 
 
 def _airflow(doc: LocatedYaml, raw: Any) -> AirflowSpec:

@@ -272,9 +272,9 @@ class _MemoryChangelog(Changelog):
         self.tags: set[bytes] = set()
         self.codec = codec  # the changelog's values: JSON, or a registry format's framed records
 
-    def send(self, records: Any, tag: bytes, may_be_sent: bool, order: Any = ()) -> None:
+    def send(self, records: Any, tag: bytes, may_be_sent: bool, order: Any = ()) -> int:
         if may_be_sent and tag in self.tags:
-            return
+            return 0
         # in ``order``, else the upserts then the tombstones, each in key order (as a test expects them)
         sort = [F.col(c) for c in order] or [F.col("v").isNull(), F.col("key")]
         rows = records.orderBy(*sort).select("key", "v", "ts").collect()
@@ -283,6 +283,7 @@ class _MemoryChangelog(Changelog):
             Record(_key_out(r.key), None if r.v is None else self.codec.decode(bytes(r.v)), r.ts)
             for r in rows
         )
+        return len(rows)
 
 
 def _formats(config: PipelineConfig, lake: Lake) -> Formats:

@@ -41,6 +41,7 @@ from joinkit import (
 
 from spark_jobs.cli import main
 from spark_jobs.errors import UserError
+from spark_jobs.joins import dropped
 from spark_jobs.joins.runner import _batch_offsets, run_join, status
 from spark_jobs.seams.delta import Lake
 from spark_jobs.seams.kafka import connect, delete_topics, watermarks
@@ -514,6 +515,10 @@ def test_a_table_join_checkpoint_from_before_the_state_store_asks_for_reset(spar
 
 @pytest.mark.slow
 def test_start_is_idempotent_and_stop_ends_the_detached_job(spark, setup, capsys):
+    """lake start runs the join and the pipeline's ingest detached; each serves Prometheus metrics at
+    the metrics_url lake status --json gives, whose counters follow the records: read per side, result
+    changes, changelog records, a dropped record by reason (the one the quarantine holds), lag 0 once
+    caught up, the records mirrored per topic."""
     cfg, lake, opts = setup
     produce(lake, cfg, "L", [("a", "a1", T0)])
     try:
@@ -527,13 +532,62 @@ def test_start_is_idempotent_and_stop_ends_the_detached_job(spark, setup, capsys
         assert capsys.readouterr().out.endswith(
             f"join t_left: already running (pid {pid}); log: {lake.layout.job_log('t_left')}\n"
         )
-        # a record produced to Kafka reaches the running join
+        assert _wait(
+            lambda: lake.exists("t_left") and result_rows(lake, "t_left") == [("a", "a1", None)], 120
+        )
+        # a record produced to Kafka reaches the running join; a record that is not JSON is dropped
         update = _lines(lake.layout.work / "r.txt", 'a;{"v": "r1"}')
         assert main(["produce", "R", "-K", ";", str(update), *opts]) == 0  # kcat's order of arguments
-        assert _wait(
-            lambda: lake.exists("t_left") and result_rows(lake, "t_left") == [("a", "a1", "r1")], 120
-        )
+        produce(lake, cfg, "L", [("z", b"not json", T0 + 1)])
+        assert _wait(lambda: result_rows(lake, "t_left") == [("a", "a1", "r1")], 120)
         assert next(r for r in status(lake, cfg) if r["join"] == "t_left")["pid"] == pid
+
+        assert main(["status", "--json", *opts]) == 0
+        ingest, *joins = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+        row = next(r for r in joins if r["join"] == "t_left")
+        assert row["consumer_group"] == connect(cfg, lake.root).group("lake.joins-test.t_left")
+        assert row["metrics_url"].startswith("http://127.0.0.1:")
+        assert ingest["metrics_url"].startswith("http://127.0.0.1:")
+        m = {"pipeline": "joins-test", "join": "t_left"}
+        assert _wait(
+            lambda: (
+                _sample(row["metrics_url"], "lake_join_dropped_records_total", **m, reason="undecodable") == 1
+            ),
+            60,
+        )
+        assert _wait(lambda: _sample(row["metrics_url"], "lake_join_lag_records", **m) == 0, 60)
+        samples = _scrape(row["metrics_url"])
+        assert _pick(samples, "lake_join_input_records_total", **m, side="left", topic="L") == 2
+        assert _pick(samples, "lake_join_input_records_total", **m, side="right", topic="R") == 1
+        assert _pick(samples, "lake_join_result_changes_total", **m, change="upserted") == 2
+        assert _pick(samples, "lake_join_result_changes_total", **m, change="deleted") == 0
+        assert _pick(samples, "lake_join_changelog_records_total", **m, topic="t_left_changelog") == 2
+        assert {
+            dict(labels)["reason"]: value
+            for (name, labels), value in samples.items()
+            if name == "lake_join_dropped_records_total"
+        } == {"undecodable": 1, "null_key": 0, "null_foreign_key": 0, "null_derived_key": 0, "poison": 0}
+        assert _pick(samples, "lake_join_batch_duration_seconds_count", **m) >= 2
+        assert _pick(samples, "lake_join_lag_seconds", **m) == 0
+        lag = [dict(labels) for name, labels in samples if name == "lake_join_lag_seconds"]
+        assert sorted((g["topic"], g["partition"]) for g in lag) == [
+            ("L", "0"),
+            ("L", "1"),
+            ("R", "0"),
+            ("R", "1"),
+        ]
+        # the quarantine holds the dropped record, with the same reason
+        quarantined = [q for q in lake.read_arrow("quarantine").to_pylist() if q["job"] == "join:t_left"]
+        assert [(q["source"].split("[")[0], q["reason"]) for q in quarantined] == [
+            ("L", "value is not a JSON object (key 'z')")
+        ]
+        assert dropped.reason_of(quarantined[0]["reason"]) == "undecodable"
+        # the ingest mirrors every record of both topics
+        url = ingest["metrics_url"]
+        assert _wait(
+            lambda: _sample(url, "lake_ingest_records_total", pipeline="joins-test", topic="L") == 2, 60
+        )
+        assert _sample(url, "lake_ingest_records_total", pipeline="joins-test", topic="R") == 1
     finally:
         assert main(["stop", "t_left", *opts]) == 0
         assert main(["ingest", "--stop", *opts]) == 0
@@ -547,6 +601,31 @@ def test_start_is_idempotent_and_stop_ends_the_detached_job(spark, setup, capsys
     )
     log = lake.layout.job_log("t_left").read_text()
     assert "join t_left: stopped on request after" in log
+
+
+def _scrape(url: str) -> dict[tuple[str, frozenset], float]:
+    """A Prometheus scrape of ``url``: (sample name, its labels) -> value."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        text = answer.read().decode()
+    return {
+        (sample.name, frozenset(sample.labels.items())): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def _pick(samples: dict, name: str, **labels: str) -> float:
+    """The sum of the samples named ``name`` whose labels include ``labels``."""
+    wanted = set(labels.items())
+    return sum(value for (n, have), value in samples.items() if n == name and wanted <= have)
+
+
+def _sample(url: str, name: str, **labels: str) -> float:
+    return _pick(_scrape(url), name, **labels)
 
 
 def _lines(path, *lines: str):

@@ -183,7 +183,8 @@ def cmd_status(args) -> int:
             print(json.dumps(row))
         return 0
     state = (
-        f"running (pid {ingest['pid']}, heartbeat {ingest['heartbeat_at']})"
+        f"running (pid {ingest['pid']}, heartbeat {ingest['heartbeat_at']}"
+        + (f"; metrics {ingest['metrics_url']})" if ingest["metrics_url"] else ")")
         if ingest["running"]
         else "stopped"
     )
@@ -206,6 +207,8 @@ def status_line(config, row: dict) -> str:
 
     spec = config.join(row["join"])
     state = f"running (pid {row['pid']})" if row["running"] else "stopped"
+    if row["running"] and row.get("metrics_url"):
+        state = f"running (pid {row['pid']}; metrics {row['metrics_url']})"
     behind = ", ".join(
         f"{topic} {'-' if row['records_behind'][side] is None else row['records_behind'][side]}"
         for side, topic in spec.sides

@@ -23,6 +23,7 @@ class DeriveJob(KeyedJob, StateStoreJob):
     (``lake.joins.DeriveJoin``, Java), and the newest of them is the derived row."""
 
     operator = "DeriveJoin"
+    null_keys_dropped_as = "null_derived_key"  # a record deriving no key has no row
     row_columns = ["key", "timestamp", "master_key", "left_value", "left_partition", "left_offset"]
     tombstones_follow_left = False  # its result is keyed by the derived key, not the left topic's
 

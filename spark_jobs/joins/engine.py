@@ -28,6 +28,7 @@ batch's first commit and reused on replay."""
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -45,6 +46,7 @@ from spark_jobs import faults
 from spark_jobs.config import JoinSpec, PipelineConfig, TopicSpec
 from spark_jobs.errors import UserError, spark_error
 from spark_jobs.formats import Codec, Formats
+from spark_jobs.joins import dropped
 from spark_jobs.joins.poison import Guarded, fails, guarded
 from spark_jobs.layout import former_pending_table, join_table
 from spark_jobs.runtime.profile import Phases
@@ -102,6 +104,9 @@ class BatchMetrics:
     elements_joined: int = 0
     elements_retracted: int = 0
     elements_kept: int = 0
+    published: int = 0  # records sent to the changelog topic (upserts and tombstones)
+    # the records the join did not use, by reason (spark_jobs.joins.dropped; not a join_metrics column)
+    dropped: Counter[str] = field(default_factory=Counter)
     # where the batch's time went (the kinds that time their phases; not a join_metrics column)
     phases: Phases = field(default_factory=Phases)
 
@@ -260,6 +265,9 @@ class JoinJob:
     # The sides whose records are events that may have a null key (KIP-962: a stream join's streams);
     # elsewhere a null key cannot be stored by key and the record is quarantined, as Kafka drops it.
     null_key_sides: tuple[str, ...] = ()
+    # what the records ``null_keys`` counts are when the kind does not use them (a reason of
+    # spark_jobs.joins.dropped), None when it keeps them
+    null_keys_dropped_as: str | None = None
 
     @staticmethod
     def expected(
@@ -311,6 +319,7 @@ class JoinJob:
         self._last_batch: int | None = None  # the last batch this process started (None: none yet)
         self._replay = True  # the batch in progress may be a replay (the first after a (re)start)
         self._publishing: bytes | None = None  # the tag of the last batch whose publish started
+        self._sent = 0  # changelog records the batch in progress has sent
         self._metric_rows: list[dict[str, Any]] = []  # not yet in join_metrics
         self._metrics_flushed = time.monotonic()
         # where the changelog goes (spark_jobs.testing's driver keeps it in memory instead of Kafka)
@@ -381,7 +390,13 @@ class JoinJob:
         self._replay = self._last_batch is None or batch_id <= self._last_batch
         self._last_batch = int(batch_id)
         metrics = BatchMetrics()
+        self._sent = 0
         self._step(frame, txn, started_at, metrics)
+        metrics.published = self._sent
+        metrics.dropped = dropped.count(r for t in self._quarantined for r in t["reason"].to_pylist())
+        metrics.dropped["null_key"] += metrics.skipped
+        if self.null_keys_dropped_as and metrics.null_keys:
+            metrics.dropped[self.null_keys_dropped_as] += metrics.null_keys
         if self._quarantined:  # one commit for the batch's bad records and poison pills
             with metrics.phases("quarantine"):
                 self.lake.append(QUARANTINE, pa.concat_tables(self._quarantined), txn=txn)
@@ -439,7 +454,7 @@ class JoinJob:
         tag = f"{txn[0]}:{txn[1]}".encode()
         # tried before in this batch (a select failed in it): some partitions may have gone out
         tried, self._publishing = self._publishing == tag, tag
-        self.changelog.send(records, tag, self._replay or tried, order)
+        self._sent += self.changelog.send(records, tag, self._replay or tried, order)
         faults.point("publish")
 
     def _quarantine(self, bad: pa.Table, txn: tuple[str, int], at: datetime) -> None:
@@ -552,7 +567,8 @@ class Changelog:
     ``order`` per key, else in any) tagged with the batch; with ``may_be_sent`` (a replay), what
     already went out under the tag is not sent again."""
 
-    def send(self, records: DataFrame, tag: bytes, may_be_sent: bool, order: Sequence[str] = ()) -> None:
+    def send(self, records: DataFrame, tag: bytes, may_be_sent: bool, order: Sequence[str] = ()) -> int:
+        """The number of records sent (none of those already out)."""
         raise NotImplementedError
 
 
@@ -593,14 +609,16 @@ class KafkaChangelog(Changelog):
         """The join's (one running job per join: a restarted one fences its predecessor's tasks)."""
         return producer_id(self.job.lake.root, "join", self.job.spec.name)
 
-    def send(self, records: DataFrame, tag: bytes, may_be_sent: bool, order: Sequence[str] = ()) -> None:
+    def send(self, records: DataFrame, tag: bytes, may_be_sent: bool, order: Sequence[str] = ()) -> int:
         topic = self.job.config.topic(self.job.spec.publish or "")
         if self._topic_id is None:  # created when missing, once per job
             ensure_topics(self.cluster, [topic])
             name = self.cluster.topic(topic.name)
             self._topic_id = topic_ids(self.cluster, [name]).get(name, "")
         tid = self.transactional_id
-        publish_frame(self.cluster, topic, records, tid, tag, may_be_sent, self._topic_id, order)
+        return publish_frame(
+            self.cluster, topic, records, tid, tag, may_be_sent, self._topic_id, order
+        ).records
 
 
 def _columns(schema: pa.Schema) -> list[tuple[str, str]]:

@@ -21,6 +21,11 @@ class FkJob(KeyedJob, StateStoreJob):
 
     operator = "FkJoin"
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # an inner join's left record with a null foreign key joins nothing; a left join keeps it
+        self.null_keys_dropped_as = "null_foreign_key" if self.spec.type == "inner" else None
+
     @staticmethod
     def expected(spark, lake, config, spec: JoinSpec, left: DataFrame, right: DataFrame, codecs):
         """fk: each live left record with the right value of the key its foreign key names; the

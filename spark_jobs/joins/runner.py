@@ -19,6 +19,7 @@ import re
 import threading
 import time
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -46,6 +47,7 @@ from spark_jobs.runtime.jobs import (
     registry,
     running_jobs,
 )
+from spark_jobs.runtime.metrics import JoinMetrics, serve
 from spark_jobs.runtime.stopping import stop_on_signals
 from spark_jobs.seams.delta import Lake
 from spark_jobs.seams.kafka import (
@@ -56,12 +58,14 @@ from spark_jobs.seams.kafka import (
     offset_ranges,
     partition_counts,
     topic_ids,
+    topic_prefix,
 )
 from spark_jobs.seams.storage import remove_tree, write_whole
 from spark_jobs.topics import ingest
 from spark_jobs.topics.snapshots import offsets_text, stream
 
 STOP_MARKER = "lake: stop requested, this micro-batch is left for the next run"
+PROGRESS_SECONDS = 1.0  # Spark's progress goes to the metrics at most this often
 IDLE_SECONDS = 0.5  # a continuous run does its upkeep once no micro-batch ran for this long
 Sides = dict[str, list[int]]  # side -> the next offset of each partition
 
@@ -185,7 +189,7 @@ def run_join(
     ensure_topics(cluster, [config.topic(t) for _, t in spec.sides])  # a join may start before its topics
     checkpoint = checkpoint_dir(lake, spec)
     stop = stop or threading.Event()
-    with registered(lake, join_job(spec), "once" if once else "continuous") as beat:
+    with ExitStack() as held, registered(lake, join_job(spec), "once" if once else "continuous") as beat:
         _check_checkpoint(lake, spec, cluster)
         job = job_for(spark, lake, config, spec, lambda: checkpoints.query_id(checkpoint), log)
         job.inputs = KafkaInputs(checkpoint, cluster, config, spec)
@@ -195,6 +199,12 @@ def run_join(
         group = config.consumer_group(spec)
         batches.group = GroupPosition(cluster, group and cluster.group(group), checkpoint, log)
         batches.group.sync()  # a run killed before its last commit reached the group: mended here
+        if not once and config.metrics is not None:
+            batches.metrics = JoinMetrics(
+                config, spec, cluster, lambda: checkpoints.committed_positions(checkpoint), lake.layout
+            )
+            held.callback(batches.metrics.close)
+            beat({"metrics_url": serve(batches.metrics, config, spec.name, log)})
         stream = job.plan(input_stream(spark, cluster, config, spec, max_records))
         writer = stream.writeStream.queryName(f"join_{spec.name}").foreachBatch(batches)
         writer = writer.option("checkpointLocation", str(checkpoint))
@@ -210,6 +220,8 @@ def run_join(
                     _watch(query, batches, table_every)
                 finally:
                     batches.group.sync(query)
+                    if batches.metrics is not None:
+                        batches.metrics.progress(query, batches.metrics.labels)
                     job.flush_metrics()
                     if isinstance(job, StateStoreJob) and job.behind.waiting:  # the table catches up
                         _fold_at_end(lake, spec, job)
@@ -269,6 +281,7 @@ class _Batches:
         self.done = -1  # the last micro-batch this run processed
         self.ended = time.monotonic()  # when the last micro-batch ended
         self.group: GroupPosition | None = None  # the consumer group Kafka's tools read
+        self.metrics: JoinMetrics | None = None  # a continuous run's Prometheus endpoint
 
     def __call__(self, frame: DataFrame, batch_id: int) -> None:
         with self.guard:
@@ -283,6 +296,8 @@ class _Batches:
             self.done = batch_id
             self.summary.add(metrics)
             parked = _parked(self.job)
+            if self.metrics is not None:
+                self.metrics.batch(metrics, time.perf_counter() - began, parked)
             record_batch(
                 self.lake,
                 join_job(self.spec),
@@ -318,7 +333,7 @@ class _Batches:
 def _watch(query: Any, batches: _Batches, table_every: float) -> None:
     """Watch a started query until it ends or a stop is asked for (then stop it after its current
     micro-batch has committed), doing the upkeep between micro-batches and a heartbeat when idle."""
-    last_beat = time.monotonic()
+    last_beat = last_progress = time.monotonic()
     try:
         while query.isActive:
             if batches.stop.is_set():
@@ -329,6 +344,9 @@ def _watch(query: Any, batches: _Batches, table_every: float) -> None:
             query.awaitTermination(0.25)  # type: ignore[arg-type]  # seconds, a float is fine
             if batches.group is not None:
                 batches.group.sync(query)
+            if batches.metrics is not None and time.monotonic() - last_progress >= PROGRESS_SECONDS:
+                batches.metrics.progress(query, batches.metrics.labels)
+                last_progress = time.monotonic()
             if time.monotonic() - batches.ended >= IDLE_SECONDS:
                 _between_batches(batches.job, batches.guard, table_every)
             if time.monotonic() - last_beat >= HEARTBEAT_SECONDS:  # alive, even when idle
@@ -580,6 +598,9 @@ def status(lake: Lake, config: PipelineConfig) -> list[dict[str, Any]]:
         entry = registry(lake, join_job(spec)) if row["pid"] else {}
         row["heartbeat_at"] = entry.get("heartbeat_at")
         row["waiting"] = entry.get("waiting")
+        row["metrics_url"] = entry.get("metrics_url")  # its Prometheus endpoint while it runs
+        group = config.consumer_group(spec)  # where Kafka's tools see its position
+        row["consumer_group"] = group and topic_prefix(config) + group
         last = last_batch(lake, join_job(spec)) or {}
         row["records_behind"] = {side: None for side, _ in spec.sides}
         row["offsets"] = None

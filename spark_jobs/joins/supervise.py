@@ -89,6 +89,7 @@ def ingest_status(lake: Lake, config: PipelineConfig) -> dict:
         "running": pid is not None,
         "pid": pid,
         "heartbeat_at": entry.get("heartbeat_at"),
+        "metrics_url": entry.get("metrics_url"),
         "topics": entry.get("topics", {}),
     }
 

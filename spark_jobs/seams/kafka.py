@@ -382,6 +382,63 @@ def offset_ranges(cluster: Cluster, specs: Iterable[TopicSpec]) -> dict[str, lis
         consumer.close()
 
 
+class RecordClock:
+    """How far partitions go and when their records were written, for a job's lag probe: one
+    consumer (``read_committed``) kept open between calls, created on first use. Not thread-safe."""
+
+    LOOKBACK = 16  # offsets read back from an end for its last record (transaction markers between)
+
+    def __init__(self, cluster: Cluster):
+        self.cluster = cluster
+        self._consumer: Consumer | None = None
+
+    @property
+    def consumer(self) -> Consumer:
+        if self._consumer is None:
+            self._consumer = _consumer(self.cluster)
+        return self._consumer
+
+    def watermarks(self, name: str, partitions: int) -> list[tuple[int, int]]:
+        """(low, high) of partitions 0..``partitions``-1 of Kafka topic ``name``."""
+        return [_watermark(self.cluster, self.consumer, TopicPartition(name, p)) for p in range(partitions)]
+
+    def time_before(self, name: str, partition: int, offset: int, low: int) -> int | None:
+        """The timestamp (epoch ms) of the last committed record before ``offset`` (None: none among
+        the ``LOOKBACK`` offsets before it, or the partition starts there)."""
+        start = max(low, offset - self.LOOKBACK)
+        if start >= offset:
+            return None
+        consumer = self.consumer
+        last = None
+        try:
+            consumer.assign([TopicPartition(name, partition, start)])
+            deadline = time.monotonic() + TIMEOUT_S
+            while time.monotonic() < deadline:
+                m = consumer.poll(0.05)
+                if m is None:
+                    continue
+                err = m.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        break
+                    raise self.cluster.error(f"reading {name}[{partition}]", err)
+                if cast(int, m.offset()) >= offset:
+                    break
+                last = m.timestamp()[1]
+                if m.offset() == offset - 1:
+                    break
+        except KafkaException as exc:
+            raise self.cluster.error(f"reading {name}[{partition}]", exc) from None
+        finally:
+            consumer.unassign()
+        return last
+
+    def close(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
+
+
 def topic_ids(cluster: Cluster, names: Iterable[str]) -> dict[str, str]:
     """Kafka name -> the topic's id (a UUID the cluster gives a topic when it is created: a topic
     deleted and created again under the same name has a new one). Missing topics are left out."""

@@ -31,6 +31,7 @@ from spark_jobs import checkpoints, faults
 from spark_jobs.config import LookupSpec, PipelineConfig, TopicSpec
 from spark_jobs.errors import UserError
 from spark_jobs.runtime.jobs import HEARTBEAT_SECONDS, ingest_job, registered
+from spark_jobs.runtime.metrics import IngestMetrics, serve
 from spark_jobs.runtime.stopping import stop_on_signals
 from spark_jobs.seams.delta import Lake
 from spark_jobs.seams.kafka import Cluster, connect, ensure_topics, watermarks
@@ -161,8 +162,15 @@ def run_continuous(
             names = ", ".join(s.name for s in others)
             raise UserError(f"a continuous ingest of {names} is already running (lake ingest --continuous)")
         queries = [_query(spark, lake, cluster, s, False, trigger_seconds, max_records) for s in mine]
+        metrics = None
+        if config.metrics is not None:
+            metrics = IngestMetrics(
+                config, cluster, {s.name: s.partitions for s in mine}, lambda: _positions(lake, mine)
+            )
+            held.callback(metrics.close)
+            beat({"metrics_url": serve(metrics, config, None, log)})
         refresh = lambda: refresh_lookups(spark, lake, config, _lookups_of(config, specs))  # noqa: E731
-        _await(queries, stop or threading.Event(), beat, _Every(LOOKUP_REFRESH_SECONDS, refresh))
+        _await(queries, stop or threading.Event(), beat, _Every(LOOKUP_REFRESH_SECONDS, refresh), metrics)
         faults.point("mirror")  # bronze is written, the lookup tables not refreshed
         refreshed = refresh()
     return _summary(lake, specs, before, refreshed, started, log)
@@ -239,11 +247,20 @@ def refresh_lookups(
     return refreshed
 
 
+def _positions(lake: Lake, specs: list[TopicSpec]) -> dict[str, dict[int, int]]:
+    """The Kafka positions the ingest's checkpoints have committed, of every topic in ``specs``."""
+    out: dict[str, dict[int, int]] = {}
+    for spec in specs:
+        out.update(checkpoints.committed_positions(checkpoint_dir(lake, spec.name)) or {})
+    return out
+
+
 def _await(
     queries: list,
     stop: threading.Event,
     beat: Callable[[dict], None] | None,
     upkeep: Callable[[], None] | None = None,
+    metrics: IngestMetrics | None = None,
 ) -> None:
     last_beat = time.monotonic()
     with stop_on_signals(stop):
@@ -253,6 +270,8 @@ def _await(
                     break
                 for q in queries:
                     q.awaitTermination(0.5)
+                    if metrics is not None:
+                        metrics.query(q.name.removeprefix("ingest_"), q)
                 if upkeep is not None:
                     upkeep()
                 if beat and time.monotonic() - last_beat >= HEARTBEAT_SECONDS:  # alive, even when idle

@@ -309,11 +309,19 @@ def test_the_fk_pipeline_dag_on_the_cluster_fails_at_the_gate_until_its_lookup_i
     are down. (The people pipeline's list-join gate runs the same DAG tasks; its failing and passing
     gate are the CLI demo's, test_cli.py.)"""
     pipelines = [_pipeline(tmp_path, "marketplace.yaml", "merchants.dump", "m3;")]
+    lineage = tmp_path / "lineage.jsonl"  # an OpenLineage receiver: the file transport
+    (tmp_path / "openlineage.yml").write_text(
+        f"transport: {{type: file, log_file_path: {lineage}, append: true}}\n"
+    )
     af = Airflow(
         tmp_path / "airflow",
         s3_root,  # type: ignore[arg-type]
         pipelines=pipelines,
-        env={"LAKE_SPARK_MASTER": MASTER, "LAKE_SPARK_CORES_MAX": "1"},
+        env={
+            "LAKE_SPARK_MASTER": MASTER,
+            "LAKE_SPARK_CORES_MAX": "1",
+            "OPENLINEAGE_CONFIG": str(tmp_path / "openlineage.yml"),
+        },
     )
     assert af("db", "migrate").returncode == 0
     topics = af.lake_cli("demo", "--topics-only", "marketplace")
@@ -327,6 +335,7 @@ def test_the_fk_pipeline_dag_on_the_cluster_fails_at_the_gate_until_its_lookup_i
     finally:
         af.stop_joins()
     assert running(af.lake) == {}
+    _lineage_of_the_passing_run(lineage, s3_root)
     # nothing of the lake on this machine: its work folder has the jobs' files, locks, logs, the
     # Derby catalog and dbt's target, and no table, checkpoint or report
     work = tmp_path / "work"
@@ -335,6 +344,60 @@ def test_the_fk_pipeline_dag_on_the_cluster_fails_at_the_gate_until_its_lookup_i
         local
     )
     assert not any(p.endswith((".parquet", ".html", ".crc")) or "_delta_log" in p for p in local)
+
+
+def _lineage_of_the_passing_run(events_file: Path, root: str) -> None:
+    """The OpenLineage events of the pipeline DAG's passing run, as a graph: the DAG run is the parent
+    of its tasks (Airflow's provider), each Spark task the parent of the job it ran (the backfill, the
+    quality run), and the task that started the joins the parent of the ingest and both joins, each
+    START then COMPLETE (they were stopped) with its topics and tables."""
+    events = [json.loads(line) for line in events_file.read_text().splitlines()]
+    runs: dict[str, dict] = {}  # run id -> {job, states, parent run id, inputs, outputs}
+    for e in events:
+        run = runs.setdefault(e["run"]["runId"], {"job": e["job"]["name"], "states": [], "parent": None})
+        run["states"].append(e["eventType"])
+        parent = (e["run"].get("facets") or {}).get("parent")
+        if parent:
+            run["parent"] = parent["run"]["runId"]
+        if e["eventType"] == "COMPLETE":
+            run["inputs"] = [(d["namespace"], d["name"]) for d in e["inputs"]]
+            run["outputs"] = [(d["namespace"], d["name"]) for d in e["outputs"]]
+            run["assertions"] = {
+                d["name"]: d.get("inputFacets", {}).get("dataQualityAssertions") for d in e["inputs"]
+            }
+    dag_runs = [(i, r["states"][-1]) for i, r in runs.items() if r["job"] == "marketplace_pipeline"]
+    assert [state for _, state in dag_runs] == ["FAIL", "COMPLETE"]  # the failing run, the passing one
+    dag = dag_runs[-1][0]
+    tasks = {r["job"].split(".", 1)[1]: i for i, r in runs.items() if r["parent"] == dag}
+    assert {"backfill_merchants", "run_quality_suites", "quality_gate", "ensure_joins_running"} <= set(tasks)
+    children = {r["job"]: r for r in runs.values() if r["parent"] in tasks.values()}
+    kafka = {n for r in children.values() for n, _ in r["inputs"] if n.startswith("kafka://")}
+    assert len(kafka) == 1  # one cluster: kafka://host:port
+    bucket, prefix = root.removeprefix("s3a://").split("/", 1)
+    table = lambda name: (f"s3://{bucket}", f"{prefix}/tables/{name}")  # noqa: E731
+    topic = lambda name: (next(iter(kafka)), _kafka_name(name))  # noqa: E731
+    backfill = children["marketplace.backfill.merchants"]
+    assert backfill["parent"] == tasks["backfill_merchants"] and backfill["states"] == ["START", "COMPLETE"]
+    assert backfill["outputs"] == [topic("merchants"), table("merchants"), table("lookup_merchants")]
+    assert len(backfill["inputs"]) == 1 and backfill["inputs"][0][1].endswith("/merchants.dump")
+    quality = children["marketplace.quality"]
+    assert quality["parent"] == tasks["run_quality_suites"] and quality["states"] == ["START", "COMPLETE"]
+    checked = quality["assertions"]
+    assert set(checked) == {_kafka_name("products"), _kafka_name("merchants")}
+    assert all(a and all(x["success"] for x in a["assertions"]) for a in checked.values())
+    started = tasks["ensure_joins_running"]
+    fk = children["marketplace.join.display_products"]
+    assert fk["parent"] == started and fk["states"] == ["START", "COMPLETE"]
+    assert fk["inputs"] == [topic("products"), topic("merchants")]
+    assert fk["outputs"] == [table("display_products"), topic("display_products_changelog")]
+    derive = children["marketplace.join.merchants_by_name"]
+    assert derive["parent"] == started and derive["outputs"] == [table("merchants_by_name")]
+    assert children["marketplace.ingest"]["parent"] == started
+
+
+def _kafka_name(topic: str) -> str:
+    """A topic's name on Kafka in this test (its prefix in front)."""
+    return os.environ.get("LAKE_KAFKA_TOPIC_PREFIX", "") + topic
 
 
 def _gate_fails(af: Airflow) -> None:

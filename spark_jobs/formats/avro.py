@@ -35,6 +35,12 @@ class AvroCodec(RegisteredCodec):
     schema_type = "AVRO"
     schema_suffixes = (".avsc",)
 
+    def fields(self) -> list[tuple[str, str]]:
+        schema = json.loads(self.reader.text)
+        if not isinstance(schema, dict) or schema.get("type") != "record":
+            return []
+        return [(f["name"], _type_name(f["type"])) for f in schema.get("fields", [])]
+
     def _parse(self, text: str) -> Any:
         try:
             return fastavro.parse_schema(json.loads(text))
@@ -305,3 +311,12 @@ def _type_names(union: list, named: dict) -> str:
 
 def _shown(value: Any) -> str:
     return json.dumps(value, default=str)
+
+
+def _type_name(avro_type: Any) -> str:
+    """An Avro field type in words: ``string``, ``null|string``, ``array``, a named type's name."""
+    if isinstance(avro_type, list):
+        return "|".join(_type_name(t) for t in avro_type)
+    if isinstance(avro_type, dict):
+        return str(avro_type.get("logicalType") or avro_type.get("name") or avro_type.get("type"))
+    return str(avro_type)

@@ -124,6 +124,11 @@ class Codec:
         differently (JSON's key order and spacing, the schema id it was written with) leaves equal."""
         return raw
 
+    def fields(self) -> list[tuple[str, str]]:
+        """The fields of a record of this format and their types, as its schema declares them (what
+        a lineage schema facet shows); empty for a format without a schema."""
+        return []
+
     def field(self, path: str) -> Column | None:
         """A bare field path of a value (``merchant_id``, ``address.id``, as a join's
         ``foreign_key:`` names one) read over the row's ``value`` bytes and its decoded ``left``;

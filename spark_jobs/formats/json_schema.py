@@ -93,6 +93,9 @@ class JsonSchemaCodec(RegisteredCodec):
             self._parsed_cache[key] = self._typed()
         return self._parsed_cache[key]
 
+    def fields(self) -> list[tuple[str, str]]:
+        return [(f.name, f.dataType.simpleString()) for f in self._struct().fields if f.name != CORRUPT]
+
     def _typed(self) -> Any:
         from pyspark.sql.types import StringType, StructField, StructType
 

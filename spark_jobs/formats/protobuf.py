@@ -127,6 +127,28 @@ class ProtobufCodec(RegisteredCodec):
     def _parse(self, text: str) -> Compiled:
         return compile_proto(text, self.where)
 
+    def fields(self) -> list[tuple[str, str]]:
+        from google.protobuf.descriptor import FieldDescriptor
+
+        compiled = self._reader()
+        names = {
+            v: k.removeprefix("TYPE_").lower()
+            for k, v in vars(FieldDescriptor).items()
+            if k.startswith("TYPE_")
+        }
+        message = compiled.pool.FindMessageTypeByName(compiled.message)
+        return [
+            (
+                f.name,
+                f.message_type.full_name
+                if f.message_type
+                else f.enum_type.full_name
+                if f.enum_type
+                else names[f.type],
+            )
+            for f in message.fields
+        ]
+
     def _reader(self) -> Compiled:
         """The reader schema, with the topic's message."""
         key = f"reader:{self.reader.text}"

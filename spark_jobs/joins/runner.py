@@ -37,6 +37,7 @@ from spark_jobs.joins.consumer_group import GroupPosition
 from spark_jobs.joins.engine import RECORD_COLUMNS, BatchMetrics, Inputs
 from spark_jobs.joins.registry import JOBS, job_for
 from spark_jobs.joins.state_store import StateStoreJob
+from spark_jobs.runtime import lineage
 from spark_jobs.runtime.jobs import (
     HEARTBEAT_SECONDS,
     join_job,
@@ -193,6 +194,17 @@ def run_join(
         _check_checkpoint(lake, spec, cluster)
         job = job_for(spark, lake, config, spec, lambda: checkpoints.query_id(checkpoint), log)
         job.inputs = KafkaInputs(checkpoint, cluster, config, spec)
+        held.enter_context(
+            lineage.job_run(
+                config,
+                f"join.{spec.name}",
+                lambda: [lineage.topic(cluster, config, t, job.formats) for _, t in spec.sides],
+                lambda: (
+                    [lineage.table(lake, spec.name)]
+                    + ([lineage.topic(cluster, config, spec.publish, job.formats)] if spec.publish else [])
+                ),
+            )
+        )
         if isinstance(job, StateStoreJob):
             job.table_every = table_every
         batches = _Batches(lake, config, spec, cluster, job, beat, stop)

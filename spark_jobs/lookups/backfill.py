@@ -34,7 +34,9 @@ from spark_jobs import faults
 from spark_jobs.config import LookupSpec, PipelineConfig
 from spark_jobs.errors import UserError
 from spark_jobs.formats import Codec, Formats
+from spark_jobs.layout import lookup_table
 from spark_jobs.lookups.dumps import dump_source, parse_dump, read_lines
+from spark_jobs.runtime import lineage
 from spark_jobs.seams import partitioners
 from spark_jobs.seams.delta import Lake
 from spark_jobs.seams.kafka import Cluster, connect, produce
@@ -123,29 +125,41 @@ def run_backfill(
     cluster = connect(config, lake.root)
     formats = Formats(config, lake.root, cluster.topic)
     codecs = (formats.writing(topic.name, "key", None), formats.writing(topic.name, "value", None))
-    with _readable(lake, path, log) as where:
-        log(f"reading {path} ...")
-        parsed = parse_dump(read_lines(spark, where, path), spec, codecs, separator)
-        if codecs[0].registered or codecs[1].registered:
-            parsed = _encoded(spark, parsed, codecs)
-        parsed = parsed.persist()
-        try:
-            counts = parsed.agg(F.count("*").alias("lines"), F.count("reason").alias("rejected")).first()
-            assert counts is not None  # an aggregate without grouping always has one row
-            summary.lines, summary.rejected = int(counts["lines"]), int(counts["rejected"])
-            faults.point("backfill-read")
-            with lake.lock(f"backfill-{topic.name}", log):
-                _diff_and_produce(spark, lake, cluster, formats, lookup, parsed, summary, max_rejects, log)
-        finally:
-            parsed.unpersist()
-    if not dry_run:
-        # handed to the ingest: the mirror and the lookup table, up to the topic's end; also when
-        # nothing was written, so a rerun after a crash between the write and the refresh finishes
-        # what that run began
-        refreshed = ingest.catch_up(spark, lake, config, [topic.name], log=log, cluster=cluster).lookups
-        summary.lookup_up_to = refreshed[lookup.name].up_to
-        summary.lookup_changed = refreshed[lookup.name].merged > 0
-        log(f"lookup {lookup.name}: up to offsets {summary.lookup_up_to}")
+
+    def outputs() -> list:
+        written = (
+            []
+            if dry_run
+            else [lineage.table(lake, topic.name), lineage.table(lake, lookup_table(lookup.name))]
+        )
+        return [lineage.topic(cluster, config, topic.name, formats), *written]
+
+    with lineage.job_run(config, f"backfill.{lookup.name}", lambda: [lineage.file(str(path))], outputs):
+        with _readable(lake, path, log) as where:
+            log(f"reading {path} ...")
+            parsed = parse_dump(read_lines(spark, where, path), spec, codecs, separator)
+            if codecs[0].registered or codecs[1].registered:
+                parsed = _encoded(spark, parsed, codecs)
+            parsed = parsed.persist()
+            try:
+                counts = parsed.agg(F.count("*").alias("lines"), F.count("reason").alias("rejected")).first()
+                assert counts is not None  # an aggregate without grouping always has one row
+                summary.lines, summary.rejected = int(counts["lines"]), int(counts["rejected"])
+                faults.point("backfill-read")
+                with lake.lock(f"backfill-{topic.name}", log):
+                    _diff_and_produce(
+                        spark, lake, cluster, formats, lookup, parsed, summary, max_rejects, log
+                    )
+            finally:
+                parsed.unpersist()
+        if not dry_run:
+            # handed to the ingest: the mirror and the lookup table, up to the topic's end; also when
+            # nothing was written, so a rerun after a crash between the write and the refresh finishes
+            # what that run began
+            refreshed = ingest.catch_up(spark, lake, config, [topic.name], log=log, cluster=cluster).lookups
+            summary.lookup_up_to = refreshed[lookup.name].up_to
+            summary.lookup_changed = refreshed[lookup.name].merged > 0
+            log(f"lookup {lookup.name}: up to offsets {summary.lookup_up_to}")
     summary.seconds = time.perf_counter() - started
     return summary
 

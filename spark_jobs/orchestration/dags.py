@@ -51,6 +51,7 @@ class LakeSubmitOperator(SparkSubmitOperator):
     would not fix it. Other failures (Spark, the machine) are retried with backoff."""
 
     def execute(self, context):
+        self.env_vars = {**(self.env_vars or {}), **tasks.lineage_env(context)}  # the job's lineage parent
         try:
             return super().execute(context)
         except AirflowException as err:

@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from spark_jobs.layout import Layout
+from spark_jobs.seams.lineage import PARENT_ENV, ROOT_PARENT_ENV
 from spark_jobs.seams.storage import append_line
 
 log = logging.getLogger(__name__)
@@ -151,6 +152,19 @@ def _chosen_joins(config, context: dict) -> list[str]:
     return list(config.joins) if chosen in (None, "all") else [chosen]
 
 
+def lineage_env(context: Any) -> dict[str, str]:
+    """The OpenLineage parent of the jobs a task starts (``spark_jobs.seams.lineage``): the task's run,
+    and its DAG run as the root, as Airflow's OpenLineage provider names them."""
+    try:
+        from airflow.providers.openlineage.plugins.macros import lineage_parent_id, lineage_root_parent_id
+
+        ti = context["ti"]
+        return {PARENT_ENV: lineage_parent_id(ti), ROOT_PARENT_ENV: lineage_root_parent_id(ti)}
+    except Exception as exc:  # noqa: BLE001 - lineage is a side channel: the task goes on
+        log.warning("no OpenLineage parent for the jobs this task starts: %s", exc)
+        return {}
+
+
 def ensure_joins_running(config_path: str, root: str, conn_id: str, trigger: float, **context: Any) -> dict:
     """Start the pipeline's continuous ingest (the lake's bronze mirror), then each join's continuous
     job (with its ``table_every`` setting), unless they run (then they are left alone). The jobs run
@@ -161,7 +175,7 @@ def ensure_joins_running(config_path: str, root: str, conn_id: str, trigger: flo
     if not config.joins:
         log.info("pipeline %s declares no joins", config.name)
         return {}
-    env = {"LAKE_SPARK_MASTER": connection_master(conn_id)}
+    env = {"LAKE_SPARK_MASTER": connection_master(conn_id), **lineage_env(context)}
     joins = _chosen_joins(config, context)
     launches = [launch_ingest(lake, config_path, config, env=env)]
     launches += [launch_join(lake, config_path, config.join(name), trigger, env=env) for name in joins]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -28,8 +29,10 @@ from spark_jobs.quality.gx import GreatExpectations, outcome, project_folder, un
 from spark_jobs.quality.pages import docs_href, render_summary, write_report
 from spark_jobs.quality.results import ExpectationResult, QualityReport
 from spark_jobs.quality.suites import CHECKS, Check, Suite, load_suite
+from spark_jobs.runtime import lineage
 from spark_jobs.seams.delta import Lake
 from spark_jobs.seams.kafka import connect
+from spark_jobs.seams.lineage import Run
 from spark_jobs.system_tables import QUALITY_RUNS, QUALITY_RUNS_SCHEMA, ensure_quality_runs
 from spark_jobs.topics.snapshots import Snapshot, SnapshotReader, offsets_text, take
 
@@ -73,8 +76,11 @@ def run_suites(
         )
     suites = [load_suite(config.quality.suites[n], config) for n in names]
     # one quality run at a time per lake: runs share the Great Expectations project
-    with lake.lock("quality", log):
-        return _run_suites(spark, lake, config, suites, report_dir, log)
+    with (
+        lake.lock("quality", log),
+        lineage.job_run(config, "quality", list, lambda: [lineage.table(lake, QUALITY_RUNS)]) as run,
+    ):
+        return _run_suites(spark, lake, config, suites, report_dir, log, run)
 
 
 def _run_suites(
@@ -84,6 +90,7 @@ def _run_suites(
     suites: list[Suite],
     report_dir: Path | None,
     log,
+    run: Run | None = None,
 ) -> QualityReport:
     folder = ReportFolder(report_dir.absolute()) if report_dir else lake.layout.report_folder
     folder.path.mkdir(parents=True, exist_ok=True)
@@ -122,6 +129,16 @@ def _run_suites(
     for target in (page.with_suffix(".json"), folder.summary_json):
         target.write_text(as_json, encoding="utf-8")
     _record(spark, lake, report, suites, snapshot)
+    if run is not None:  # the lineage of the run: the topics it checked, each with its checks' verdicts
+        run.inputs = [
+            replace(
+                lineage.topic(cluster, config, t, formats),
+                assertions=tuple(
+                    (f"{r.check}: {r.expectation}", r.success) for r in results if t in r.offsets
+                ),
+            )
+            for t in read
+        ]
     pipeline_page = write_report(lake, config, docs_href(docs, folder.pipeline_page(config.name), folder))
     log(f"report: {pipeline_page}")
     return report

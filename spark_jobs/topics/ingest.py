@@ -30,6 +30,7 @@ from pyspark.sql import SparkSession
 from spark_jobs import checkpoints, faults
 from spark_jobs.config import LookupSpec, PipelineConfig, TopicSpec
 from spark_jobs.errors import UserError
+from spark_jobs.runtime import lineage
 from spark_jobs.runtime.jobs import HEARTBEAT_SECONDS, ingest_job, registered
 from spark_jobs.runtime.metrics import IngestMetrics, serve
 from spark_jobs.runtime.stopping import stop_on_signals
@@ -161,6 +162,14 @@ def run_continuous(
         if others:
             names = ", ".join(s.name for s in others)
             raise UserError(f"a continuous ingest of {names} is already running (lake ingest --continuous)")
+        held.enter_context(
+            lineage.job_run(
+                config,
+                "ingest",
+                lambda: [lineage.topic(cluster, config, s.name) for s in mine],
+                lambda: [lineage.table(lake, s.name) for s in mine],
+            )
+        )
         queries = [_query(spark, lake, cluster, s, False, trigger_seconds, max_records) for s in mine]
         metrics = None
         if config.metrics is not None:

@@ -22,6 +22,7 @@ demo: setup kafka-start registry-start ## the embedded Kafka broker and Schema R
 	@echo "the data-quality report, a section per pipeline (written by every quality run): file://$$($(BIN)/python -c 'from spark_jobs.seams.storage import resolve_root; from spark_jobs.layout import Layout; print(Layout(resolve_root()).report_folder.index)')"
 	@echo "the marts, from a new Spark session: $(BIN)/lake sql 'SELECT * FROM marts.optout_feed'"
 	@echo "the topics, as any Kafka client reads them: $(BIN)/lake consume customer_consents -f '%k,%p\\n'"
+	@echo "operating the joins (docs/operating.md): KEEP_JOINS=1 make demo leaves them running; then $(BIN)/lake status --json gives each one's Prometheus metrics_url and consumer_group (kafka-consumer-groups --describe shows its lag); OPENLINEAGE_URL (or an openlineage.yml) sends the runs' lineage"
 	@echo "the embedded Kafka broker and Schema Registry keep running: make kafka-stop registry-stop (or $(BIN)/lake down) stops them"
 
 kafka-start: setup ## start the embedded single-node Kafka broker (KRaft) of the lake root, unless it runs

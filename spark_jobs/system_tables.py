@@ -48,6 +48,12 @@ QUARANTINE_SCHEMA = pa.schema(
         ("line", pa.int64()),
         ("raw_hex", pa.string()),
         ("reason", pa.string()),
+        # a join's record: its topic, partition (``line``: its offset), key and why in one word
+        # (spark_jobs.joins.dropped.REASONS); a backfill's line: its cause is bad_line
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("key_hex", pa.string()),
+        ("cause", pa.string()),
     ]
 )
 
@@ -100,6 +106,7 @@ JOIN_METRICS_SCHEMA = pa.schema(
 def ensure_quarantine(lake: Lake) -> None:
     """The one quarantine table every job (backfills, joins) writes its rejected input to."""
     lake.create(QUARANTINE, QUARANTINE_SCHEMA, description="rejected input lines, with the reason")
+    lake.add_missing_columns(QUARANTINE, QUARANTINE_SCHEMA)  # lakes made before a column existed
 
 
 def ensure_quality_runs(lake: Lake) -> None:

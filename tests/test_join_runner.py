@@ -566,7 +566,14 @@ def test_start_is_idempotent_and_stop_ends_the_detached_job(spark, setup, capsys
             dict(labels)["reason"]: value
             for (name, labels), value in samples.items()
             if name == "lake_join_dropped_records_total"
-        } == {"undecodable": 1, "null_key": 0, "null_foreign_key": 0, "null_derived_key": 0, "poison": 0}
+        } == {
+            "undecodable": 1,
+            "null_key": 0,
+            "null_foreign_key": 0,
+            "null_derived_key": 0,
+            "no_list": 0,
+            "poison": 0,
+        }
         assert _pick(samples, "lake_join_batch_duration_seconds_count", **m) >= 2
         assert _pick(samples, "lake_join_lag_seconds", **m) == 0
         lag = [dict(labels) for name, labels in samples if name == "lake_join_lag_seconds"]
@@ -581,7 +588,20 @@ def test_start_is_idempotent_and_stop_ends_the_detached_job(spark, setup, capsys
         assert [(q["source"].split("[")[0], q["reason"]) for q in quarantined] == [
             ("L", "value is not a JSON object (key 'z')")
         ]
-        assert dropped.reason_of(quarantined[0]["reason"]) == "undecodable"
+        assert dropped.reason_of(quarantined[0]["reason"]) == quarantined[0]["cause"] == "undecodable"
+        # lake status and lake quarantine say the same: one record, undecodable
+        assert row["dropped"] == {"undecodable": 1}
+        assert main(["quarantine", *opts]) == 0
+        said = capsys.readouterr().out.splitlines()
+        version = lake.version("quarantine")
+        assert said[0].startswith(f"quarantine of pipeline joins-test (table version {version}, as of 20")
+        assert said[0].endswith("): 1 record(s)") and said[1] == "  join:t_left: undecodable 1"
+        offset = quarantined[0]["line"]
+        assert said[2].endswith(
+            f" join:t_left {quarantined[0]['source']} offset {offset} [undecodable]: "
+            "value is not a JSON object (key 'z')"
+        )
+        assert len(said) == 3
         # the ingest mirrors every record of both topics
         url = ingest["metrics_url"]
         assert _wait(

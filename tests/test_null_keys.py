@@ -65,7 +65,11 @@ def test_an_inner_stream_table_join_skips_a_null_key_event_and_counts_it(driven)
     d = driven
     assert d.changes("st_inner") == [("u1", {"page": "/home", "name": "Ann"}, 2000)]
     assert d.queries["st_inner"].metrics.skipped == 1
-    assert [reason for _, _, reason in d.quarantined("st_inner")] == ["null key"]  # the profile's
+    # the profile's, and the skipped event: every record the join does not use is in the quarantine
+    assert sorted(reason for _, _, reason in d.quarantined("st_inner")) == [
+        "null key",
+        "null key: an event without a key, which the inner join drops",
+    ]
 
 
 def test_stream_stream_joins_emit_null_key_events_unmatched_by_the_sides_they_keep(driven):
@@ -80,8 +84,19 @@ def test_stream_stream_joins_emit_null_key_events_unmatched_by_the_sides_they_ke
     outer = [*left, (None, {"page": None, "what": "ad"}, 4000)]
     assert sorted(d.changes("ss_outer"), key=lambda r: r.timestamp) == outer
     assert d.queries["ss_outer"].metrics.skipped == 0
-    for name in ("ss_inner", "ss_left", "ss_outer"):
-        assert d.quarantined(name) == []
+    # the skipped events are quarantined, each at its topic and offset
+    skipped = {
+        name: sorted((source.split("[")[0], reason) for source, _, reason in d.quarantined(name))
+        for name in ("ss_inner", "ss_left", "ss_outer")
+    }
+    assert skipped == {
+        "ss_inner": [
+            ("clicks", "null key: an event without a key, which the inner join drops"),
+            ("events", "null key: an event without a key, which the inner join drops"),
+        ],
+        "ss_left": [("clicks", "null key: an event without a key, which the left join drops")],
+        "ss_outer": [],
+    }
 
 
 def test_table_kinds_quarantine_null_keys(driven):
@@ -109,3 +124,44 @@ def test_the_other_table_kinds_quarantine_null_keys_too(driven):
     assert [reason for _, _, reason in d.quarantined("by_name")] == ["null key"]  # the profile's
     for name in ("t_inner", "t_outer", "by_profile_inner", "with_friends", "by_name"):
         assert d.queries[name].metrics.skipped == 0, name
+
+
+FOREIGN = """
+pipeline: null-foreign-keys
+topics:
+  events: {partitions: 2}
+  profiles: {partitions: 2}
+joins:
+  by_profile_inner: {kind: fk, left: events, right: profiles, foreign_key: profile, type: inner, select: {page: left.page, name: right.name}}
+  by_name: {kind: derive, left: profiles, key: name, select: {id: "cast(master_key as string)"}}
+"""
+
+
+def test_records_that_join_nothing_by_a_null_foreign_or_derived_key_are_quarantined(spark, tmp_path):
+    """KIP-1328's dropped records: an inner fk join's event whose foreign key is null joins nothing
+    (a left join keeps it, with null right columns: test_fk.py), and a profile without a name derives no key.
+    Each is quarantined once, with its topic, offset and reason, and the batch counts its inputs once."""
+    (tmp_path / "pipeline.yaml").write_text(FOREIGN)
+    with PipelineTestDriver(tmp_path / "pipeline.yaml", root=tmp_path / "lake", spark=spark) as d:
+        d.pipe("profiles", key="u1", value={"name": "Ann"}, timestamp=1000)
+        d.pipe("profiles", key="u2", value={"city": "Oslo"}, timestamp=1000)  # no name
+        d.pipe("events", key="e1", value={"page": "/home", "profile": "u1"}, timestamp=2000)
+        d.pipe("events", key="e2", value={"page": "/anon"}, timestamp=2000)  # no profile
+        d.advance()
+        assert d.changes("by_profile_inner") == [("e1", {"page": "/home", "name": "Ann"}, 2000)]
+        ((source, offset, reason),) = d.quarantined("by_profile_inner")
+        assert source.startswith("events[") and reason == (
+            "null foreign key: an inner join drops a record whose foreign key (profile) is null (key 'e2')"
+        )
+        m = d.queries["by_profile_inner"].metrics
+        assert (m.input_left, m.input_right, m.quarantined, dict(m.dropped)) == (
+            2,
+            2,
+            0,
+            {"null_foreign_key": 1},
+        )
+        assert d.changes("by_name") == [("Ann", {"id": "u1"}, 1000)]
+        assert [r for _, _, r in d.quarantined("by_name")] == [
+            "null derived key: the record derives no key (name is null) (key 'u2')"
+        ]
+        assert dict(d.queries["by_name"].metrics.dropped) == {"null_derived_key": 1}

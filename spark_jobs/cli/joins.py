@@ -203,7 +203,7 @@ def cmd_status(args) -> int:
 def status_line(config, row: dict) -> str:
     """One join's line: ``t_left (table): stopped; records behind: L 0, R 2; read L up to offsets [..],
     ...; result table 0 rows behind its changelog; last batch ...``."""
-    from spark_jobs.joins.runner import offsets_read
+    from spark_jobs.joins.runner import dropped_text, offsets_read
 
     spec = config.join(row["join"])
     state = f"running (pid {row['pid']})" if row["running"] else "stopped"
@@ -222,6 +222,9 @@ def status_line(config, row: dict) -> str:
         parts.append("nothing read yet")
     if row.get("waiting"):
         parts.append(row["waiting"])
+    if row.get("dropped"):
+        since = "since it started" if row["running"] else "in its last run"
+        parts.append(f"dropped {since} (in the quarantine): {dropped_text(row['dropped'])}")
     if spec.publish and row["table_behind"]:
         parts.append(f"result table {row['table_behind']} row(s) behind its changelog topic")
     parts.append(

@@ -1,10 +1,12 @@
-"""Lake commands: ``show`` (a table), ``sql`` and ``dbt`` (the catalog and marts), ``airflow``."""
+"""Lake commands: ``show`` (a table), ``quarantine``, ``sql`` and ``dbt`` (the catalog and marts),
+``airflow``."""
 
 from __future__ import annotations
 
 import argparse
 
 from spark_jobs.cli.common import stderr
+from spark_jobs.errors import UserError
 
 
 def register(sub, common) -> None:
@@ -17,6 +19,20 @@ def register(sub, common) -> None:
     sh.add_argument("--changes", action="store_true", help="the change feed in commit order")
     sh.add_argument("--json", action="store_true", help="one JSON object per line")
     sh.set_defaults(run=cmd_show)
+
+    qu = sub.add_parser(
+        "quarantine",
+        parents=[common],
+        help="the records the pipeline's joins and backfills did not use: counts by reason, then the rows",
+        description="Every record a join does not use (undecodable, a null key, a null foreign or derived "
+        "key, no list, a record its select fails on) and every dump line a backfill could not read is in "
+        "the quarantine table. This counts the pipeline's by job and reason, then lists them, newest first.",
+    )
+    qu.add_argument("--join", help="only this join's")
+    qu.add_argument("--reason", help="only this reason's (e.g. undecodable, null_key, poison)")
+    qu.add_argument("--limit", type=int, default=20, help="rows to list (default 20; 0: only the counts)")
+    qu.add_argument("--json", action="store_true", help="one JSON object per row (all of them)")
+    qu.set_defaults(run=cmd_quarantine)
 
     db = sub.add_parser(
         "dbt",
@@ -62,6 +78,32 @@ def cmd_show(args) -> int:
     rows = _decoded(args, lake, rows)
     for line in render(columns, rows, args.json):
         print(line)
+    return 0
+
+
+def cmd_quarantine(args) -> int:
+    from spark_jobs.config import load_config
+    from spark_jobs.quarantine import check_cause, quarantined, row_line
+    from spark_jobs.seams.delta import Lake
+    from spark_jobs.show import render
+
+    check_cause(args.reason)
+    if args.limit < 0:
+        raise UserError("--limit: a number of rows, 0 or more")
+    config = load_config(args.config)
+    lake = Lake(args.root, quick=True, log=stderr)  # on the Spark Connect server when it runs (lake up)
+    found = quarantined(lake, config, args.join, args.reason)
+    if args.json:
+        for line in render(list(found.rows[0]) if found.rows else [], found.rows, True):
+            print(line)
+        return 0
+    print(f"{found.covers()}: {len(found.rows)} record(s)")
+    for (job, cause), n in sorted(found.counts().items(), key=lambda kv: (kv[0][0], -kv[1], kv[0][1])):
+        print(f"  {job}: {cause} {n}")
+    for row in found.rows[: args.limit]:
+        print(row_line(row))
+    if len(found.rows) > args.limit > 0:
+        print(f"... {len(found.rows) - args.limit} more (--limit, or --json for all)")
     return 0
 
 

@@ -3,7 +3,7 @@ derive joins")."""
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame, Window
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from spark_jobs.config import JoinSpec
@@ -23,7 +23,11 @@ class DeriveJob(KeyedJob, StateStoreJob):
     (``lake.joins.DeriveJoin``, Java), and the newest of them is the derived row."""
 
     operator = "DeriveJoin"
-    null_keys_dropped_as = "null_derived_key"  # a record deriving no key has no row
+
+    def _joins_nothing(self) -> tuple[Column, Column] | None:
+        unused = (F.col("side") == "left") & F.col("value").isNotNull() & F.col("by").isNull()
+        return F.lit(f"null derived key: the record derives no key ({self.spec.by} is null)"), unused
+
     row_columns = ["key", "timestamp", "master_key", "left_value", "left_partition", "left_offset"]
     tombstones_follow_left = False  # its result is keyed by the derived key, not the left topic's
 

@@ -265,9 +265,6 @@ class JoinJob:
     # The sides whose records are events that may have a null key (KIP-962: a stream join's streams);
     # elsewhere a null key cannot be stored by key and the record is quarantined, as Kafka drops it.
     null_key_sides: tuple[str, ...] = ()
-    # what the records ``null_keys`` counts are when the kind does not use them (a reason of
-    # spark_jobs.joins.dropped), None when it keeps them
-    null_keys_dropped_as: str | None = None
 
     @staticmethod
     def expected(
@@ -393,10 +390,7 @@ class JoinJob:
         self._sent = 0
         self._step(frame, txn, started_at, metrics)
         metrics.published = self._sent
-        metrics.dropped = dropped.count(r for t in self._quarantined for r in t["reason"].to_pylist())
-        metrics.dropped["null_key"] += metrics.skipped
-        if self.null_keys_dropped_as and metrics.null_keys:
-            metrics.dropped[self.null_keys_dropped_as] += metrics.null_keys
+        metrics.dropped = Counter(c for t in self._quarantined for c in t["cause"].to_pylist())
         if self._quarantined:  # one commit for the batch's bad records and poison pills
             with metrics.phases("quarantine"):
                 self.lake.append(QUARANTINE, pa.concat_tables(self._quarantined), txn=txn)
@@ -476,6 +470,10 @@ class JoinJob:
                     bad["reason"],
                     pc.binary_join_element_wise(bad["reason"], " (key '", keys, "')", ""),
                 ),
+                "topic": topics,
+                "partition": bad["partition"],
+                "key_hex": _hex(bad["key"]),
+                "cause": pa.array([dropped.reason_of(r) for r in bad["reason"].to_pylist()], pa.string()),
             }
         )
         self._quarantined.append(rows.cast(QUARANTINE_SCHEMA))
@@ -507,6 +505,10 @@ class JoinJob:
                     "line": record.get(f"{side}_offset"),
                     "raw_hex": value.hex() if value is not None else "",
                     "reason": f"select failed on the {side} record of result key '{key}': {error}",
+                    "topic": topic,
+                    "partition": record.get(f"{side}_partition"),
+                    "key_hex": record["key"].hex(),
+                    "cause": "poison",
                 }
             )
         self._quarantined.append(pa.Table.from_pylist(rows, QUARANTINE_SCHEMA))

@@ -3,7 +3,7 @@ joins")."""
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from spark_jobs.config import JoinSpec
@@ -21,10 +21,12 @@ class FkJob(KeyedJob, StateStoreJob):
 
     operator = "FkJoin"
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        # an inner join's left record with a null foreign key joins nothing; a left join keeps it
-        self.null_keys_dropped_as = "null_foreign_key" if self.spec.type == "inner" else None
+    def _joins_nothing(self) -> tuple[Column, Column] | None:
+        if self.spec.type != "inner":  # a left join keeps the record, with null right columns
+            return None
+        unused = (F.col("side") == "left") & F.col("value").isNotNull() & F.col("by").isNull()
+        reason = f"null foreign key: an inner join drops a record whose foreign key ({self.spec.by}) is null"
+        return F.lit(reason), unused
 
     @staticmethod
     def expected(spark, lake, config, spec: JoinSpec, left: DataFrame, right: DataFrame, codecs):

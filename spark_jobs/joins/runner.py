@@ -18,9 +18,10 @@ import json
 import re
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -143,6 +144,7 @@ class RunSummary:
     deleted: int = 0
     appended: int = 0
     quarantined: int = 0
+    dropped: Counter[str] = field(default_factory=Counter)  # records not used, by reason
     stopped_by_signal: bool = False
     read: str = ""  # which offsets of which topics the join has read up to (offsets_read)
 
@@ -153,6 +155,7 @@ class RunSummary:
         self.deleted += m.deleted
         self.appended += m.appended
         self.quarantined += m.quarantined
+        self.dropped.update(m.dropped)
 
     def text(self) -> str:
         how = "stopped on request after" if self.stopped_by_signal else "processed"
@@ -160,7 +163,13 @@ class RunSummary:
             f"join {self.join}: {how} {self.batches} micro-batch(es): {self.input_rows} input records, "
             f"{self.upserted} upserted, {self.deleted} deleted, {self.appended} appended, "
             f"{self.quarantined} quarantined; read {self.read}"
+            + (f"; dropped (in the quarantine): {dropped_text(self.dropped)}" if self.dropped else "")
         )
+
+
+def dropped_text(dropped: dict[str, int]) -> str:
+    """``undecodable 2, null_key 1``: records not used, by reason."""
+    return ", ".join(f"{reason} {n}" for reason, n in sorted(dropped.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
 def run_join(
@@ -323,6 +332,7 @@ class _Batches:
                     "skipped": metrics.skipped,
                     "offsets": read,
                     "parked": parked,
+                    "dropped": dict(self.summary.dropped),  # since the run started
                 },
             )
             self.beat(
@@ -332,6 +342,7 @@ class _Batches:
                     "offsets": read,
                     "parked": parked,
                     "waiting": None,
+                    "dropped": dict(self.summary.dropped),
                 }
             )
             self.ended = time.monotonic()
@@ -637,6 +648,9 @@ def status(lake: Lake, config: PipelineConfig) -> list[dict[str, Any]]:
         row["last_batch_ms"] = last.get("duration_ms")
         row["pending"] = last.get("pending")
         row["skipped"] = last.get("skipped") or 0  # KIP-962: null-key records the join type drops
+        # the records its running (else its last) run did not use, by reason: the quarantine's rows
+        # and the metrics' lake_join_dropped_records_total of that run
+        row["dropped"] = (entry if row["running"] else last).get("dropped") or {}
         # result rows on the changelog but not yet in the table: a running job's latest count; a
         # stopped one folded them in at its stop (a killed one leaves them for its next run)
         row["table_behind"] = (

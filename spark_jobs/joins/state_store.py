@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from spark_jobs import faults
@@ -93,7 +93,19 @@ class StateStoreJob(JoinJob):
         # the operator's result timestamp (microseconds) as the result's ``timestamp``
         joined = joined.withColumn("timestamp", F.timestamp_micros("ts")).drop("ts")
         invalid = prepared.filter(F.col("reason").isNotNull())
-        return joined.unionByName(invalid, allowMissingColumns=True)
+        out = joined.unionByName(invalid, allowMissingColumns=True)
+        noted = self._joins_nothing()
+        if noted is None:
+            return out
+        # copies of the valid records that join nothing, to quarantine (the state took them above)
+        reason, unused = noted
+        copies = valid.filter(unused).withColumns({"reason": reason, "noted": F.lit(True)})
+        return out.unionByName(copies, allowMissingColumns=True)
+
+    def _joins_nothing(self) -> tuple[Column, Column] | None:
+        """The kind's valid records that its state takes but that give no result row, as (the
+        quarantine reason, which records); None for a kind without such records."""
+        return None
 
     def _step(self, frame: DataFrame, txn: tuple[str, int], at: datetime, m: BatchMetrics) -> None:
         if self.behind.waiting and not self.table_every:  # rows a run with --table-every left behind
@@ -106,8 +118,10 @@ class StateStoreJob(JoinJob):
 
     def _keys(self, rows: DataFrame, txn: tuple[str, int], at: datetime, m: BatchMetrics) -> None:
         valid = F.col("reason").isNull()
+        # a quarantined copy of a record the state took (counted once, as the input it is)
+        bad = ~valid & ~F.coalesce(F.col("noted"), F.lit(False)) if "noted" in rows.columns else ~valid
         counts = [F.sum("n_left"), F.sum("n_right"), F.count_if(valid & F.col("changed"))]
-        counts += [F.count_if(~valid), F.count_if(~valid & (F.col("side") == "left"))]
+        counts += [F.count_if(bad), F.count_if(bad & (F.col("side") == "left")), F.count_if(~valid)]
         counts += [
             F.count_if(valid & F.col("left_deleted")),
             F.count_if(valid & F.col("changed") & F.col("live")),
@@ -116,12 +130,14 @@ class StateStoreJob(JoinJob):
         counts += [F.sum(c) for c in extra]
         with m.phases("read+state"):  # the batch's first job: the input, the state operator
             totals: Any = rows.agg(*counts).first() or []  # an aggregate has one row
-        n_left, n_right, changed, n_bad, bad_left, n_deleted, n_live, *more = [int(v or 0) for v in totals]
+        n_left, n_right, changed, n_bad, bad_left, n_out, n_deleted, n_live, *more = [
+            int(v or 0) for v in totals
+        ]
         m.input_left, m.input_right = n_left + bad_left, n_right + n_bad - bad_left
         m.quarantined, m.affected_keys = n_bad, changed
         for column, value in zip(extra, more, strict=True):
             setattr(m, OPERATOR_COUNTS[column], value)
-        if n_bad:
+        if n_out:
             self._quarantine(rows.filter(~valid).toArrow(), txn, at)
         if not changed:
             return

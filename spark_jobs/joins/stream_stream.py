@@ -48,7 +48,6 @@ class StreamStreamJob(StreamJob):
     ) -> None:
         name, window = self.spec.name, int(self.spec.window_ms or 0) * 1000  # microseconds
         m.ignored = totals["left"].tombstones + totals["right"].tombstones
-        m.skipped = sum(totals[side].null_keys for side in SIDES if not self._keeps(side))
         new = {
             side: sides[side]
             .filter(F.col("value").isNotNull())
@@ -88,6 +87,9 @@ class StreamStreamJob(StreamJob):
         finally:
             for frame in cached:
                 frame.unpersist()
+
+    def _drops_null_keys(self) -> tuple[str, ...]:
+        return tuple(side for side in SIDES if not self._keeps(side))
 
     def _keeps(self, side: str) -> bool:
         """Does the join type emit this side's events that found no pair?"""

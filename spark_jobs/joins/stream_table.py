@@ -49,6 +49,10 @@ class StreamTableJob(StreamJob):
         stream_time = maxima["left"]
         return None if stream_time is None else stream_time - timedelta(milliseconds=self.spec.grace_ms)
 
+    def _drops_null_keys(self) -> tuple[str, ...]:
+        # a null key matches nothing: an inner join skips the event, a left join emits it unmatched
+        return ("left",) if self.spec.type == "inner" else ()
+
     def _batch(
         self,
         sides: dict[str, DataFrame],
@@ -60,8 +64,6 @@ class StreamTableJob(StreamJob):
     ) -> None:
         name = self.spec.name
         m.ignored = totals["left"].tombstones
-        if self.spec.type == "inner":  # a null key matches nothing: an inner join skips the event
-            m.skipped = totals["left"].null_keys
         if totals["right"].valid:
             self.lake.append(join_table(name, "right_history"), sides["right"], txn=txn)
         events = sides["left"].filter(F.col("value").isNotNull()).withColumn("__old", F.lit(False))

@@ -102,10 +102,27 @@ class StreamJob(JoinJob):
         if m.quarantined:
             bad = rows.filter(~valid).select("side", *RECORD_COLUMNS, "reason")
             self._quarantine(conform(_arrow(bad), BAD_SCHEMA, f"join {self.spec.name} input"), txn, at)
+        drops = self._drops_null_keys()  # KIP-962: the events the join type drops, quarantined too
+        m.skipped = sum(totals[side].null_keys for side in drops)
+        if m.skipped:
+            skipped = rows.filter(
+                valid & F.col("value").isNotNull() & F.col("key").isNull() & F.col("side").isin(*drops)
+            ).select(
+                "side",
+                *RECORD_COLUMNS,
+                F.lit(f"null key: an event without a key, which the {self.spec.type} join drops").alias(
+                    "reason"
+                ),
+            )
+            self._quarantine(conform(_arrow(skipped), BAD_SCHEMA, f"join {self.spec.name} input"), txn, at)
         decision = self._progress(grouped, txn)
         good = rows.filter(valid)
         sides = {side: good.filter(F.col("side") == side).select(RECORD_COLUMNS) for side in totals}
         self._batch(sides, totals, decision, txn, at, m)
+
+    def _drops_null_keys(self) -> tuple[str, ...]:
+        """The sides whose events with a null key the join type drops (KIP-962)."""
+        return ()
 
     def _batch(
         self,

@@ -342,5 +342,9 @@ def _quarantine(lake: Lake, job: str, rejects: DataFrame) -> None:
         "line",
         F.hex("raw").alias("raw_hex"),
         "reason",
+        F.lit(None).cast("string").alias("topic"),
+        F.lit(None).cast("int").alias("partition"),
+        F.lit(None).cast("string").alias("key_hex"),
+        F.lit("bad_line").alias("cause"),
     )
     lake.append(QUARANTINE, rows)

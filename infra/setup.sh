@@ -52,27 +52,6 @@ if ! command -v chromium >/dev/null 2>&1; then
     || say "warning: no chromium found; the report's browser test will fail until it is installed ('sudo apt-get install chromium')"
 fi
 
-# --- promtool (checks and unit-tests infra/monitoring/alerts.yml; nothing at run time needs it) ---
-# Prometheus' own rule checker, from Debian's prometheus package (a static Go binary), pinned and checked.
-PROMETHEUS_DEB_VERSION=2.42.0+ds-5+deb12u1
-PROMETHEUS_DEB_SHA256=81d59a24fce84f7fbe97a45a4f2914b6a5881b5cd1db2a6a0e129e515e1a5f55
-if [ "$(cat .tools/promtool.version 2>/dev/null)" != "$PROMETHEUS_DEB_VERSION" ] || ! [ -x .tools/bin/promtool ]; then
-  say "fetching promtool (Debian's prometheus $PROMETHEUS_DEB_VERSION)"
-  rm -rf .tools/promtool.tmp && mkdir -p .tools/promtool.tmp .tools/bin
-  fetch_deb() { (cd .tools/promtool.tmp && apt-get download -qq "prometheus=$PROMETHEUS_DEB_VERSION" 2>/dev/null); }
-  if ! fetch_deb && [ "$(id -u)" = 0 ]; then apt-get update -qq >/dev/null 2>&1; fetch_deb; fi
-  deb=$(ls .tools/promtool.tmp/prometheus_*.deb 2>/dev/null | head -n1)
-  if [ -z "$deb" ]; then
-    say "warning: could not download Debian's prometheus $PROMETHEUS_DEB_VERSION (promtool); the alert rules' test will fail until it is in .tools/bin (a newer Debian release: update PROMETHEUS_DEB_VERSION and its checksum here)"
-  elif [ "$(sha256sum "$deb" | cut -d' ' -f1)" != "$PROMETHEUS_DEB_SHA256" ]; then
-    die "$deb does not match its checksum in infra/setup.sh; nothing was installed"
-  else
-    dpkg-deb -x "$deb" .tools/promtool.tmp/x && cp .tools/promtool.tmp/x/usr/bin/promtool .tools/bin/promtool
-    echo "$PROMETHEUS_DEB_VERSION" > .tools/promtool.version
-  fi
-  rm -rf .tools/promtool.tmp
-fi
-
 # --- JVM jars (Maven Central, locked by infra/jvm/*.pom.xml + infra/jvm/jars.sha256) -------------
 # jar sets: name -> pom (the Kafka Streams peer of the benchmarks keeps its pom beside its sources)
 jar_sets="spark:infra/jvm/spark.pom.xml kafka:infra/jvm/kafka.pom.xml registry:infra/jvm/registry.pom.xml s3:infra/jvm/s3.pom.xml streams:tests/bench/peer/pom.xml"
@@ -132,6 +111,28 @@ echo "$stamp_src" > .venv/.setup-stamp
 say "ready: $ROOT/.venv ($(.venv/bin/python -c 'import pyspark; print("pyspark", pyspark.__version__)'))"
 }
 python_env
+
+# --- promtool (checks and unit-tests infra/monitoring/alerts.yml; nothing at run time needs it) ---
+# Prometheus' own rule checker, from Debian's prometheus package (a static Go binary), pinned and checked;
+# after the Python environment, whose bootstrap of uv makes .tools/ anew.
+PROMETHEUS_DEB_VERSION=2.42.0+ds-5+deb12u1
+PROMETHEUS_DEB_SHA256=81d59a24fce84f7fbe97a45a4f2914b6a5881b5cd1db2a6a0e129e515e1a5f55
+if [ "$(cat .tools/promtool.version 2>/dev/null)" != "$PROMETHEUS_DEB_VERSION" ] || ! [ -x .tools/bin/promtool ]; then
+  say "fetching promtool (Debian's prometheus $PROMETHEUS_DEB_VERSION)"
+  rm -rf .tools/promtool.tmp && mkdir -p .tools/promtool.tmp .tools/bin
+  fetch_deb() { (cd .tools/promtool.tmp && apt-get download -qq "prometheus=$PROMETHEUS_DEB_VERSION" 2>/dev/null); }
+  if ! fetch_deb && [ "$(id -u)" = 0 ]; then apt-get update -qq >/dev/null 2>&1; fetch_deb; fi
+  deb=$(ls .tools/promtool.tmp/prometheus_*.deb 2>/dev/null | head -n1)
+  if [ -z "$deb" ]; then
+    say "warning: could not download Debian's prometheus $PROMETHEUS_DEB_VERSION (promtool); the alert rules' test will fail until it is in .tools/bin (a newer Debian release: update PROMETHEUS_DEB_VERSION and its checksum here)"
+  elif [ "$(sha256sum "$deb" | cut -d' ' -f1)" != "$PROMETHEUS_DEB_SHA256" ]; then
+    die "$deb does not match its checksum in infra/setup.sh; nothing was installed"
+  else
+    dpkg-deb -x "$deb" .tools/promtool.tmp/x && cp .tools/promtool.tmp/x/usr/bin/promtool .tools/bin/promtool
+    echo "$PROMETHEUS_DEB_VERSION" > .tools/promtool.version
+  fi
+  rm -rf .tools/promtool.tmp
+fi
 
 # --- Java built here with javac: the join operators and the Kafka Streams peer ---------------------
 # build_jar NAME SOURCES JAR CLASSPATH VERSION: compile SOURCES' .java files against CLASSPATH into

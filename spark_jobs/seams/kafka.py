@@ -408,20 +408,9 @@ class RecordClock:
         start = max(low, offset - self.LOOKBACK)
         if start >= offset:
             return None
-        consumer = self.consumer
         last = None
         try:
-            consumer.assign([TopicPartition(name, partition, start)])
-            deadline = time.monotonic() + TIMEOUT_S
-            while time.monotonic() < deadline:
-                m = consumer.poll(0.05)
-                if m is None:
-                    continue
-                err = m.error()
-                if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
-                        break
-                    raise self.cluster.error(f"reading {name}[{partition}]", err)
+            for m in _from_offset(self.cluster, self.consumer, name, partition, start):
                 if cast(int, m.offset()) >= offset:
                     break
                 last = m.timestamp()[1]
@@ -430,7 +419,7 @@ class RecordClock:
         except KafkaException as exc:
             raise self.cluster.error(f"reading {name}[{partition}]", exc) from None
         finally:
-            consumer.unassign()
+            self.consumer.unassign()
         return last
 
     def close(self) -> None:
@@ -882,6 +871,26 @@ def read(
         consumer.close()
 
 
+def _from_offset(
+    cluster: Cluster, consumer: Consumer, name: str, partition: int, start: int
+) -> Iterator[Message]:
+    """One partition's committed records from ``start`` on, until its end (only transaction markers or
+    aborted records left) or the client's timeout; the consumer is left assigned to it."""
+    consumer.assign([TopicPartition(name, partition, start)])
+    deadline = time.monotonic() + TIMEOUT_S
+    while time.monotonic() < deadline:
+        m = consumer.poll(0.05)
+        if m is None:
+            continue
+        err = m.error()
+        if err is not None:
+            if err.code() == KafkaError._PARTITION_EOF:
+                return
+            raise cluster.error(f"reading {name}[{partition}]", err)
+        if m.partition() == partition:
+            yield m
+
+
 def fetch(cluster: Cluster, places: Iterable[tuple[str, int, int]]) -> dict[tuple[str, int, int], Message]:
     """The committed records at ``places`` (declared topic, partition, offset), each read with one
     assign and seek. A place whose record is gone (compacted or deleted by retention, or past the
@@ -897,18 +906,8 @@ def fetch(cluster: Cluster, places: Iterable[tuple[str, int, int]]) -> dict[tupl
             low, high = _watermark(cluster, consumer, TopicPartition(name, partition))
             if not low <= offset < high:
                 continue
-            consumer.assign([TopicPartition(name, partition, offset)])
-            deadline = time.monotonic() + TIMEOUT_S
-            while time.monotonic() < deadline:
-                m = consumer.poll(0.05)
-                if m is None:
-                    continue
-                err = m.error()
-                if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
-                        break  # only markers (or aborted records) from the offset on
-                    raise cluster.error(f"reading {name}[{partition}]", err)
-                if m.partition() == partition and cast(int, m.offset()) >= offset:
+            for m in _from_offset(cluster, consumer, name, partition, offset):
+                if cast(int, m.offset()) >= offset:
                     if m.offset() == offset:  # a later offset: this one was compacted away
                         found[(topic, partition, offset)] = m
                     break

@@ -80,9 +80,9 @@ bench-cluster: setup ## the table-join benchmark on the standalone cluster (2 wo
 	@LAKE_SPARK_MASTER=spark://127.0.0.1:$${SPARK_MASTER_PORT:-7077} $(BIN)/python tests/bench/bench_joins.py --no-deletion-vectors | tee bench-results/joins-cluster.txt; \
 	  status=$$?; bash infra/spark-cluster.sh stop; exit $$status
 
-bench-peer: setup ## the product's fk and list joins against the Kafka Streams peer on one broker, the fk join on Avro values against JSON and against the product before provenance (PEER_BASELINE), lake explain on the fk result (about 28 min; PEER_PRODUCTS, PEER_PERSONS set the sizes)
+bench-peer: setup ## the product's fk and list joins against the Kafka Streams peer on one broker, the fk join on Avro values against JSON, with its metrics scraped against metrics off, and against the product before provenance (PEER_BASELINE), lake explain on the fk result (about 35 min; PEER_PRODUCTS, PEER_PERSONS set the sizes; PEER_SCENARIOS="fk fk-no-metrics" runs only those)
 	@mkdir -p bench-results
-	@$(BIN)/python tests/bench/bench_peer.py | tee bench-results/peer.txt
+	@$(BIN)/python tests/bench/bench_peer.py $(PEER_SCENARIOS) | tee bench-results/peer.txt
 
 faults: setup ## the fault suite: a 3-broker SCRAM cluster (RF 3), brokers and join drivers killed -9, results checked exactly (about 35 min)
 	@mkdir -p bench-results

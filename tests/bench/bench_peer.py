@@ -30,6 +30,11 @@ Registry (an embedded one of its own), the product alone, against the product's 
 of the same run: what the format costs a record (the records' values are the same; the
 changelog is JSON in both, so the same reader sees them).
 
+``fk`` runs with the join's Prometheus endpoint scraped every SCRAPE_EVERY seconds (1 s: fifteen times
+what a Prometheus' default asks), ``fk-no-metrics`` the same workload with ``metrics: false``, the
+product alone on its own copy of the topics: what serving and answering scrapes costs, in CPU and in
+the burst's rate, in the same run.
+
 ``fk-baseline``: the same fk workload run by the product at PEER_BASELINE (default: the commit before
 the results kept provenance), checked out in a git worktree that shares this checkout's locked
 environment, on its own copy of the topics: what a change costs a record, in the same run.
@@ -478,10 +483,26 @@ class Scenario:
     baseline: bool = False  # the product at BASELINE runs it, from a git worktree
     prefix: str = ""  # its copy of the topics on Kafka
     root: str = "lake"  # its lake root, under the benchmark's folder
+    metrics: bool = True  # the join serves its Prometheus metrics (the pipeline's default)
+    scrape_every: float = 0.0  # > 0: a scraper asks its endpoint this often while the workload runs
 
 
+SCRAPE_EVERY = float(os.environ.get("PEER_SCRAPE_EVERY", "1"))  # seconds between scrapes of fk's endpoint
 SCENARIOS = {
-    "fk": Scenario(FkWorkload, "fk", fk_topic_tokens, ["title", "merchant"], fk_table_tokens),
+    "fk": Scenario(
+        FkWorkload, "fk", fk_topic_tokens, ["title", "merchant"], fk_table_tokens, scrape_every=SCRAPE_EVERY
+    ),
+    "fk-no-metrics": Scenario(
+        FkWorkload,
+        "fk",
+        fk_topic_tokens,
+        ["title", "merchant"],
+        fk_table_tokens,
+        peer=False,
+        prefix="nom_",
+        root="lake-no-metrics",
+        metrics=False,
+    ),
     "list": Scenario(ListWorkload, "list", list_topic_tokens, ["key", "addresses"], list_table_tokens),
     "fk-avro": Scenario(
         FkAvroWorkload, "fk", fk_topic_tokens, ["title", "merchant"], fk_table_tokens, peer=False
@@ -699,7 +720,7 @@ def _run_product(
     logs = [tmp / f"run-{name}.log"]
 
     def start_product() -> None:
-        config_path = tmp / "peer_bench.yaml"
+        config_path = tmp / ("peer_bench.yaml" if scenario.metrics else "peer_bench_no_metrics.yaml")
         jobs.append(
             start_lake(
                 logs[0],
@@ -718,9 +739,21 @@ def _run_product(
         )
 
     workload = work(cluster, config, scenario.prefix)
+    scrapes: list[float] = []  # seconds each scrape took
+    if scenario.scrape_every:
+        scraper = threading.Thread(
+            target=scrape, args=(lake, work.join, scenario.scrape_every, scrapes, stop)
+        )
+        followers.append(scraper)
+        scraper.start()
     try:
         workload.visible(seen, table_seen)
         workload.run(start_product, {"topic": figures["product"], "table": figures["table"]})
+        if scenario.scrape_every:
+            figures["product"][f"{name}: scrapes"] = len(scrapes)
+            figures["product"][f"{name}: scrape p50, ms"] = (
+                float(np.median(scrapes) * 1000) if scrapes else 0.0
+            )
         cpu, peak = tree_usage([j.pid for j in jobs])
         figures["product"][f"{name}: CPU, s"], figures["product"][f"{name}: peak memory, MB"] = (
             cpu,
@@ -753,6 +786,30 @@ def _run_product(
         f"{name}: {workload_name}": profile(batches, windows, f"join_{work.join}")
         for workload_name, windows in workload.windows.items()
     }
+
+
+def scrape(lake: Lake, join: str, every: float, took: list[float], stop: threading.Event) -> None:
+    """Scrape the running join's Prometheus endpoint (its ``metrics_url``, as ``lake status --json``
+    gives it) every ``every`` seconds until ``stop``, as Prometheus would; each scrape's seconds."""
+    import urllib.request
+
+    url = None
+    while not stop.wait(every):
+        if url is None:
+            try:
+                url = json.loads(lake.layout.job_entry(join).read_text()).get("metrics_url")
+            except (OSError, ValueError):
+                continue
+            if url is None:
+                continue
+        started = time.perf_counter()
+        try:
+            with urllib.request.urlopen(url, timeout=10) as answer:
+                answer.read()
+        except OSError:
+            url = None  # the job restarted (or stopped): ask its entry again
+            continue
+        took.append(time.perf_counter() - started)
 
 
 # --- lake explain on the fk result, as a user runs it with the services up -----------------------
@@ -827,12 +884,15 @@ def main() -> None:
         tmp = Path(tmp)
         os.environ["LAKE_KAFKA_TOPIC_PREFIX"] = ""
         (tmp / "peer_bench.yaml").write_text(PIPELINE)
+        (tmp / "peer_bench_no_metrics.yaml").write_text(PIPELINE + "metrics: false\n")
         (tmp / "product.avsc").write_text(json.dumps(PRODUCT_AVRO))
         (tmp / "merchant.avsc").write_text(json.dumps(MERCHANT_AVRO))
         config = load_config(tmp / "peer_bench.yaml")
         cluster = connect(config, tmp / "lake")
         ensure_topics(cluster, config.topics.values())
-        copies = [replace(s, name=p + s.name) for p in ("peer_", "base_") for s in config.topics.values()]
+        copies = [
+            replace(s, name=p + s.name) for p in ("peer_", "base_", "nom_") for s in config.topics.values()
+        ]
         outs = [replace(copies[0], name=f"peer_{j}", compacted=False) for j in config.joins]
         ensure_topics(cluster, [*copies, *outs])
         figures: dict[str, dict] = {"peer": {}, "product": {}, "table": {}}
@@ -881,6 +941,9 @@ def main() -> None:
 
         if "fk-avro" in chosen and "fk" in chosen:
             print_against(figures["product"], "fk", "fk-avro", "JSON values | Avro values | Avro / JSON")
+        if "fk-no-metrics" in chosen and "fk" in chosen:
+            header = f"metrics off | on, scraped every {SCRAPE_EVERY:g} s | on / off"
+            print_against(figures["product"], "fk-no-metrics", "fk", header)
         if "fk-baseline" in chosen and "fk" in chosen:
             header = f"at {BASELINE} (baseline) | this checkout | this / baseline"
             print_against(figures["product"], "fk-baseline", "fk", header)

@@ -49,6 +49,7 @@ class Endpoint:
         self.url: str | None = None
         self._server: Any = None
         self._spark_gauges: dict[str, Gauge] = {}
+        self.lag: Lag | None = None  # the lag collector, whose Kafka consumer close() closes
 
     def serve(self, host: str, port: int) -> str:
         """Serve the metrics on ``host``:``port`` (0: a free port); the address, or a one-line error."""
@@ -68,6 +69,9 @@ class Endpoint:
             self._server.shutdown()
             self._server.server_close()
             self._server = None
+        if self.lag is not None:
+            with self.lag.guard:  # not while a scrape asks Kafka
+                self.lag.clock.close()
 
     def progress(self, query: Any, labels: dict[str, str]) -> None:
         """Spark's own streaming metrics of ``query``'s last progress: its trigger's durations, rows
@@ -224,7 +228,8 @@ class JoinMetrics(Endpoint):
         if spec.publish:
             self.published.labels(**self.labels, topic=spec.publish)
         inputs = {topic: config.topic(topic).partitions for _, topic in spec.sides}
-        r.register(Lag("lake_join", self.labels, cluster, inputs, positions))
+        self.lag = Lag("lake_join", self.labels, cluster, inputs, positions)
+        r.register(self.lag)
         r.register(Gate(config.name, layout))
 
     def batch(self, m: Any, seconds: float, parked: int) -> None:
@@ -268,7 +273,8 @@ class IngestMetrics(Endpoint):
         for topic in topics:
             self.mirrored.labels(**self.labels, topic=topic)
         self._seen: dict[str, int] = {}  # topic -> the last micro-batch counted
-        self.registry.register(Lag("lake_ingest", self.labels, cluster, topics, positions))
+        self.lag = Lag("lake_ingest", self.labels, cluster, topics, positions)
+        self.registry.register(self.lag)
 
     def query(self, topic: str, query: Any) -> None:
         """A mirroring query's progress: the records of its micro-batches since the last call (from

@@ -608,7 +608,7 @@ def test_start_is_idempotent_and_stop_ends_the_detached_job(spark, setup, capsys
         # the ingest mirrors every record of both topics
         url = ingest["metrics_url"]
         assert _wait(
-            lambda: _sample(url, "lake_ingest_records_total", pipeline="joins-test", topic="L") == 2, 60
+            lambda: _sample(url, "lake_ingest_records_total", pipeline="joins-test", topic="L") == 2, 180
         )
         assert _sample(url, "lake_ingest_records_total", pipeline="joins-test", topic="R") == 1
     finally:

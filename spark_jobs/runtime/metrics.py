@@ -180,8 +180,7 @@ class JoinMetrics(Endpoint):
         )
         self.dropped = Counter(
             "lake_join_dropped_records",
-            "Records the join did not use, by reason (each also in the quarantine table, but the "
-            "null_key events of a stream join's type, which are only counted)",
+            "Records the join did not use, by reason (each also in the quarantine table)",
             [*names, "reason"],
             registry=r,
         )

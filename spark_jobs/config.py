@@ -219,6 +219,9 @@ class JoinSpec:
     # the consumer group the join's finished offsets are committed to, for Kafka's own tools: "" the
     # default (lake.<pipeline>.<join>, PipelineConfig.consumer_group), None none (consumer_group: false)
     consumer_group: str | None = ""
+    # the topic every record the join does not use is also written to (KIP-1034's dead-letter queue),
+    # with the batch that quarantines it; None: the quarantine table only
+    dead_letter_topic: str | None = None
 
     @property
     def job(self) -> str:
@@ -429,6 +432,15 @@ def load_config(path: str | os.PathLike[str] | None = None) -> PipelineConfig:
             key_format = "bytes" if codec_class(left.key_format).registered else left.key_format
             topics[join.publish] = TopicSpec(
                 join.publish, left.partitions, key_format, join.publish_format, "murmur2", compacted=True
+            )
+        if join.dead_letter_topic:  # the records as they came: their own bytes, keyed as they were
+            if join.dead_letter_topic in topics:
+                raise doc.error(
+                    ("joins", join_name, "dead_letter_topic"),
+                    f"topic '{join.dead_letter_topic}' is declared or used already; each join needs its own",
+                )
+            topics[join.dead_letter_topic] = TopicSpec(
+                join.dead_letter_topic, topics[join.left].partitions, "bytes", "bytes"
             )
         joins[join_name] = join
     airflow = _airflow(doc, data.get("airflow") or {})
@@ -744,7 +756,8 @@ def _join(
     kind = choice(doc, (*path, "kind"), spec.get("kind"), tuple(KINDS))
     info = KINDS[kind]
     every = tuple(dict.fromkeys(k for other in KINDS.values() for k in other.settings))
-    spec = mapping(doc, path, spec, ("kind", "left", "type", "select", "publish", "consumer_group", *every))
+    common = ("kind", "left", "type", "select", "publish", "consumer_group", "dead_letter_topic")
+    spec = mapping(doc, path, spec, (*common, *every))
     for key in spec:
         if key in every and key not in info.settings:
             kinds = ", ".join(k.name for k in KINDS.values() if key in k.settings)
@@ -781,6 +794,11 @@ def _join(
     table_every, publish, publish_format = _publish_settings(doc, path, name, spec, topics)
     grace = window_ms(doc, (*path, "grace"), spec["grace"]) if "grace" in spec else None
     group = _consumer_group(doc, (*path, "consumer_group"), spec.get("consumer_group", ""))
+    dead_letters = spec.get("dead_letter_topic")
+    if dead_letters is not None and (not isinstance(dead_letters, str) or not NAME_RE.match(dead_letters)):
+        raise doc.error((*path, "dead_letter_topic"), f"must be a topic name, got {dead_letters!r}")
+    if dead_letters is not None and dead_letters == publish:
+        raise doc.error((*path, "dead_letter_topic"), "must differ from the changelog topic (publish)")
     return JoinSpec(
         name,
         kind,
@@ -799,6 +817,7 @@ def _join(
         publish_format,
         grace,
         group,
+        dead_letters,
     )
 
 

@@ -12,6 +12,7 @@ with PipelineTestDriver("pipeline.yaml", root=tmp_path) as d:   # one Spark sess
     d.changelog("display_products")  # [Record(key, value, timestamp), ...] it would publish to Kafka
     d.table("display_products")      # {key: value_dict} the result table now holds
     d.quarantined("display_products")  # [(topic[partition], offset, reason), ...] set aside by it
+    d.dead_letters("display_products")  # [DeadLetter(key, value, headers), ...] (dead_letter_topic)
 ```
 
 The driver runs each join as ``lake run`` does: a Spark streaming query of the join's plan
@@ -21,7 +22,7 @@ The driver runs each join as ``lake run`` does: a Spark streaming query of the j
 topic's partitioner, offsets continuing per partition, as Kafka would), then each join gets everything
 new on its inputs as one micro-batch, from an in-memory source instead of Kafka. A join's published
 changelog is kept in memory instead of going to Kafka, and piped into its topic, so a join reading it
-sees it at the next ``advance``.
+sees it at the next ``advance``; so are a join's dead letters (``dead_letter_topic``).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from spark_jobs import checkpoints
 from spark_jobs.config import PipelineConfig, RegistrySpec, TopicSpec, load_config
 from spark_jobs.errors import UserError
 from spark_jobs.formats import Codec, Formats, codec_class
+from spark_jobs.joins import dead_letters
 from spark_jobs.joins.engine import RECORD_FIELDS, BatchMetrics, Changelog, Inputs
 from spark_jobs.layout import QUARANTINE
 from spark_jobs.seams import partitioners
@@ -286,6 +288,34 @@ class _MemoryChangelog(Changelog):
         return len(rows)
 
 
+class DeadLetter(NamedTuple):
+    """A record a join wrote to its dead-letter topic: the dropped record's ``key`` and ``value``
+    bytes, and its ``headers`` (``__streams.errors.topic``, ``.partition``, ``.offset``,
+    ``.exception``: the reason in one word, ``.message``; ``lake.join``, ``lake.batch``)."""
+
+    key: bytes | None
+    value: bytes | None
+    headers: dict[str, str]
+
+
+class _MemoryDeadLetters(dead_letters.DeadLetters):
+    """A join's dead letters kept by the driver (``PipelineTestDriver.dead_letters``) instead of Kafka."""
+
+    def __init__(self, out: dict[str, list[DeadLetter]], join: str):
+        self.out = out.setdefault(join, [])
+        self.join = join
+        self.tags: set[bytes] = set()
+
+    def send(self, rows: pa.Table, tag: bytes, may_be_sent: bool) -> int:
+        if may_be_sent and tag in self.tags:
+            return 0
+        self.tags.add(tag)
+        keys, values, heads = dead_letters.records(rows, self.join, tag)
+        for key, value, head in zip(keys.to_pylist(), values.to_pylist(), heads, strict=True):
+            self.out.append(DeadLetter(key, value, {k: v.decode() for k, v in head}))
+        return rows.num_rows
+
+
 def _formats(config: PipelineConfig, lake: Lake) -> Formats:
     """The pipeline's codecs with an in-process registry (``mock://``): each Schema Registry topic's
     schema file registered under its subject, as Kafka Streams' tests use a mock registry."""
@@ -326,6 +356,7 @@ class PipelineTestDriver:
         self._seen: dict[tuple[str, str], np.ndarray] = {}  # (join, topic): next offset per partition
         self._changes: dict[str, list[Record]] = {}
         self._changelog: dict[str, list[Record]] = {}
+        self._dead_letters: dict[str, list[DeadLetter]] = {}
         self._ran: dict[str, int] = {}  # join -> its last micro-batch, when the last advance ran one
         self.queries: dict[str, JoinQuery] = {}
         for name in self.config.joins:
@@ -336,6 +367,8 @@ class PipelineTestDriver:
             if publish:
                 codec = self.formats.codec(publish, "value")
                 query.job.changelog = _MemoryChangelog(self._changelog, name, codec)
+            if self.config.join(name).dead_letter_topic:
+                query.job.dead_letters = _MemoryDeadLetters(self._dead_letters, name)
             self.queries[name] = query
 
     def _log(self, topic: str) -> TopicLog:
@@ -384,6 +417,8 @@ class PipelineTestDriver:
         self._changes, self._ran = {}, {}
         for published in self._changelog.values():
             published.clear()
+        for letters in self._dead_letters.values():
+            letters.clear()
         for name, query in self.queries.items():
             spec = self.config.join(name)
             before = self.lake.version(name) if self.lake.exists(name) else None
@@ -452,6 +487,15 @@ class PipelineTestDriver:
         if not self.config.join(join).publish:
             raise UserError(f"join {join} does not publish a changelog (set publish: true in the pipeline)")
         return list(self._changelog.get(join, []))
+
+    def dead_letters(self, join: str) -> list[DeadLetter]:
+        """What the last ``advance`` would have written to the join's dead-letter topic (joins with
+        ``dead_letter_topic``): every record it did not use, as :class:`DeadLetter`."""
+        if not self.config.join(join).dead_letter_topic:
+            raise UserError(
+                f"join {join} has no dead-letter topic (set dead_letter_topic: NAME in the pipeline)"
+            )
+        return list(self._dead_letters.get(join, []))
 
     def quarantined(self, join: str) -> list[tuple[str, int, str]]:
         """The records the last ``advance`` quarantined for ``join`` (a record that is not JSON, a

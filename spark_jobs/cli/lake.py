@@ -26,12 +26,22 @@ def register(sub, common) -> None:
         help="the records the pipeline's joins and backfills did not use: counts by reason, then the rows",
         description="Every record a join does not use (undecodable, a null key, a null foreign or derived "
         "key, no list, a record its select fails on) and every dump line a backfill could not read is in "
-        "the quarantine table. This counts the pipeline's by job and reason, then lists them, newest first.",
+        "the quarantine table. This counts the pipeline's by job and reason, then lists them, newest first. "
+        "--replay puts the ones a fix can mend (undecodable once the format or schema is fixed, poison once "
+        "the select is) back on their topic as they were, once each (docs/operating.md).",
     )
     qu.add_argument("--join", help="only this join's")
     qu.add_argument("--reason", help="only this reason's (e.g. undecodable, null_key, poison)")
     qu.add_argument("--limit", type=int, default=20, help="rows to list (default 20; 0: only the counts)")
     qu.add_argument("--json", action="store_true", help="one JSON object per row (all of them)")
+    qu.add_argument(
+        "--replay",
+        action="store_true",
+        help="produce the records a fix can mend back to their topic (with --join / --reason: those only)",
+    )
+    qu.add_argument(
+        "--dry-run", action="store_true", help="with --replay: say what it would replay, send nothing"
+    )
     qu.set_defaults(run=cmd_quarantine)
 
     db = sub.add_parser(
@@ -90,7 +100,18 @@ def cmd_quarantine(args) -> int:
     check_cause(args.reason)
     if args.limit < 0:
         raise UserError("--limit: a number of rows, 0 or more")
+    if args.dry_run and not args.replay:
+        raise UserError("--dry-run goes with --replay")
     config = load_config(args.config)
+    if args.replay:  # the topics' codecs decide what decodes now: a local session, as the joins have
+        from spark_jobs.quarantine import replay
+
+        lake = Lake(args.root, log=stderr)
+        for line in replay(
+            lake, config, quarantined(lake, config, args.join, args.reason), args.dry_run, stderr
+        ).lines():
+            print(line)
+        return 0
     lake = Lake(args.root, quick=True, log=stderr)  # on the Spark Connect server when it runs (lake up)
     found = quarantined(lake, config, args.join, args.reason)
     if args.json:

@@ -47,6 +47,7 @@ from spark_jobs.config import JoinSpec, PipelineConfig, TopicSpec
 from spark_jobs.errors import UserError, spark_error
 from spark_jobs.formats import Codec, Formats
 from spark_jobs.joins import dropped
+from spark_jobs.joins.dead_letters import DeadLetters, KafkaDeadLetters
 from spark_jobs.joins.poison import Guarded, fails, guarded
 from spark_jobs.layout import former_pending_table, join_table
 from spark_jobs.runtime.profile import Phases
@@ -321,6 +322,10 @@ class JoinJob:
         self._metrics_flushed = time.monotonic()
         # where the changelog goes (spark_jobs.testing's driver keeps it in memory instead of Kafka)
         self.changelog: Changelog = KafkaChangelog(self)
+        # where the dropped records also go (dead_letter_topic; the test driver keeps them in memory)
+        self.dead_letters: DeadLetters | None = (
+            KafkaDeadLetters(config, lake.root, spec) if spec.dead_letter_topic else None
+        )
         # how far the inputs go (asked by the stream kinds): the runner's Kafka, or a test's records
         self.inputs: Inputs | None = None
         self._create_tables()
@@ -393,7 +398,10 @@ class JoinJob:
         metrics.dropped = Counter(c for t in self._quarantined for c in t["cause"].to_pylist())
         if self._quarantined:  # one commit for the batch's bad records and poison pills
             with metrics.phases("quarantine"):
-                self.lake.append(QUARANTINE, pa.concat_tables(self._quarantined), txn=txn)
+                rows = pa.concat_tables(self._quarantined)
+                if self.dead_letters is not None:  # before the commit: a replay finds them out already
+                    self.dead_letters.send(rows, f"{txn[0]}:{txn[1]}".encode(), self._replay)
+                self.lake.append(QUARANTINE, rows, txn=txn)
             self._quarantined.clear()
         duration = (time.perf_counter() - started) * 1000
         with metrics.phases("metrics"):

@@ -493,7 +493,8 @@ def produce(
     transactional_id: str | None = None,
 ) -> Delivered:
     """Produce (key, value) array pairs (binary, null value = tombstone), or (keys, values,
-    timestamps in ms, headers) tuples for a copy of records, to a declared topic as one
+    timestamps in ms, headers[, partitions]) tuples for a copy of records (each to the partition
+    given, else where the partitioner puts it), to a declared topic as one
     Kafka transaction, placed by librdkafka's own partitioner (``murmur2_random`` like the Java client,
     or ``consistent_random`` like kcat). ``batches`` is consumed lazily; an exception it raises, or any
     delivery failure, aborts the transaction, so nothing of the call becomes visible.
@@ -603,7 +604,8 @@ class TransactionalProducer:
                 keys, values = batch[0], batch[1]
                 stamps = batch[2] if len(batch) > 2 else None  # type: ignore[misc]
                 heads = batch[3] if len(batch) > 3 else None  # type: ignore[misc]
-                _send(producer, name, keys, values, timestamp_ms, headers, delivered, stamps, heads)
+                places = batch[4] if len(batch) > 4 else None  # type: ignore[misc]
+                _send(producer, name, keys, values, timestamp_ms, headers, delivered, stamps, heads, places)
                 result.records += len(keys)
                 result.tombstones += values.null_count
                 if progress:
@@ -747,6 +749,22 @@ def _await_visible(cluster: Cluster, spec: TopicSpec, last: list[int]) -> None:
         time.sleep(0.02)
 
 
+BATCH_HEADER = "lake.batch"  # the micro-batch a join's record was written by (its changelog's, dead letters')
+TAIL_DEPTH = 8  # offsets read back per partition to find a batch's records (they count commit markers)
+
+
+def tagged(cluster: Cluster, spec: TopicSpec, tag: bytes) -> bool:
+    """Whether a committed record among the last offsets of one of the topic's partitions carries
+    ``tag`` in its ``lake.batch`` header: a writer that commits one transaction per batch, and checks
+    before it sends a batch that may be a replay, finds its last batch there when it went out."""
+    start = lambda low, high: max(low, high - TAIL_DEPTH)  # noqa: E731
+    for records in read(cluster, spec, start=start):
+        for m in records:
+            if (BATCH_HEADER, tag) in (m.headers() or []):
+                return True
+    return False
+
+
 def _send(
     producer: Producer,
     topic: str,
@@ -757,6 +775,7 @@ def _send(
     delivered: Callable[[KafkaError | None, Message], None],
     stamps: list[int] | None = None,
     heads: list[list[tuple[str, bytes]] | None] | None = None,
+    places: list[int] | None = None,
 ) -> None:
     extra: dict[str, Any] = {"on_delivery": delivered}
     if timestamp_ms is not None:
@@ -768,6 +787,8 @@ def _send(
         if stamps is not None:  # per-record timestamps and headers (a copy of another topic's records)
             extra["timestamp"] = stamps[i]
             extra["headers"] = heads[i] if heads is not None and heads[i] else headers
+        if places is not None:  # a record put back where it was (lake quarantine --replay)
+            extra["partition"] = places[i]
         while True:
             try:
                 send(topic, value, key, **extra)

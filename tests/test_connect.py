@@ -27,6 +27,23 @@ def lake_cli(root, *args: str) -> tuple[int, str, str]:
     return proc.returncode, proc.stdout, proc.stderr
 
 
+def _spark_jobs(url: str) -> float:
+    """The jobs the Connect server's driver has run, from a Prometheus scrape of its metrics (its
+    heap in use checked on the way: the JVM's series are there too)."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        samples = {
+            s.name: s.value
+            for family in text_string_to_metric_families(answer.read().decode())
+            for s in family.samples
+        }
+    assert samples["metrics_lake_connect_driver_jvm_heap_used_Value"] > 0
+    return samples["metrics_lake_connect_driver_DAGScheduler_job_allJobs_Value"]
+
+
 @pytest.mark.slow
 @pytest.mark.integration
 def test_lake_show_runs_on_the_connect_server_while_it_is_up_and_locally_otherwise(lake):
@@ -46,11 +63,16 @@ def test_lake_show_runs_on_the_connect_server_while_it_is_up_and_locally_otherwi
         assert f"Spark Connect server: running at sc://127.0.0.1:{connect_port}" in out
         code, out, err = lake_cli(root, "connect", "status", "--json")
         assert code == 0 and json.loads(out)["url"] == f"sc://127.0.0.1:{connect_port}"
+        # its metrics: Spark's own, on loopback, where the status says
+        metrics_url = json.loads(out)["metrics_url"]
+        assert metrics_url.startswith("http://127.0.0.1:") and metrics_url.endswith("/metrics/prometheus/")
+        jobs_before = _spark_jobs(metrics_url)
         # twice: the server keeps serving after a client leaves
         for _ in range(2):
             code, out, err = lake_cli(root, "show", "people")
             assert (code, out) == (0, SHOWN), err
             assert f"(on the Spark Connect server at sc://127.0.0.1:{connect_port})" in err
+        assert _spark_jobs(metrics_url) > jobs_before  # the two reads ran there
         code, out, err = lake_cli(root, "show", "people", "--changes")
         assert (
             code == 0

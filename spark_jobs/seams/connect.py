@@ -12,6 +12,15 @@ builds a local session otherwise. The joins, the ingest and the catalog's comman
 ``lake dbt``: embedded Derby serves one process) always run their own session.
 
 State under ``<root>/_connect/``: ``server.json`` (pid, port, while it runs), ``server.log``.
+
+Its metrics: Spark's own (``PrometheusServlet``: the driver's JVM, block manager, DAG scheduler and
+the Connect service's sources, names prefixed ``metrics_lake_connect_``; and the executors' at
+``/metrics/executors/prometheus``), served in Prometheus' text format by Spark's UI on a port of its
+own, ``metrics_url`` in ``server.json`` (``lake connect status``). Spark's UI binds every interface
+unless ``SPARK_LOCAL_IP`` names one, which also moves the driver's own address: so on a local master
+(the default) the server runs with ``SPARK_LOCAL_IP=127.0.0.1`` and serves on loopback; on a
+cluster master it serves only when ``LAKE_CONNECT_METRICS_PORT`` asks for it (then on every
+interface, as any Spark driver's UI there). ``LAKE_CONNECT_METRICS_PORT=off`` turns it off.
 """
 
 from __future__ import annotations
@@ -22,7 +31,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from spark_jobs.seams.processes import HOST, Launched, Service, spawn
+from spark_jobs.errors import UserError
+from spark_jobs.seams.processes import HOST, Launched, Service, free_port, spawn
 from spark_jobs.seams.session import DEFAULT_MASTER, get_spark, submit_conf
 from spark_jobs.seams.storage import Root, resolve_root
 
@@ -58,14 +68,60 @@ class ConnectServer(Service):
             "spark.connect.grpc.binding.port": str(port),
         }
         master = os.environ.get("LAKE_SPARK_MASTER") or DEFAULT_MASTER
+        metrics = metrics_port(master)
+        state = {"url": f"sc://{HOST}:{port}"}
+        env: dict[str, str] = {}
+        if metrics is not None:
+            conf |= metrics_conf(metrics)
+            local = master.startswith("local")
+            if local:
+                env["SPARK_LOCAL_IP"] = HOST
+            host = HOST if local else socket.getfqdn()
+            state["metrics_url"] = f"http://{host}:{metrics}{METRICS_PATH}/"  # the servlet's own path
         cmd = [_spark_submit(), "--master", master, "--name", "lake-connect", "--class", SERVER_CLASS]
         cmd += [a for k, v in conf.items() for a in ("--conf", f"{k}={v}")]
         log(f"starting the Spark Connect server on {HOST}:{port} ({master}) ...")
-        proc = spawn(cmd, self.log_file, cwd=self.layout.connect)
-        return Launched(proc, lambda: _answers(port), f"{HOST}:{port}", {"url": f"sc://{HOST}:{port}"})
+        proc = spawn(cmd, self.log_file, cwd=self.layout.connect, env=env)
+        return Launched(proc, lambda: _answers(port), f"{HOST}:{port}", state)
+
+    def describe_also(self, info: dict[str, Any]) -> str:
+        url = info.get("metrics_url")
+        return f", metrics at {url}" if url else ""
 
     def ready(self, launched: Launched) -> None:
         _warm_up(launched.state["url"], self.layout.connect_warm_up)
+
+
+METRICS_PATH = "/metrics/prometheus"
+
+
+def metrics_port(master: str) -> int | None:
+    """The port the server's metrics are served on (None: not served): ``LAKE_CONNECT_METRICS_PORT``
+    (a number, or ``off``), else a free one on a local master and none on a cluster's (module doc)."""
+    asked = os.environ.get("LAKE_CONNECT_METRICS_PORT", "").strip()
+    if asked.lower() in ("off", "false", "0"):
+        return None
+    if asked:
+        if not asked.isdigit() or not 0 < int(asked) < 65536:
+            raise UserError(f"LAKE_CONNECT_METRICS_PORT: a port number (1-65535) or off, not {asked!r}")
+        return int(asked)
+    return free_port() if master.startswith("local") else None
+
+
+def metrics_conf(port: int) -> dict[str, str]:
+    """Spark's UI on ``port`` serving its metrics system's PrometheusServlet (and the executors')."""
+    sink = "spark.metrics.conf.*.sink.prometheusServlet"
+    return {
+        "spark.ui.enabled": "true",
+        "spark.ui.port": str(port),
+        "spark.port.maxRetries": "0",  # the port asked for, or a failed start: never a neighbour
+        "spark.ui.prometheus.enabled": "true",
+        "spark.metrics.namespace": "lake_connect",
+        f"{sink}.class": "org.apache.spark.metrics.sink.PrometheusServlet",
+        f"{sink}.path": METRICS_PATH,
+        "spark.metrics.conf.driver.source.jvm.class": "org.apache.spark.metrics.source.JvmSource",
+        "spark.metrics.staticSources.enabled": "true",
+    }
 
 
 def _spark_submit() -> str:

@@ -67,9 +67,12 @@ def check_port(port: int, flag: str, what: str = "port") -> None:
         )
 
 
-def spawn(command: Sequence[str], log: Path, cwd: Path) -> subprocess.Popen:
+def spawn(
+    command: Sequence[str], log: Path, cwd: Path, env: dict[str, str] | None = None
+) -> subprocess.Popen:
     """Start a service's process in a session of its own (it outlives the command that started it),
-    its output appended to ``log`` after a line with the time of the start."""
+    its output appended to ``log`` after a line with the time of the start; ``env``: variables set
+    for it besides this process's."""
     with open(log, "a") as out:
         out.write(f"\n== {datetime.now(UTC).isoformat(timespec='seconds')} start\n")
         out.flush()
@@ -80,6 +83,7 @@ def spawn(command: Sequence[str], log: Path, cwd: Path) -> subprocess.Popen:
             stdin=subprocess.DEVNULL,
             cwd=cwd,
             start_new_session=True,
+            env={**os.environ, **env} if env else None,
         )
 
 

@@ -739,6 +739,7 @@ def _run_product(
         )
 
     workload = work(cluster, config, scenario.prefix)
+    workload.label = name  # its figures under its scenario's name (fk and fk-no-metrics share a workload)
     scrapes: list[float] = []  # seconds each scrape took
     if scenario.scrape_every:
         scraper = threading.Thread(

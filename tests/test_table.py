@@ -112,6 +112,27 @@ def test_table_join_with_an_empty_right_side_and_a_tombstone_for_a_never_seen_ke
     assert lake.changes_arrow("t_inner").num_rows == 0
 
 
+def test_a_right_tombstone_of_a_key_never_on_the_right_counts_in_the_row_time_whatever_the_batches(
+    spark, lake, cfg
+):
+    """A right tombstone for a key the right side never had is a record of that key: the left row
+    answers again with its time, whether it came in the left record's batch or a later one (as Kafka
+    Streams' join answers the tombstone it forwards)."""
+    apart = Feeder(spark, lake, cfg, "t_left")  # one micro-batch per record
+    together = Feeder(spark, lake, cfg, "t_outer")  # both records in one micro-batch
+    produce(lake, cfg, "L", [("a", "a1", T0)])
+    apart.feed()
+    produce(lake, cfg, "R", [("a", None, T0 + SECOND)])
+    apart.feed()
+    together.feed()
+    for name in ("t_left", "t_outer"):
+        (row,) = lake.read_arrow(name).to_pylist()
+        assert (row["key"], row["lv"], row["rv"]) == (b"a", "a1", None)
+        assert int(row["timestamp"].timestamp() * 1000) == T0 + SECOND, name
+        assert_oracle(spark, lake, cfg, name)
+    assert [c[0] for c in result_changes(lake, "t_left")] == ["insert", "update_preimage", "update_postimage"]
+
+
 def test_string_values_are_left_value_and_right_value(spark, lake, cfg):
     f = Feeder(spark, lake, cfg, "t_string")
     produce(lake, cfg, "L", [("a", "a1", T0)])

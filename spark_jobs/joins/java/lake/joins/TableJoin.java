@@ -167,10 +167,12 @@ public final class TableJoin extends StatefulProcessor<byte[], Row, Row> {
   }
 
   /**
-   * True when both versions hold the same value since the same time (a tombstone and nothing yet are
-   * the same: neither shows a value).
+   * True when both versions hold the same value since the same time (two tombstones are the same:
+   * neither shows a value). A tombstone and nothing yet are not: the tombstone is a record of the
+   * key, whose time a result counts (Kafka Streams forwards it and its join answers again, with it).
    */
   static boolean sameVersion(Row a, Row b) {
+    if (a == null || b == null) return a == b;
     return sameValue(a, b) && (value(a) == null || java.util.Objects.equals(since(a), since(b)));
   }
 

@@ -561,6 +561,9 @@ def test_start_is_idempotent_and_stop_ends_the_detached_job(spark, setup, capsys
         assert _pick(samples, "lake_join_input_records_total", **m, side="right", topic="R") == 1
         assert _pick(samples, "lake_join_result_changes_total", **m, change="upserted") == 2
         assert _pick(samples, "lake_join_result_changes_total", **m, change="deleted") == 0
+        # a's row answered twice: without its right record, then with it
+        assert _pick(samples, "lake_join_result_rows_total", **m, outcome="unmatched") == 1
+        assert _pick(samples, "lake_join_result_rows_total", **m, outcome="matched") == 1
         assert _pick(samples, "lake_join_changelog_records_total", **m, topic="t_left_changelog") == 2
         assert {
             dict(labels)["reason"]: value

@@ -27,8 +27,8 @@ def test_stream_stream_pairs_within_the_window_and_emits_the_unmatched_when_it_c
             ("z", "rz", T0 + 60 * SECOND),  # moves the watermark past every window above
         ],
     )
-    for f in feeders.values():
-        f.feed()
+    outcomes = {name: (m.matched, m.unmatched) for name, m in ((n, f.feed()) for n, f in feeders.items())}
+    assert outcomes == {"ss_inner": (3, 0), "ss_left": (3, 1), "ss_outer": (3, 2)}  # the metrics' rows
     pairs = [("a", "l1", "r1"), ("a", "l2", "r1"), ("a", "l2", "r2")]
     assert result_rows(lake, "ss_inner") == pairs
     assert result_rows(lake, "ss_left") == sorted([*pairs, ("b", "lb", None)])

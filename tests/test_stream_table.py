@@ -35,8 +35,9 @@ def test_stream_table_joins_each_event_with_the_table_as_of_its_time(spark, lake
         ],
     )
     m = inner.feed()
-    left.feed()
+    n = left.feed()
     assert m.ignored == 1
+    assert (m.matched, m.unmatched, n.matched, n.unmatched) == (3, 0, 3, 3)  # the metrics' row outcomes
     assert result_rows(lake, "st_inner") == [("a", "e1", "r1"), ("a", "e2", "r2"), ("b", "eb", "rb")]
     assert result_rows(lake, "st_left") == [
         ("a", "e0", None),

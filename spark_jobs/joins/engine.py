@@ -106,6 +106,10 @@ class BatchMetrics:
     elements_retracted: int = 0
     elements_kept: int = 0
     published: int = 0  # records sent to the changelog topic (upserts and tombstones)
+    # result rows answered (keyed: live rows; stream kinds: events) with both sides' records, or not
+    # (table, fk and the stream kinds; not join_metrics columns)
+    matched: int = 0
+    unmatched: int = 0
     # the records the join did not use, by reason (spark_jobs.joins.dropped; not a join_metrics column)
     dropped: Counter[str] = field(default_factory=Counter)
     # where the batch's time went (the kinds that time their phases; not a join_metrics column)

@@ -126,6 +126,10 @@ class StateStoreJob(JoinJob):
             F.count_if(valid & F.col("left_deleted")),
             F.count_if(valid & F.col("changed") & F.col("live")),
         ]
+        both = "right_value" in self.row_columns  # table, fk: a row is matched or not
+        if both:
+            whole = F.col("left_value").isNotNull() & F.col("right_value").isNotNull()
+            counts.append(F.count_if(valid & F.col("changed") & F.col("live") & whole))
         extra = [c for c in OPERATOR_COUNTS if c in rows.columns]
         counts += [F.sum(c) for c in extra]
         with m.phases("read+state"):  # the batch's first job: the input, the state operator
@@ -133,6 +137,9 @@ class StateStoreJob(JoinJob):
         n_left, n_right, changed, n_bad, bad_left, n_out, n_deleted, n_live, *more = [
             int(v or 0) for v in totals
         ]
+        if both:
+            matched, *more = more
+            m.matched, m.unmatched = matched, n_live - matched
         m.input_left, m.input_right = n_left + bad_left, n_right + n_bad - bad_left
         m.quarantined, m.affected_keys = n_bad, changed
         for column, value in zip(extra, more, strict=True):

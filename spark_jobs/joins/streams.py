@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -234,6 +235,13 @@ class StreamJob(JoinJob):
                 m.appended = int(
                     (self.lake.commit(self.spec.name, version).metrics or {}).get("numOutputRows", 0)
                 )
+            if m.appended and not m.matched + m.unmatched:  # (the driver's pass counts its own)
+                both = functools.reduce(
+                    lambda a, b: a & b, [F.col(c).isNotNull() for c in _pair(rows.columns)]
+                )
+                found = rows.agg(F.count_if(both)).first()
+                m.matched = int((found[0] if found else 0) or 0)
+                m.unmatched = m.appended - m.matched
             if published is not None and m.appended:
                 self._publish(published, txn, [SEQ])
         finally:
@@ -262,6 +270,9 @@ class StreamJob(JoinJob):
         if out.num_rows:
             out = out.sort_by([(c, "ascending") for c in order])
         version = self.lake.append(self.spec.name, _without_published(out), txn=txn) if out.num_rows else None
+        both = functools.reduce(pc.and_, [pc.is_valid(out[c]) for c in _pair(out.column_names)])
+        m.matched = int(pc.sum(both).as_py() or 0) if out.num_rows else 0
+        m.unmatched = out.num_rows - m.matched
         published = None
         if self.spec.publish and out.num_rows:
             times = [out[c].combine_chunks().cast(TS).cast(pa.int64()) for c in self.time_columns]
@@ -269,6 +280,12 @@ class StreamJob(JoinJob):
             events = {"key": out["key"], "v": out[PUBLISHED], "ts": pc.divide(latest, 1000)}
             published = self.lake.frame(pa.table({**events, SEQ: pa.array(np.arange(out.num_rows))}))
         return version, published
+
+
+def _pair(columns: list[str]) -> list[str]:
+    """The provenance columns an event row fills when it holds both sides' records (stream-table: its
+    right record's; stream-stream: both sides')."""
+    return [c for c in ("left_offset", "right_offset") if c in columns]
 
 
 @dataclass

@@ -172,6 +172,14 @@ class JoinMetrics(Endpoint):
             [*names, "change"],
             registry=r,
         )
+        self.rows = Counter(
+            "lake_join_result_rows",
+            "Result rows the join answered (a keyed join's live rows, a stream join's events), by "
+            "outcome: matched (both sides' records in it) or unmatched (a left or outer join's row "
+            "without one); list and derive joins count none",
+            [*names, "outcome"],
+            registry=r,
+        )
         self.published = Counter(
             "lake_join_changelog_records",
             "Records the join sent to its changelog topic (upserts and tombstones)",
@@ -223,6 +231,8 @@ class JoinMetrics(Endpoint):
             self.results.labels(**self.labels, change=change)
         for reason in REASONS:
             self.dropped.labels(**self.labels, reason=reason)
+        for outcome in ("matched", "unmatched"):
+            self.rows.labels(**self.labels, outcome=outcome)
         self.changelog = spec.publish
         if spec.publish:
             self.published.labels(**self.labels, topic=spec.publish)
@@ -239,6 +249,8 @@ class JoinMetrics(Endpoint):
         self.results.labels(**self.labels, change="upserted").inc(m.upserted)
         self.results.labels(**self.labels, change="deleted").inc(m.deleted)
         self.results.labels(**self.labels, change="appended").inc(m.appended)
+        self.rows.labels(**self.labels, outcome="matched").inc(m.matched)
+        self.rows.labels(**self.labels, outcome="unmatched").inc(m.unmatched)
         if self.changelog:
             self.published.labels(**self.labels, topic=self.changelog).inc(m.published)
         for reason, n in m.dropped.items():

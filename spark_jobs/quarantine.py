@@ -243,7 +243,6 @@ class Replayed:
 
     def lines(self) -> list[str]:
         replayed = [v for v in self.verdicts if v.replay]
-        kept = Counter(v.why.split(" (")[0].split(":")[0] for v in self.verdicts if not v.replay)
         verb = "would replay" if self.dry_run else "replayed"
         out = [f"{self.covers}: {len(self.verdicts)} record(s)"]
         out += [v.line(self.dry_run) for v in self.verdicts]
@@ -251,7 +250,7 @@ class Replayed:
         out.append(
             f"{verb} {len(replayed)} record(s)"
             + (f" to {', '.join(topics)}" if topics else "")
-            + f", kept {sum(kept.values())}"
+            + f", kept {len(self.verdicts) - len(replayed)}"
         )
         return out
 
@@ -269,8 +268,7 @@ def replay(
     from spark_jobs.seams.kafka import connect, produce, producer_id
 
     rows = found_rows.rows
-    places = sorted({p for p in (place_of(r) for r in rows) if p is not None})
-    candidates = [p for p in places if any(place_of(r) == p and r["cause"] in REPLAYABLE for r in rows)]
+    candidates = sorted({p for p in (place_of(r) for r in rows if r["cause"] in REPLAYABLE) if p is not None})
     cluster = connect(config, lake.root)
     found = _found(lake, config, cluster, candidates, log)
     verdicts = decide(rows, found, _table_side(config), _users(config))

@@ -112,6 +112,7 @@ KEPT = {  # why a quarantined record of each other reason is not replayed
     "null_foreign_key": "the inner join drops a record without a foreign key by definition",
     "null_derived_key": "the derive join drops a record whose derived key is null by definition",
     "no_list": "the list join drops a record without a list by definition",
+    "null_value": "a tombstone on a stream is not an event: there is nothing to join",
     "bad_line": "a dump line, not a record: mend the dump and run lake backfill again",
 }
 _SOURCE = re.compile(r"^(?P<topic>.+)\[(?P<partition>\d+)\]$")

@@ -575,6 +575,7 @@ def test_start_is_idempotent_and_stop_ends_the_detached_job(spark, setup, capsys
             "null_foreign_key": 0,
             "null_derived_key": 0,
             "no_list": 0,
+            "null_value": 0,
             "poison": 0,
         }
         assert _pick(samples, "lake_join_batch_duration_seconds_count", **m) >= 2

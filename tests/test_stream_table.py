@@ -36,7 +36,13 @@ def test_stream_table_joins_each_event_with_the_table_as_of_its_time(spark, lake
     )
     m = inner.feed()
     n = left.feed()
-    assert m.ignored == 1
+    assert m.ignored == 1 and m.dropped == {"null_value": 1}  # the stream's tombstone: quarantined
+    (dropped,) = [q for q in lake.read_arrow("quarantine").to_pylist() if q["job"] == "join:st_inner"]
+    assert (dropped["topic"], dropped["cause"], dropped["reason"]) == (
+        "L",
+        "null_value",
+        "null value: a tombstone on a stream is not an event (key 'a')",
+    )
     assert (m.matched, m.unmatched, n.matched, n.unmatched) == (3, 0, 3, 3)  # the metrics' row outcomes
     assert result_rows(lake, "st_inner") == [("a", "e1", "r1"), ("a", "e2", "r2"), ("b", "eb", "rb")]
     assert result_rows(lake, "st_left") == [

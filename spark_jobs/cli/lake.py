@@ -25,7 +25,8 @@ def register(sub, common) -> None:
         parents=[common],
         help="the records the pipeline's joins and backfills did not use: counts by reason, then the rows",
         description="Every record a join does not use (undecodable, a null key, a null foreign or derived "
-        "key, no list, a record its select fails on) and every dump line a backfill could not read is in "
+        "key, no list, a stream's tombstone, a record its select fails on) and every dump line a backfill "
+        "could not read is in "
         "the quarantine table. This counts the pipeline's by job and reason, then lists them, newest first. "
         "--replay puts the ones a fix can mend (undecodable once the format or schema is fixed, poison once "
         "the select is) back on their topic as they were, once each (docs/operating.md).",

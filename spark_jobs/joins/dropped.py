@@ -13,6 +13,8 @@ Streams' dropped-records sensor and KIP-1328 name them:
   though it still removes the key's earlier result; a left join keeps it with null right columns);
 - ``null_derived_key``: a derive join's record whose derived key is null;
 - ``no_list``: a list join's left record without a list at its ``list:`` path;
+- ``null_value``: a tombstone on a stream join's stream (a record without a value is no event;
+  Kafka Streams' stream joins drop it too);
 - ``poison``: a record ``select`` fails on (its key's result stays as it was).
 """
 
@@ -21,13 +23,23 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 
-REASONS = ("undecodable", "null_key", "null_foreign_key", "null_derived_key", "no_list", "poison")
+REASONS = (
+    "undecodable",
+    "null_key",
+    "null_foreign_key",
+    "null_derived_key",
+    "no_list",
+    "null_value",
+    "poison",
+)
+NOT_AN_EVENT = "a tombstone on a stream is not an event"
 # the sentence a quarantine row's reason starts with, for each reason but undecodable
 STARTS = {
     "null key": "null_key",
     "null foreign key": "null_foreign_key",
     "null derived key": "null_derived_key",
     "value has no list": "no_list",
+    "null value": "null_value",
     "select failed": "poison",
 }
 

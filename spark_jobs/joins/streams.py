@@ -16,6 +16,7 @@ from pyspark.sql import functions as F
 
 from spark_jobs.config import JoinSpec
 from spark_jobs.join_kinds import STREAM_STREAM
+from spark_jobs.joins import dropped
 from spark_jobs.joins.engine import (
     PUBLISHED,
     RECORD_COLUMNS,
@@ -116,6 +117,12 @@ class StreamJob(JoinJob):
                 ),
             )
             self._quarantine(conform(_arrow(skipped), BAD_SCHEMA, f"join {self.spec.name} input"), txn, at)
+        streams = self.null_key_sides  # a tombstone on a stream is no event: quarantined, as Kafka drops it
+        if any(totals[side].tombstones for side in streams):
+            tombstones = rows.filter(valid & F.col("value").isNull() & F.col("side").isin(*streams)).select(
+                "side", *RECORD_COLUMNS, F.lit(f"null value: {dropped.NOT_AN_EVENT}").alias("reason")
+            )
+            self._quarantine(conform(_arrow(tombstones), BAD_SCHEMA, f"join {self.spec.name} input"), txn, at)
         decision = self._progress(grouped, txn)
         good = rows.filter(valid)
         sides = {side: good.filter(F.col("side") == side).select(RECORD_COLUMNS) for side in totals}
@@ -235,10 +242,9 @@ class StreamJob(JoinJob):
                 m.appended = int(
                     (self.lake.commit(self.spec.name, version).metrics or {}).get("numOutputRows", 0)
                 )
-            if m.appended and not m.matched + m.unmatched:  # (the driver's pass counts its own)
-                both = functools.reduce(
-                    lambda a, b: a & b, [F.col(c).isNotNull() for c in _pair(rows.columns)]
-                )
+            pair = _pair(rows.columns)  # none: a kind whose events have no right record
+            if m.appended and pair and not m.matched + m.unmatched:  # (the driver's pass counts its own)
+                both = functools.reduce(lambda a, b: a & b, [F.col(c).isNotNull() for c in pair])
                 found = rows.agg(F.count_if(both)).first()
                 m.matched = int((found[0] if found else 0) or 0)
                 m.unmatched = m.appended - m.matched
@@ -270,9 +276,11 @@ class StreamJob(JoinJob):
         if out.num_rows:
             out = out.sort_by([(c, "ascending") for c in order])
         version = self.lake.append(self.spec.name, _without_published(out), txn=txn) if out.num_rows else None
-        both = functools.reduce(pc.and_, [pc.is_valid(out[c]) for c in _pair(out.column_names)])
-        m.matched = int(pc.sum(both).as_py() or 0) if out.num_rows else 0
-        m.unmatched = out.num_rows - m.matched
+        pair = _pair(out.column_names)
+        if pair and out.num_rows:
+            both = functools.reduce(pc.and_, [pc.is_valid(out[c]) for c in pair])
+            m.matched = int(pc.sum(both).as_py() or 0)
+            m.unmatched = out.num_rows - m.matched
         published = None
         if self.spec.publish and out.num_rows:
             times = [out[c].combine_chunks().cast(TS).cast(pa.int64()) for c in self.time_columns]

@@ -395,7 +395,7 @@ def model_derive(master: list[dict]) -> list[tuple]:
 
 def changelog(lake, config, topic: str) -> list[dict]:
     """The records a join published to its changelog topic on Kafka (key, value, partition, offset,
-    and the batch that published it), partition by partition in offset order."""
+    timestamp, and the batch that published it), partition by partition in offset order."""
     from spark_jobs.seams.kafka import connect, read
 
     cluster = connect(config, lake.root)
@@ -405,6 +405,7 @@ def changelog(lake, config, topic: str) -> list[dict]:
             "value": m.value(),
             "partition": m.partition(),
             "offset": m.offset(),
+            "timestamp": m.timestamp()[1],
             "batch": dict(m.headers() or []).get("lake.batch"),
         }
         for batch in read(cluster, config.topic(topic))

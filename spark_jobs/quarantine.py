@@ -346,6 +346,7 @@ def _found(
         seen = prepare(arrow_frame(lake.spark, table), codecs).select("key", "reason").toArrow()
         logical, problems = seen["key"].to_pylist(), seen["reason"].to_pylist()
         by_offset = {m.offset(): i for i, m in enumerate(messages)}
+        newest = {key: m.offset() for key, m in zip(logical, messages, strict=True)}  # per key, its last
         copies = {h[1]: m.offset() for m in messages for h in (m.headers() or []) if h[0] == REPLAY_HEADER}
         for place in here:
             i = by_offset.get(place.offset)
@@ -353,10 +354,7 @@ def _found(
                 out[place] = Found(copy=copies.get(place.tag()))
                 continue
             m = messages[i]
-            newer = next(
-                (messages[j].offset() for j in range(len(messages) - 1, i, -1) if logical[j] == logical[i]),
-                None,
-            )
+            newer = newest[logical[i]] if newest[logical[i]] != place.offset else None
             heads = [(str(h[0]), cast(bytes, h[1])) for h in m.headers() or []]
             record = (m.key(), m.value(), m.timestamp()[1], heads)
             out[place] = Found(record, problems[i], newer, copies.get(place.tag()))

@@ -173,6 +173,49 @@ def test_quality_dag_runs_on_schedule_or_asset_and_streams_dag_offers_the_lifecy
     assert streams["tasks"]["choose_action"]["downstream"] == ["check_health", "start_joins", "stop_joins"]
 
 
+def test_starting_the_joins_logs_each_job_as_it_registers_and_names_the_ones_that_did_not_start(
+    monkeypatch, tmp_path, caplog
+):
+    """The task that starts a pipeline's jobs (``ensure_joins_running``) says what became of each one,
+    even when another did not start: the task then fails naming it, and Airflow's retry leaves the
+    started ones alone (the retry's "already running" is not the first word a person reads)."""
+    from spark_jobs.errors import UserError
+    from spark_jobs.joins import supervise
+    from spark_jobs.orchestration import tasks
+    from spark_jobs.runtime.jobs import JobState
+
+    class Registered:
+        def __init__(self, label: str, pid: int, started: bool):
+            self.state = JobState(label, pid, started, tmp_path / "job.log")
+
+        def wait(self) -> JobState:
+            return self.state
+
+    class Exited:
+        def wait(self) -> JobState:
+            raise UserError("ingest:marketplace did not start (exit 1): no cores")
+
+    joins = {"display_products": Registered("join display_products", 41, True)}
+    joins["merchants_by_name"] = Registered("join merchants_by_name", 42, False)
+    monkeypatch.setattr(tasks, "connection_master", lambda conn_id: "spark://h:7077")
+    monkeypatch.setattr(tasks, "lineage_env", lambda context: {})
+    monkeypatch.setattr(supervise, "launch_ingest", lambda *args, **kwargs: Exited())
+    monkeypatch.setattr(supervise, "launch_join", lambda lake, path, spec, *args, **kwargs: joins[spec.name])
+    config = str(bundled_config_path().parent / "marketplace.yaml")
+    with caplog.at_level("INFO"), pytest.raises(UserError) as failed:
+        tasks.ensure_joins_running(config, str(tmp_path / "lake"), "spark_default", 5.0, params={})
+    assert str(failed.value) == (
+        "1 of 3 job(s) did not start: ingest:marketplace did not start (exit 1): no cores"
+    )
+    said = [r.getMessage() for r in caplog.records if r.name == "spark_jobs.orchestration.tasks"]
+    log = tmp_path / "job.log"
+    assert said == [
+        "ingest:marketplace did not start (exit 1): no cores",
+        f"join display_products: started (pid 41, master spark://h:7077); log {log}",
+        f"join merchants_by_name: already running, left alone (pid 42, master spark://h:7077); log {log}",
+    ]
+
+
 # --- end to end with `airflow dags test` ------------------------------------------------------------
 
 

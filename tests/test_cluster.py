@@ -20,6 +20,7 @@ import tempfile
 import time
 import urllib.request
 import uuid
+import warnings
 from decimal import Decimal
 from pathlib import Path
 
@@ -444,6 +445,9 @@ def _gate_passes_and_joins_run(af: Airflow) -> dict[str, int]:
     assert f"join display_products: started (pid {jobs['join:display_products']}, master {MASTER})" in text, (
         said
     )
+    if text.count("[DAG TEST] starting task_id=ensure_joins_running ") > 1:  # Airflow retried it
+        why = [line for line in text.splitlines() if "did not start" in line or "has not registered" in line]
+        warnings.warn(f"ensure_joins_running was retried; its first try: {why[:3]}", stacklevel=1)
     assert ran(result, "wait_joins_caught_up") and ran(result, "dbt_build")
     assert "Completed successfully" in text
     assert _products(af) == PRODUCTS

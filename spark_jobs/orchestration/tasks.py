@@ -17,6 +17,7 @@ import os
 from datetime import UTC, datetime
 from typing import Any
 
+from spark_jobs.errors import UserError
 from spark_jobs.layout import Layout
 from spark_jobs.seams.lineage import PARENT_ENV, ROOT_PARENT_ENV
 from spark_jobs.seams.storage import append_line
@@ -168,8 +169,10 @@ def lineage_env(context: Any) -> dict[str, str]:
 def ensure_joins_running(config_path: str, root: str, conn_id: str, trigger: float, **context: Any) -> dict:
     """Start the pipeline's continuous ingest (the lake's bronze mirror), then each join's continuous
     job (with its ``table_every`` setting), unless they run (then they are left alone). The jobs run
-    detached from this worker, registered with pid and heartbeat under ``<root>/_jobs``."""
-    from spark_jobs.joins.supervise import launch_ingest, launch_join, start_jobs
+    detached from this worker, registered with pid and heartbeat under ``<root>/_jobs``. Each job is
+    logged as it registers; one that does not start fails the task (after the others are logged), and
+    the task's retry leaves the ones that did start alone."""
+    from spark_jobs.joins.supervise import launch_ingest, launch_join
 
     config, lake = _lake(config_path, root)
     if not config.joins:
@@ -179,8 +182,14 @@ def ensure_joins_running(config_path: str, root: str, conn_id: str, trigger: flo
     joins = _chosen_joins(config, context)
     launches = [launch_ingest(lake, config_path, config, env=env)]
     launches += [launch_join(lake, config_path, config.join(name), trigger, env=env) for name in joins]
-    outcome = {}
-    for name, state in zip(["ingest", *joins], start_jobs(launches), strict=True):
+    outcome, failed = {}, []
+    for name, launch in zip(["ingest", *joins], launches, strict=True):
+        try:
+            state = launch.wait()
+        except UserError as exc:
+            log.error("%s", exc)
+            failed.append(str(exc))
+            continue
         verb = "started" if state.changed else "already running, left alone"
         log.info(
             "%s: %s (pid %s, master %s); log %s",
@@ -191,6 +200,8 @@ def ensure_joins_running(config_path: str, root: str, conn_id: str, trigger: flo
             state.log,
         )
         outcome[name] = {"pid": state.pid, "started": state.changed}
+    if failed:
+        raise UserError(f"{len(failed)} of {len(launches)} job(s) did not start: " + "; ".join(failed))
     return outcome
 
 
@@ -250,7 +261,6 @@ def choose_action(**context: Any) -> str:
 def backfill_args(config_path: str, root: str, **context: Any) -> list[str]:
     """Check the trigger's params and turn them into the ``lake backfill`` arguments."""
     from spark_jobs.config import load_config
-    from spark_jobs.errors import UserError
     from spark_jobs.lookups.dumps import dump_source
 
     params = context["params"]

@@ -5,7 +5,7 @@ BIN   := $(VENV)/bin
 export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 
 .DEFAULT_GOAL := help
-.PHONY: help setup demo pipeline airflow kafka-start kafka-stop registry-start registry-stop up down cluster-start cluster-stop test lint bench bench-cluster bench-peer faults lock lock-jvm clean
+.PHONY: help setup demo pipeline airflow kafka-start kafka-stop registry-start registry-stop up down cluster-start cluster-stop test lint bench bench-cluster bench-peer bench-soak faults lock lock-jvm clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -83,6 +83,10 @@ bench-cluster: setup ## the table-join benchmark on the standalone cluster (2 wo
 bench-peer: setup ## the product's fk and list joins against the Kafka Streams peer on one broker, the fk join on Avro values against JSON, with its metrics scraped against metrics off, and against the product before provenance (PEER_BASELINE), lake explain on the fk result (about 35 min; PEER_PRODUCTS, PEER_PERSONS set the sizes; PEER_SCENARIOS="fk fk-no-metrics" runs only those)
 	@mkdir -p bench-results
 	@$(BIN)/python tests/bench/bench_peer.py $(PEER_SCENARIOS) | tee bench-results/peer.txt
+
+bench-soak: setup ## steady state: the fk join and the Kafka Streams peer under product updates at 1,000/s, 5,000/s and the highest rate each sustains (30 min), CPU per 1,000 records, memory, lag, produce -> topic and -> Delta table per minute, a plot (about 2 h at full size; SOAK_MINUTES, SOAK_PRODUCTS, SOAK_RATES, SOAK_SYSTEMS)
+	@mkdir -p bench-results
+	@$(BIN)/python tests/bench/bench_soak.py | tee bench-results/soak.txt; exit $${PIPESTATUS[0]}
 
 faults: setup ## the fault suite: a 3-broker SCRAM cluster (RF 3), brokers and join drivers killed -9, results checked exactly (about 35 min)
 	@mkdir -p bench-results

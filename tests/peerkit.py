@@ -44,6 +44,7 @@ class Peer:
         self.workdir = workdir
         workdir.mkdir(parents=True, exist_ok=True)
         name = f"peer-{topology}-{os.getpid()}-{time.monotonic_ns()}"
+        self.app_id = name  # its consumer group: where Kafka's tools see its position
         java = {k.removeprefix("kafka."): v for k, v in cluster.spark_options().items()}  # Java names
         java.pop("bootstrap.servers")
         java.pop("fetch.max.wait.ms")  # Spark's read of a known range; the peer keeps Kafka's default

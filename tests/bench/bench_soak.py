@@ -1,0 +1,723 @@
+"""Benchmark: steady state against Kafka Streams. The fk join (``display_products``, the KIP-213 left
+join of bench_peer) and the Kafka Streams peer (``tests/bench/peer``: exactly-once v2, commit 100 ms,
+2 stream threads), each alone on the same broker, under product updates produced at a steady rate for
+minutes, as a join runs for months: what a user pays per record once the JVMs have warmed up, whether
+memory stays flat, and how stale the result is on the topic and in the Delta table.
+
+Per system (the peer first, then the product, each on its own copy of the topics): PRODUCTS products
+(default 1,000,000) on PRODUCTS / 10 merchants are loaded and the system started; once every product's
+result is visible, product updates go out at each rate of SOAK_RATES (default 1,000 and 5,000 a
+second) for SOAK_LEVEL_MINUTES each (default SOAK_MINUTES / 3), then a ramp finds the highest rate the
+system sustains (steps of SOAK_RAMP_SECONDS, x1.5 until the lag grows, then one step between), and
+that rate runs for SOAK_MINUTES (default 30). A rate is sustained when the producer kept it and the
+lag at the step's end is under SUSTAINED_LAG seconds of records and not growing.
+
+Every update is one product's new title ``s<seq>-<ms>`` (the produce time, ms), each product updated
+once per cycle through all of them in a shuffled order. Per SOAK_SAMPLE_SECONDS (default 60) a row:
+CPU seconds per 1,000 records of every process of the system (the product: ``lake run`` and its JVM;
+the peer: its JVM), their resident memory, the state's size on disk (the product: its checkpoint with
+RocksDB; the peer: its state directory), the lag of its consumer group on the products topic in
+records and in seconds (now - the timestamp of the next record it has not committed, as Kafka's lag
+exporters compute it), and produce -> visible p50 / p99: on the output topic (the peer's, the
+product's changelog; read committed) and, for the product, in its Delta result table (each commit's
+change-data files read with pyarrow as it appears, no Spark in this process), which ``--table-every
+SOAK_TABLE_EVERY`` (default 5 s) writes behind the changelog.
+
+A level's steady state leaves out its first sample (the change of rate); the top level's is its last
+two thirds (20 of 30 minutes). Memory rule: over the top level's steady window, the resident memory of
+the product's processes may grow by at most SOAK_MAX_GROWTH % (default 5; the slope of a least-squares
+line times the window, over its start): more fails the run (exit 1), as a leak in the state, the
+registry caches, the producers or Delta's log cache would. At the end each system's final result per
+product must be the last update produced for it, with its merchant (the product's changelog and its
+table both), or the run fails.
+
+Figures go to ``bench-results/soak.json``, the plot of CPU per 1,000 records and resident memory over
+the run to ``bench-results/soak.png`` (an SVG drawn here, rendered by the system Chromium). Run with
+``make bench-soak``; SOAK_SYSTEMS=product (or peer) runs one of them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+import psutil
+from bench_peer import merchant_values, prefixed, product_values
+from benchkit import committed_rows, embedded_broker
+
+from spark_jobs.config import load_config
+from spark_jobs.seams.delta import Lake
+from spark_jobs.seams.kafka import connect, ensure_topics, produce
+
+PRODUCTS = int(os.environ.get("SOAK_PRODUCTS", "1000000"))
+MERCHANTS = max(PRODUCTS // 10, 1)
+RATES = [int(r) for r in os.environ.get("SOAK_RATES", "1000,5000").split(",")]
+TOP_MINUTES = float(os.environ.get("SOAK_MINUTES", "30"))
+LEVEL_MINUTES = float(os.environ.get("SOAK_LEVEL_MINUTES", str(max(TOP_MINUTES / 3, 1.0))))
+RAMP_SECONDS = float(os.environ.get("SOAK_RAMP_SECONDS", "90"))
+SAMPLE = float(os.environ.get("SOAK_SAMPLE_SECONDS", "60"))
+MAX_GROWTH = float(os.environ.get("SOAK_MAX_GROWTH", "5"))
+SYSTEMS = os.environ.get("SOAK_SYSTEMS", "peer,product").split(",")
+TRIGGER = os.environ.get("SOAK_TRIGGER", "0.1")
+TABLE_EVERY = os.environ.get("SOAK_TABLE_EVERY", "5")
+# the highest rate tried: one Python process produces the load and reads every result, and past this
+# it measures itself (its producer and its reader share one interpreter lock and the system's cores)
+MAX_RATE = int(os.environ.get("SOAK_MAX_RATE", "50000"))
+SUSTAINED_LAG = 10.0  # seconds of records behind at a step's end: more is not keeping up
+OUT = Path(os.environ.get("SOAK_OUT", "bench-results"))
+JOIN = "display_products"
+
+PIPELINE = """
+pipeline: soak
+topics:
+  products: {partitions: 4}
+  merchants: {partitions: 4}
+joins:
+  display_products:
+    kind: fk
+    left: products
+    right: merchants
+    foreign_key: merchant_id
+    type: left
+    publish: true
+    select:
+      title: left.title
+      price: cast(left.price AS decimal(10,2))
+      merchant_id: left.merchant_id
+      merchant: right.name
+      merchant_city: right.city
+"""
+
+UPDATE = re.compile(rb'"title":"s(\d+)-(\d+)"')
+TITLE, MERCHANT = re.compile(rb'"title":"([^"]*)"'), re.compile(rb'"merchant":"([^"]*)"')
+
+
+# --- the load: product updates at a steady rate ------------------------------------------------
+class Load(threading.Thread):
+    """Product updates onto one system's products topic at the rate last :meth:`set`, from a thread of
+    its own: each product once per cycle through all of them (a shuffled order), its title
+    ``s<seq>-<ms>``. ``sent``: the records produced so far."""
+
+    def __init__(self, bootstrap: str, topic: str):
+        from confluent_kafka import Producer
+
+        super().__init__(daemon=True)
+        self.topic = topic
+        self.producer = Producer(
+            {"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5,
+             "partitioner": "murmur2_random", "queue.buffering.max.messages": 2_000_000}
+        )  # fmt: skip
+        self.order = np.random.default_rng(7).permutation(PRODUCTS).tolist()
+        self.sent = 0
+        self.last: dict[int, bytes] = {}  # product -> the title of its last update
+        self.stopped = threading.Event()
+        self.set(0)
+
+    def set(self, rate: float) -> None:
+        self.plan = (rate, time.time(), self.sent)  # one assignment: the thread reads it whole
+
+    def run(self) -> None:
+        produce, poll, order, topic = self.producer.produce, self.producer.poll, self.order, self.topic
+        while not self.stopped.is_set():
+            rate, since, base = self.plan
+            now = time.time()
+            due = int(rate * (now - since)) - (self.sent - base)
+            ms = int(now * 1000)
+            for _ in range(max(due, 0)):
+                seq = self.sent
+                i = order[seq % PRODUCTS]
+                title = b"s%d-%d" % (seq, ms)
+                value = b'{"title":"%s","price":9.99,"merchant_id":"m%d"}' % (title, i % MERCHANTS)
+                while True:
+                    try:
+                        produce(topic, value, b"p%d" % i)
+                        break
+                    except BufferError:  # librdkafka's queue is full: let it drain
+                        poll(0.05)
+                self.last[i] = title
+                self.sent = seq + 1
+            poll(0)
+            time.sleep(0.01)
+        self.producer.flush(60)
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.join()
+
+    def expected(self) -> dict[str, tuple[str, str]]:
+        """Product key -> (title, merchant) its result must show at the end."""
+        return {
+            f"p{i}": ((self.last[i] if i in self.last else b"t%d" % i).decode(), f"M{i % MERCHANTS}")
+            for i in range(PRODUCTS)
+        }
+
+
+# --- where results become visible ------------------------------------------------------------------
+class Latencies:
+    """Produce -> visible, ms, of the updates seen since the last ``take()``."""
+
+    def __init__(self) -> None:
+        self.values: list[int] = []
+        self.lock = threading.Lock()
+
+    def add(self, values: list[int]) -> None:
+        with self.lock:
+            self.values += values
+
+    def take(self) -> np.ndarray:
+        with self.lock:
+            taken, self.values = self.values, []
+        return np.array(taken, dtype=np.float64)
+
+
+def follow_topic(bootstrap: str, topic: str, seen: Latencies, final: dict, stop: threading.Event) -> None:
+    """Read the output topic (read committed) as results arrive: each update's latency, and the last
+    value per key."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": f"soak-{time.time()}", "isolation.level": "read_committed",
+         "enable.auto.commit": False, "fetch.wait.max.ms": 10}
+    )  # fmt: skip
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(4)])
+    try:
+        while not stop.is_set():
+            messages = consumer.consume(10_000, 0.05)
+            now = int(time.time() * 1000)
+            latencies = []
+            for m in messages:
+                if m.error():
+                    continue
+                value = m.value()
+                final[m.key()] = value
+                found = UPDATE.search(value) if value else None
+                if found:
+                    latencies.append(now - int(found[2]))
+            seen.add(latencies)
+    finally:
+        consumer.close()
+
+
+def follow_table(table: Path, seen: Latencies, stop: threading.Event) -> None:
+    """Each commit of the Delta result table as it appears: its updates' latencies."""
+    version = 0
+    while not stop.is_set():
+        while (table / "_delta_log" / f"{version:020d}.json").exists():
+            now = int(time.time() * 1000)
+            titles = committed_rows(table, version, ["title"])["title"]
+            seen.add([now - int(t.rsplit("-", 1)[1]) for t in titles if t and t.startswith("s")])
+            version += 1
+        time.sleep(0.05)
+
+
+# --- what a system costs, and how far behind it is --------------------------------------------------
+def processes(pid: int) -> list[psutil.Process]:
+    try:
+        top = psutil.Process(pid)
+        return [top, *top.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return []
+
+
+def usage(pid: int) -> tuple[float, dict[str, float]]:
+    """CPU seconds so far of the process and its descendants, and each one's resident MB by name."""
+    cpu, rss = 0.0, {}
+    for p in processes(pid):
+        try:
+            times, memory, name = p.cpu_times(), p.memory_info(), p.name()
+        except psutil.NoSuchProcess:
+            continue
+        cpu += times.user + times.system
+        rss[name] = rss.get(name, 0.0) + memory.rss / 1e6
+    return cpu, rss
+
+
+def size_mb(folder: Path) -> float:
+    total = 0
+    for path in folder.rglob("*"):
+        try:
+            total += path.stat().st_size if path.is_file() else 0
+        except OSError:
+            pass  # compacted away while walking
+    return total / 1e6
+
+
+class Lag:
+    """The lag of a consumer group on a topic, as Kafka's lag exporters compute it: records between its
+    committed offsets and the ends, and seconds since the timestamp of its next uncommitted record."""
+
+    def __init__(self, bootstrap: str, group: str, topic: str):
+        from confluent_kafka import Consumer
+        from confluent_kafka.admin import AdminClient
+
+        self.group, self.topic = group, topic
+        self.admin = AdminClient({"bootstrap.servers": bootstrap})
+        self.consumer = Consumer(
+            {"bootstrap.servers": bootstrap, "group.id": f"soak-lag-{time.time()}", "enable.auto.commit": False,
+             "isolation.level": "read_committed"}
+        )  # fmt: skip
+
+    def __call__(self) -> tuple[int, float]:
+        from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+
+        asked = ConsumerGroupTopicPartitions(self.group, [TopicPartition(self.topic, p) for p in range(4)])
+        answer = self.admin.list_consumer_group_offsets([asked])[self.group].result()
+        records, oldest = 0, None
+        for tp in answer.topic_partitions:
+            end = self.consumer.get_watermark_offsets(TopicPartition(self.topic, tp.partition), 10)[1]
+            committed = max(tp.offset, 0)
+            if committed >= end:
+                continue
+            records += end - committed
+            self.consumer.assign([TopicPartition(self.topic, tp.partition, committed)])
+            for m in self.consumer.consume(1, 5):
+                if not m.error():
+                    stamp = m.timestamp()[1] / 1000
+                    oldest = stamp if oldest is None else min(oldest, stamp)
+        return records, (time.time() - oldest) if oldest else 0.0
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+@dataclass
+class System:
+    """One running system under measure: its top process, where its state lives, its lag."""
+
+    name: str
+    pid: int
+    state: Path
+    lag: Lag
+    topic: Latencies = field(default_factory=Latencies)
+    table: Latencies | None = None
+    rows: list[dict] = field(default_factory=list)
+    started: float = field(default_factory=time.time)
+    cpu: float = 0.0
+    bench_cpu: float = 0.0
+
+    def rebase(self) -> None:
+        """CPU counted from now (not the idle drain before a level)."""
+        self.cpu, self.bench_cpu = usage(self.pid)[0], sum(psutil.Process().cpu_times()[:2])
+
+    def sample(self, level: str, rate: float, produced: int, seconds: float) -> dict:
+        cpu, rss = usage(self.pid)
+        mine = sum(psutil.Process().cpu_times()[:2])  # the load, the followers, this sampler
+        records, behind = self.lag()
+        topic, table = self.topic.take(), self.table.take() if self.table else None
+
+        def pct(values, q):
+            return float(np.percentile(values, q)) / 1000 if values is not None and len(values) else None
+
+        row = {
+            "system": self.name, "level": level, "rate": rate, "minute": (time.time() - self.started) / 60,
+            "produced/s": produced / seconds, "cpu cores": (cpu - self.cpu) / seconds,
+            "bench cores": (mine - self.bench_cpu) / seconds,
+            "cpu s / 1000": (cpu - self.cpu) / produced * 1000 if produced else None,
+            "rss MB": sum(rss.values()), "rss": rss, "state MB": size_mb(self.state),
+            "lag records": records, "lag s": behind,
+            "topic p50 s": pct(topic, 50), "topic p99 s": pct(topic, 99),
+            "table p50 s": pct(table, 50), "table p99 s": pct(table, 99),
+        }  # fmt: skip
+        self.cpu, self.bench_cpu = cpu, mine
+        self.rows.append(row)
+        print(_line(row), flush=True)
+        return row
+
+
+def _line(row: dict) -> str:
+    def f(v, fmt):
+        return "-" if v is None else format(v, fmt)
+
+    return (
+        f"{row['system']:7} {row['level']:>14} min {row['minute']:5.1f}: {row['produced/s']:8,.0f}/s, "
+        f"CPU {f(row['cpu s / 1000'], '.3f')} s/1000 ({row['cpu cores']:.2f} cores; bench {row['bench cores']:.2f}), RSS {row['rss MB']:,.0f} MB, "
+        f"state {row['state MB']:,.0f} MB, lag {row['lag records']:,} rec {row['lag s']:.1f} s, topic p50/p99 "
+        f"{f(row['topic p50 s'], '.2f')}/{f(row['topic p99 s'], '.2f')} s, table p50/p99 "
+        f"{f(row['table p50 s'], '.2f')}/{f(row['table p99 s'], '.2f')} s"
+    )  # fmt: skip
+
+
+def run_level(system: System, load: Load, level: str, rate: float, seconds: float) -> list[dict]:
+    """``rate`` records a second for ``seconds``, a sample every SAMPLE seconds (at least two)."""
+    every = min(SAMPLE, seconds / 2)
+    load.set(rate)
+    system.rebase()
+    started, rows = time.time(), []
+    sent, at = load.sent, started
+    while at < started + seconds - 1:
+        time.sleep(max(0.0, min(at + every, started + seconds) - time.time()))
+        now, count = time.time(), load.sent
+        rows.append(system.sample(level, rate, count - sent, now - at))
+        sent, at = count, now
+    return rows
+
+
+def verdict(rows: list[dict], rate: float) -> str:
+    """``sustained``: the lag at the end is small and not growing; ``behind`` otherwise; ``load-bound``:
+    this process could not produce the rate (it shares the cores with the system it measures)."""
+    end, middle = rows[-1], rows[len(rows) // 2 - 1] if len(rows) > 1 else rows[0]
+    if sum(r["produced/s"] for r in rows) / len(rows) < 0.97 * rate:
+        return "load-bound"
+    small = end["lag records"] <= rate * SUSTAINED_LAG and end["lag s"] <= SUSTAINED_LAG
+    return "sustained" if small and end["lag records"] <= middle["lag records"] + rate * 2 else "behind"
+
+
+def drain(system: System, load: Load, rate: float, timeout: float = 600) -> None:
+    """No load until the system has caught up (the lag under a second of ``rate``)."""
+    load.set(0)
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if system.lag()[0] <= rate:
+            system.topic.take()
+            if system.table:
+                system.table.take()
+            return
+        time.sleep(2)
+    raise SystemExit(f"{system.name}: still behind {system.lag()} after {timeout:.0f} s without load")
+
+
+def soak(system: System, load: Load) -> dict:
+    """The levels, the ramp to the highest sustained rate, and that rate for TOP_MINUTES."""
+    good, bad, why = None, None, "behind"
+    for rate in RATES:
+        why = verdict(run_level(system, load, f"{rate:,}/s", rate, LEVEL_MINUTES * 60), rate)
+        if why != "sustained":
+            bad = rate
+            break
+        good = rate
+    rate = good or RATES[0]
+    while bad is None:  # up by half until the lag grows
+        if rate >= MAX_RATE:
+            why = "the benchmark's cap"
+            break
+        drain(system, load, rate)
+        rate = min(max(int(round(rate * 1.5, -2)), rate + 100), MAX_RATE)
+        why = verdict(run_level(system, load, f"ramp {rate:,}/s", rate, RAMP_SECONDS), rate)
+        if why == "sustained":
+            good = rate
+        else:
+            bad = rate
+    between = int(round(((good or 0) + (bad or 0)) / 2, -2))
+    if why == "behind" and good is not None and between > good:  # one step between
+        drain(system, load, between)
+        step = verdict(run_level(system, load, f"ramp {between:,}/s", between, RAMP_SECONDS), between)
+        good = between if step == "sustained" else good
+    top = good or max(int(round(RATES[0] / 2, -2)), 100)
+    drain(system, load, top)
+    held = verdict(run_level(system, load, f"top {top:,}/s", top, TOP_MINUTES * 60), top)
+    print(f"{system.name}: highest sustained rate {top:,}/s ({f'{bad:,}/s fell behind' if why == 'behind' else why}); over {TOP_MINUTES:g} min: {held}", flush=True)  # fmt: skip
+    return {"highest sustained": top, "above it": why, "top run": held}
+
+
+# --- the systems, as a user runs them ---------------------------------------------------------------
+def start_peer(cluster, tmp: Path, prefix: str):
+    from peerkit import Peer
+
+    peer = Peer("fk", cluster, prefix + "products", prefix + "merchants", prefix + JOIN, tmp / "peer")
+    peer.__enter__()
+    return peer
+
+
+def start_product(tmp: Path, prefix: str) -> subprocess.Popen:
+    """``lake run display_products --continuous``, as a user starts it."""
+    log = (tmp / "product.log").open("wb")
+    command = [
+        sys.executable,
+        "-m",
+        "spark_jobs.cli",
+        "--root",
+        str(tmp / "lake"),
+        "--config",
+        str(tmp / "soak.yaml"),
+    ]
+    command += ["run", JOIN, "--continuous", "--trigger", TRIGGER, "--table-every", TABLE_EVERY]
+    env = {**os.environ, "LAKE_KAFKA_TOPIC_PREFIX": prefix}
+    return subprocess.Popen(command, stdout=log, stderr=log, start_new_session=True, env=env)  # fmt: skip
+
+
+def load_topics(cluster, config, prefix: str) -> None:
+    def put(topic, keys, values):
+        produce(cluster, replace(config.topic(topic), name=prefix + topic), [(keys, values)], "murmur2")
+
+    merchants, ids = np.arange(MERCHANTS), np.arange(PRODUCTS)
+    put("merchants", prefixed("m", merchants), merchant_values(merchants))
+    put("products", prefixed("p", ids), product_values(ids, "t", ids % MERCHANTS))
+
+
+def wait_loaded(final: dict, started: float, what: str, timeout: float = 1800) -> float:
+    while len(final) < PRODUCTS:
+        if time.time() > started + timeout:
+            raise SystemExit(f"{what}: {len(final):,} of {PRODUCTS:,} results after {timeout} s")
+        time.sleep(0.2)
+    return time.time() - started
+
+
+def check(results: dict, expected: dict[str, tuple[str, str]], where: str) -> list[str]:
+    """The keys whose final result is not the last update produced (with its merchant)."""
+    wrong = [k for k, want in expected.items() if results.get(k) != want]
+    print(f"{where}: {len(results):,} keys, " + (f"{len(wrong):,} WRONG, e.g. {wrong[:3]}" if wrong else "all equal to the last update produced"), flush=True)  # fmt: skip
+    return wrong
+
+
+def topic_final(final: dict) -> dict[str, tuple[str, str]]:
+    out = {}
+    for key, value in final.items():
+        if value is None:
+            continue
+        title, merchant = TITLE.search(value), MERCHANT.search(value)
+        out[key.decode()] = (title and title[1].decode(), merchant and merchant[1].decode())
+    return out
+
+
+def measure(name: str, tmp: Path, bootstrap: str, cluster, config) -> dict:
+    prefix = f"{name}_"
+    load_topics(cluster, config, prefix)
+    final: dict = {}
+    stop = threading.Event()
+    topic_seen = Latencies()
+    out = prefix + (JOIN if name == "peer" else f"{JOIN}_changelog")
+    threads = [threading.Thread(target=follow_topic, args=(bootstrap, out, topic_seen, final, stop))]
+    started = time.time()
+    if name == "peer":
+        peer = start_peer(cluster, tmp, prefix)
+        assert peer.proc is not None
+        pid, group, state, table = peer.proc.pid, peer.app_id, tmp / "peer" / "state", None
+    else:
+        job = start_product(tmp, prefix)
+        group = prefix + (config.consumer_group(config.join(JOIN)) or "")  # what `lake status` names
+        pid, state = job.pid, tmp / "lake" / "_checkpoints"
+        table = Latencies()
+        where = Path(Lake(tmp / "lake").path(JOIN))
+        threads.append(threading.Thread(target=follow_table, args=(where, table, stop)))
+    for t in threads:
+        t.start()
+    system = System(name, pid, state, Lag(bootstrap, group, prefix + "products"), topic_seen, table)
+    load = Load(bootstrap, prefix + "products")
+    load.start()
+    wrong: list[str] = []
+    try:
+        loaded = wait_loaded(final, started, f"{name}: initial load")
+        print(f"{name}: started and loaded {PRODUCTS:,} results in {loaded:.1f} s", flush=True)
+        system.started = time.time()
+        summary = soak(system, load)
+        drain(system, load, 1)
+        expected = load.expected()
+        time.sleep(2)
+        wrong = check(topic_final(final), expected, f"{name}: {out}")
+    finally:
+        load.stop()
+        stop.set()
+        for t in threads:
+            t.join()
+        system.lag.close()
+        if name == "peer":
+            peer.__exit__(None, None, None)
+        else:
+            job.terminate()
+            job.wait(180)
+    if name == "product":
+        from peerkit import table_results
+
+        rows = table_results(Lake(tmp / "lake"), JOIN)
+        wrong += check(
+            {k: (r.get("title"), r.get("merchant")) for k, r in rows.items()}, expected, f"{name}: table"
+        )
+    return {"loaded s": loaded, **summary, "rows": system.rows, "wrong": len(wrong)}
+
+
+# --- the report ----------------------------------------------------------------------------------
+def steady(rows: list[dict], level: str) -> list[dict]:
+    """A level's samples at steady state: the top level's last two thirds, another's all but the first."""
+    mine = [r for r in rows if r["level"] == level]
+    return mine[len(mine) // 3 :] if level.startswith("top") else mine[1:] or mine
+
+
+def growth(rows: list[dict]) -> float:
+    """Resident memory growth over the rows, %: a least-squares line's rise over them, over its start."""
+    if len(rows) < 2:
+        return 0.0
+    t = np.array([r["minute"] for r in rows])
+    rss = np.array([r["rss MB"] for r in rows])
+    slope, start = np.polyfit(t - t[0], rss, 1)
+    return float(slope * (t[-1] - t[0]) / start * 100)
+
+
+def figures(result: dict) -> dict[str, dict[str, float | None]]:
+    """Per level: the steady state's median of each figure."""
+    out = {}
+    for level in dict.fromkeys(r["level"] for r in result["rows"]):
+        if level.startswith("ramp"):
+            continue
+        rows = steady(result["rows"], level)
+        out[level.split(" ")[0] if level.startswith("top") else level] = {
+            k: (float(np.median([r[k] for r in rows if r[k] is not None])) if any(r[k] is not None for r in rows) else None)
+            for k in ("produced/s", "cpu s / 1000", "cpu cores", "rss MB", "state MB", "lag s", "topic p50 s",
+                      "topic p99 s", "table p50 s", "table p99 s")
+        } | {"rss growth %": growth(rows), "rate": rows[0]["rate"]}  # fmt: skip
+    return out
+
+
+def report(results: dict[str, dict]) -> None:
+    by = {name: figures(r) for name, r in results.items()}
+    for name, r in results.items():
+        print(f"\n{name}: per sample\n| level | min | records/s | CPU s / 1,000 | cores | RSS MB | state MB | "
+              "lag, records | lag, s | topic p50 / p99, s | table p50 / p99, s |\n" + "|---" * 11 + "|")  # fmt: skip
+        for row in r["rows"]:
+            cells = [row["level"], f"{row['minute']:.1f}", f"{row['produced/s']:,.0f}", _f(row["cpu s / 1000"], ".3f"),
+                     f"{row['cpu cores']:.2f}", f"{row['rss MB']:,.0f}", f"{row['state MB']:,.0f}",
+                     f"{row['lag records']:,}", f"{row['lag s']:.1f}",
+                     f"{_f(row['topic p50 s'], '.2f')} / {_f(row['topic p99 s'], '.2f')}",
+                     f"{_f(row['table p50 s'], '.2f')} / {_f(row['table p99 s'], '.2f')}"]  # fmt: skip
+            print("| " + " | ".join(cells) + " |")
+    names = list(results)
+    print("\n| steady state | " + " | ".join(names) + (" | product / peer |" if len(names) == 2 else " |"))
+    print("|---" * (len(names) + 1 + (len(names) == 2)) + "|")
+    rows = [("highest sustained rate, records/s", {n: results[n]["highest sustained"] for n in names})]
+    rows += [
+        (
+            "... above it (behind: the system fell behind; load-bound: this process could produce no more; "
+            f"the benchmark's cap: {MAX_RATE:,}/s)",
+            {n: results[n]["above it"] for n in names},
+        )
+    ]
+    rows += [(f"... over the top level's {TOP_MINUTES:g} min", {n: results[n]["top run"] for n in names})]
+    rows += [("initial load of all results, s", {n: results[n]["loaded s"] for n in names})]
+    for level in dict.fromkeys(lv for f in by.values() for lv in f):
+        for key in ("cpu s / 1000", "cpu cores", "rss MB", "rss growth %", "state MB", "topic p50 s", "topic p99 s",
+                    "table p50 s", "table p99 s", "lag s"):  # fmt: skip
+            values = {n: by[n].get(level, {}).get(key) for n in names}
+            if any(v is not None for v in values.values()):
+                rate = {n: by[n].get(level, {}).get("rate") for n in names}
+                label = (
+                    level
+                    if level != "top"
+                    else "top (" + ", ".join(f"{n} {v:,.0f}/s" for n, v in rate.items() if v) + ")"
+                )
+                rows.append((f"{label}: {key}", values))
+    for label, values in rows:
+        digits = ",.0f" if " MB" in label else ",.1f" if "%" in label else ",.3f"
+        cells = [
+            _f(v, digits if isinstance(v, float) else "," if isinstance(v, int) else "")
+            for v in map(values.get, names)
+        ]
+        numbers = all(isinstance(values.get(n), int | float) for n in names)
+        if len(names) == 2 and numbers and values.get("peer") and "growth" not in label:
+            cells.append(f"{values['product'] / values['peer']:.2f}x")
+        elif len(names) == 2:
+            cells.append("")
+        print(f"| {label} | " + " | ".join(cells) + " |")
+
+
+def _f(v, fmt: str) -> str:
+    return "-" if v is None else format(v, fmt)
+
+
+# --- the plot: an SVG drawn here, rendered to PNG by the system Chromium ------------------------------
+COLORS = {"peer": "#1f77b4", "product": "#d62728"}
+
+
+def svg(results: dict[str, dict]) -> str:
+    """Two panels over the run's minutes: CPU seconds per 1,000 records, and resident memory (MB)."""
+    width, height, pad = 900, 300, 60
+    panels = [("CPU s per 1,000 records", "cpu s / 1000"), ("resident memory, MB", "rss MB")]
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height * 2 + 40}" font-family="sans-serif" font-size="12">',
+           '<rect width="100%" height="100%" fill="white"/>']  # fmt: skip
+    span = max((r["minute"] for res in results.values() for r in res["rows"]), default=1) or 1
+    for i, (title, key) in enumerate(panels):
+        y0 = i * height + 20
+        values = [r[key] for res in results.values() for r in res["rows"] if r[key] is not None]
+        top = (max(values) if values else 1) * 1.1 or 1
+
+        def x(minute: float) -> float:
+            return pad + (width - 2 * pad) * minute / span
+
+        def y(v: float, y0=y0, top=top) -> float:
+            return y0 + height - pad + -(height - 2 * pad) * v / top
+
+        out.append(f'<text x="{pad}" y="{y0 + 20}" font-weight="bold">{title}</text>')
+        out.append(f'<line x1="{pad}" y1="{y(0)}" x2="{width - pad}" y2="{y(0)}" stroke="black"/>')
+        out.append(f'<line x1="{pad}" y1="{y(0)}" x2="{pad}" y2="{y(top)}" stroke="black"/>')
+        for tick in np.linspace(0, top, 5):
+            out.append(f'<text x="{pad - 5}" y="{y(tick) + 4}" text-anchor="end">{tick:,.2f}</text>' if top < 10 else
+                       f'<text x="{pad - 5}" y="{y(tick) + 4}" text-anchor="end">{tick:,.0f}</text>')  # fmt: skip
+        for tick in np.linspace(0, span, 7):
+            out.append(f'<text x="{x(tick)}" y="{y(0) + 16}" text-anchor="middle">{tick:.0f} min</text>')
+        for n, (name, res) in enumerate(results.items()):
+            points = [(x(r["minute"]), y(r[key])) for r in res["rows"] if r[key] is not None]
+            path = " ".join(f"{px:.1f},{py:.1f}" for px, py in points)
+            out.append(
+                f'<polyline points="{path}" fill="none" stroke="{COLORS.get(name, "black")}" stroke-width="2"/>'
+            )
+            out.append(f'<text x="{width - pad - 150}" y="{y0 + 20 + 16 * n}" fill="{COLORS.get(name, "black")}">'
+                       f'{"Kafka Streams 4.4" if name == "peer" else "the product"}</text>')  # fmt: skip
+            last = None
+            for r in res["rows"]:  # where each level starts
+                if r["level"] != last and not r["level"].startswith("ramp") and i == 0:
+                    out.append(f'<text x="{x(r["minute"])}" y="{y0 + 40 + 14 * n}" font-size="10" '
+                               f'fill="{COLORS.get(name, "black")}">{r["level"]}</text>')  # fmt: skip
+                last = r["level"]
+    out.append("</svg>")
+    return "\n".join(out)
+
+
+def plot(results: dict[str, dict], png: Path) -> None:
+    from playwright.sync_api import sync_playwright
+
+    chromium = shutil.which("chromium")
+    if not chromium:
+        print("no plot: Debian's chromium is not installed (infra/setup.sh installs it)")
+        return
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, args=["--headless", "--no-sandbox"])
+        page = browser.new_page(viewport={"width": 900, "height": 640})
+        page.set_content(f"<html><body style='margin:0'>{svg(results)}</body></html>")
+        page.screenshot(path=str(png), full_page=True)
+        browser.close()
+    print(f"plot: {png}")
+
+
+def main() -> None:
+    OUT.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp, embedded_broker(Path(tmp) / "kafka") as bootstrap:
+        tmp = Path(tmp)
+        os.environ["LAKE_KAFKA_TOPIC_PREFIX"] = ""
+        (tmp / "soak.yaml").write_text(PIPELINE)
+        config = load_config(tmp / "soak.yaml")
+        cluster = connect(config, tmp / "lake")
+        specs = [replace(s, name=f"{n}_{s.name}") for n in SYSTEMS for s in config.topics.values()]
+        outs = [replace(specs[0], name=f"peer_{JOIN}", compacted=False)] if "peer" in SYSTEMS else []
+        ensure_topics(cluster, [*specs, *outs])
+        print(
+            f"soak: fk join, {PRODUCTS:,} products on {MERCHANTS:,} merchants, 4 partitions; rates {RATES} for "
+            f"{LEVEL_MINUTES:g} min each, then the highest sustained rate for {TOP_MINUTES:g} min; samples every "
+            f"{SAMPLE:g} s; machine: {os.cpu_count()} cores; {time.strftime('%Y-%m-%d')}",
+            flush=True,
+        )
+        results = {name: measure(name, tmp, bootstrap, cluster, config) for name in SYSTEMS}
+    (OUT / "soak.json").write_text(json.dumps(results, indent=1))
+    report(results)
+    plot(results, OUT / "soak.png")
+    failed = [f"{n}: {r['wrong']:,} final results wrong" for n, r in results.items() if r["wrong"]]
+    if "product" in results:
+        top = figures(results["product"]).get("top", {})
+        if (g := top.get("rss growth %") or 0.0) > MAX_GROWTH:
+            failed.append(
+                f"product: resident memory grew {g:.1f} % over the top level's steady window (> {MAX_GROWTH:g} %)"
+            )
+    if failed:
+        print("FAILED: " + "; ".join(failed))
+        raise SystemExit(1)
+
+
+if __name__ == "__main__":
+    main()

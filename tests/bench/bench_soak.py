@@ -9,8 +9,10 @@ Per system (the peer first, then the product, each on its own copy of the topics
 result is visible, product updates go out at each rate of SOAK_RATES (default 1,000 and 5,000 a
 second) for SOAK_LEVEL_MINUTES each (default SOAK_MINUTES / 3), then a ramp finds the highest rate the
 system sustains (steps of SOAK_RAMP_SECONDS, x1.5 until the lag grows, then one step between), and
-that rate runs for SOAK_MINUTES (default 30). A rate is sustained when the producer kept it and the
-lag at the step's end is under SUSTAINED_LAG seconds of records and not growing.
+that rate runs for SOAK_MINUTES (default 30; 0: the levels only). A rate is sustained when the
+producer kept it and the lag at the step's end is under SUSTAINED_LAG seconds of records and not
+growing, up to SOAK_MAX_RATE (default 50,000/s: past it this process, which produces the load and
+reads every result in one interpreter, measures itself).
 
 Every update is one product's new title ``s<seq>-<ms>`` (the produce time, ms), each product updated
 once per cycle through all of them in a shuffled order. Per SOAK_SAMPLE_SECONDS (default 60) a row:
@@ -395,6 +397,8 @@ def soak(system: System, load: Load) -> dict:
             bad = rate
             break
         good = rate
+    if not TOP_MINUTES:  # SOAK_MINUTES=0: the levels only (e.g. to compare --table-every settings)
+        return {"highest sustained": None, "above it": "not searched", "top run": "not run"}
     rate = good or RATES[0]
     while bad is None:  # up by half until the lag grows
         if rate >= MAX_RATE:
@@ -627,44 +631,60 @@ COLORS = {"peer": "#1f77b4", "product": "#d62728"}
 
 
 def svg(results: dict[str, dict]) -> str:
-    """Two panels over the run's minutes: CPU seconds per 1,000 records, and resident memory (MB)."""
+    """Two panels over each system's minutes since its load began: CPU seconds per 1,000 records (a log
+    scale: the systems differ by an order of magnitude), and resident memory (MB)."""
     width, height, pad = 900, 300, 60
-    panels = [("CPU s per 1,000 records", "cpu s / 1000"), ("resident memory, MB", "rss MB")]
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height * 2 + 40}" font-family="sans-serif" font-size="12">',
            '<rect width="100%" height="100%" fill="white"/>']  # fmt: skip
     span = max((r["minute"] for res in results.values() for r in res["rows"]), default=1) or 1
-    for i, (title, key) in enumerate(panels):
+
+    def x(minute: float) -> float:
+        return pad + (width - 2 * pad) * minute / span
+
+    for i, (title, key, log) in enumerate(
+        [
+            ("CPU s per 1,000 records (log scale)", "cpu s / 1000", True),
+            ("resident memory, MB", "rss MB", False),
+        ]
+    ):
         y0 = i * height + 20
-        values = [r[key] for res in results.values() for r in res["rows"] if r[key] is not None]
-        top = (max(values) if values else 1) * 1.1 or 1
+        values = [r[key] for res in results.values() for r in res["rows"] if r[key]]
+        if log:
+            lo = 10 ** np.floor(np.log10(min(values))) if values else 0.001
+            hi = 10 ** np.ceil(np.log10(max(values))) if values else 1.0
+            scale = (np.log10, np.log10(lo), np.log10(hi))
+            ticks = [m * 10**e for e in range(int(np.log10(lo)), int(np.log10(hi)) + 1) for m in (1, 2, 5)]
+            ticks = [t for t in ticks if lo <= t <= hi]
+        else:
+            hi = (max(values) if values else 1) * 1.1
+            scale = (lambda v: v, 0.0, hi)
+            ticks = list(np.linspace(0, hi, 5))
 
-        def x(minute: float) -> float:
-            return pad + (width - 2 * pad) * minute / span
+        def y(v: float, y0=y0, scale=scale) -> float:
+            f, a, b = scale
+            return y0 + height - pad - (height - 2 * pad) * (f(v) - a) / (b - a)
 
-        def y(v: float, y0=y0, top=top) -> float:
-            return y0 + height - pad + -(height - 2 * pad) * v / top
-
+        bottom, top = y0 + height - pad, y0 + pad
         out.append(f'<text x="{pad}" y="{y0 + 20}" font-weight="bold">{title}</text>')
-        out.append(f'<line x1="{pad}" y1="{y(0)}" x2="{width - pad}" y2="{y(0)}" stroke="black"/>')
-        out.append(f'<line x1="{pad}" y1="{y(0)}" x2="{pad}" y2="{y(top)}" stroke="black"/>')
-        for tick in np.linspace(0, top, 5):
-            out.append(f'<text x="{pad - 5}" y="{y(tick) + 4}" text-anchor="end">{tick:,.2f}</text>' if top < 10 else
-                       f'<text x="{pad - 5}" y="{y(tick) + 4}" text-anchor="end">{tick:,.0f}</text>')  # fmt: skip
+        out.append(f'<line x1="{pad}" y1="{bottom}" x2="{width - pad}" y2="{bottom}" stroke="black"/>')
+        out.append(f'<line x1="{pad}" y1="{bottom}" x2="{pad}" y2="{top}" stroke="black"/>')
+        for tick in ticks:
+            label = f"{tick:,.0f}" if tick >= 10 else f"{tick:g}"
+            out.append(f'<text x="{pad - 5}" y="{y(tick) + 4}" text-anchor="end">{label}</text>')
+            out.append(f'<line x1="{pad}" y1="{y(tick)}" x2="{width - pad}" y2="{y(tick)}" stroke="#eee"/>')
         for tick in np.linspace(0, span, 7):
-            out.append(f'<text x="{x(tick)}" y="{y(0) + 16}" text-anchor="middle">{tick:.0f} min</text>')
+            out.append(f'<text x="{x(tick)}" y="{bottom + 16}" text-anchor="middle">{tick:.0f} min</text>')
         for n, (name, res) in enumerate(results.items()):
-            points = [(x(r["minute"]), y(r[key])) for r in res["rows"] if r[key] is not None]
-            path = " ".join(f"{px:.1f},{py:.1f}" for px, py in points)
-            out.append(
-                f'<polyline points="{path}" fill="none" stroke="{COLORS.get(name, "black")}" stroke-width="2"/>'
-            )
-            out.append(f'<text x="{width - pad - 150}" y="{y0 + 20 + 16 * n}" fill="{COLORS.get(name, "black")}">'
+            color = COLORS.get(name, "black")
+            path = " ".join(f"{x(r['minute']):.1f},{y(r[key]):.1f}" for r in res["rows"] if r[key])
+            out.append(f'<polyline points="{path}" fill="none" stroke="{color}" stroke-width="2"/>')
+            out.append(f'<text x="{width - pad - 150}" y="{y0 + 20 + 16 * n}" fill="{color}">'
                        f'{"Kafka Streams 4.4" if name == "peer" else "the product"}</text>')  # fmt: skip
             last = None
             for r in res["rows"]:  # where each level starts
                 if r["level"] != last and not r["level"].startswith("ramp") and i == 0:
                     out.append(f'<text x="{x(r["minute"])}" y="{y0 + 40 + 14 * n}" font-size="10" '
-                               f'fill="{COLORS.get(name, "black")}">{r["level"]}</text>')  # fmt: skip
+                               f'fill="{color}">{r["level"]}</text>')  # fmt: skip
                 last = r["level"]
     out.append("</svg>")
     return "\n".join(out)
@@ -703,8 +723,10 @@ def main() -> None:
             f"{SAMPLE:g} s; machine: {os.cpu_count()} cores; {time.strftime('%Y-%m-%d')}",
             flush=True,
         )
-        results = {name: measure(name, tmp, bootstrap, cluster, config) for name in SYSTEMS}
-    (OUT / "soak.json").write_text(json.dumps(results, indent=1))
+        results = {}
+        for name in SYSTEMS:
+            results[name] = measure(name, tmp, bootstrap, cluster, config)
+            (OUT / "soak.json").write_text(json.dumps(results, indent=1))  # kept as each system ends
     report(results)
     plot(results, OUT / "soak.png")
     failed = [f"{n}: {r['wrong']:,} final results wrong" for n, r in results.items() if r["wrong"]]

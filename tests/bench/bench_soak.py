@@ -75,6 +75,7 @@ TABLE_EVERY = os.environ.get("SOAK_TABLE_EVERY", "5")
 # the highest rate tried: one Python process produces the load and reads every result, and past this
 # it measures itself (its producer and its reader share one interpreter lock and the system's cores)
 MAX_RATE = int(os.environ.get("SOAK_MAX_RATE", "50000"))
+LAG_EVERY = 5.0  # seconds between readings of a system's lag
 SUSTAINED_LAG = 10.0  # seconds of records behind at a step's end: more is not keeping up
 OUT = Path(os.environ.get("SOAK_OUT", "bench-results"))
 JOIN = "display_products"
@@ -254,26 +255,47 @@ def size_mb(folder: Path) -> float:
     return total / 1e6
 
 
-class Lag:
-    """The lag of a consumer group on a topic, as Kafka's lag exporters compute it: records between its
-    committed offsets and the ends, and seconds since the timestamp of its next uncommitted record."""
+class Lag(threading.Thread):
+    """The lag of a consumer group on a topic, as Kafka's lag exporters compute it, read every LAG_EVERY
+    seconds: records between its committed offsets and the ends, and seconds since the timestamp of its
+    next uncommitted record. A micro-batch system's lag saws up and down with its batches, so a sample
+    gives the readings' mean (and the largest)."""
 
     def __init__(self, bootstrap: str, group: str, topic: str):
         from confluent_kafka import Consumer
         from confluent_kafka.admin import AdminClient
 
+        super().__init__(daemon=True)
         self.group, self.topic = group, topic
         self.admin = AdminClient({"bootstrap.servers": bootstrap})
         self.consumer = Consumer(
             {"bootstrap.servers": bootstrap, "group.id": f"soak-lag-{time.time()}", "enable.auto.commit": False,
              "isolation.level": "read_committed"}
         )  # fmt: skip
+        self.readings: list[tuple[float, int, float]] = []  # (when, records, seconds) since take()
+        self.latest: tuple[float, int, float] = (0.0, 0, 0.0)
+        self.lock, self.stopped = threading.Lock(), threading.Event()
 
-    def __call__(self) -> tuple[int, float]:
+    def run(self) -> None:
+        while not self.stopped.is_set():
+            reading = (time.time(), *self.read())
+            with self.lock:
+                self.readings.append(reading)
+                self.latest = reading
+            self.stopped.wait(LAG_EVERY)
+
+    def take(self) -> list[tuple[float, int, float]]:
+        with self.lock:
+            taken, self.readings = self.readings, []
+        return taken or [self.latest]
+
+    def read(self) -> tuple[int, float]:
         from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 
         asked = ConsumerGroupTopicPartitions(self.group, [TopicPartition(self.topic, p) for p in range(4)])
-        answer = self.admin.list_consumer_group_offsets([asked])[self.group].result()
+        answer = self.admin.list_consumer_group_offsets([asked], request_timeout=30)[self.group].result(
+            timeout=60
+        )
         records, oldest = 0, None
         for tp in answer.topic_partitions:
             end = self.consumer.get_watermark_offsets(TopicPartition(self.topic, tp.partition), 10)[1]
@@ -289,6 +311,8 @@ class Lag:
         return records, (time.time() - oldest) if oldest else 0.0
 
     def close(self) -> None:
+        self.stopped.set()
+        self.join()
         self.consumer.close()
 
 
@@ -314,7 +338,7 @@ class System:
     def sample(self, level: str, rate: float, produced: int, seconds: float) -> dict:
         cpu, rss = usage(self.pid)
         mine = sum(psutil.Process().cpu_times()[:2])  # the load, the followers, this sampler
-        records, behind = self.lag()
+        readings = self.lag.take()
         topic, table = self.topic.take(), self.table.take() if self.table else None
 
         def pct(values, q):
@@ -326,7 +350,8 @@ class System:
             "bench cores": (mine - self.bench_cpu) / seconds,
             "cpu s / 1000": (cpu - self.cpu) / produced * 1000 if produced else None,
             "rss MB": sum(rss.values()), "rss": rss, "state MB": size_mb(self.state),
-            "lag records": records, "lag s": behind,
+            "lag records": int(np.mean([r[1] for r in readings])), "lag s": float(np.mean([r[2] for r in readings])),
+            "lag max s": max(r[2] for r in readings),
             "topic p50 s": pct(topic, 50), "topic p99 s": pct(topic, 99),
             "table p50 s": pct(table, 50), "table p99 s": pct(table, 99),
         }  # fmt: skip
@@ -343,7 +368,7 @@ def _line(row: dict) -> str:
     return (
         f"{row['system']:7} {row['level']:>14} min {row['minute']:5.1f}: {row['produced/s']:8,.0f}/s, "
         f"CPU {f(row['cpu s / 1000'], '.3f')} s/1000 ({row['cpu cores']:.2f} cores; bench {row['bench cores']:.2f}), RSS {row['rss MB']:,.0f} MB, "
-        f"state {row['state MB']:,.0f} MB, lag {row['lag records']:,} rec {row['lag s']:.1f} s, topic p50/p99 "
+        f"state {row['state MB']:,.0f} MB, lag {row['lag records']:,} rec {row['lag s']:.1f} s (max {row['lag max s']:.1f}), topic p50/p99 "
         f"{f(row['topic p50 s'], '.2f')}/{f(row['topic p99 s'], '.2f')} s, table p50/p99 "
         f"{f(row['table p50 s'], '.2f')}/{f(row['table p99 s'], '.2f')} s"
     )  # fmt: skip
@@ -365,27 +390,31 @@ def run_level(system: System, load: Load, level: str, rate: float, seconds: floa
 
 
 def verdict(rows: list[dict], rate: float) -> str:
-    """``sustained``: the lag at the end is small and not growing; ``behind`` otherwise; ``load-bound``:
-    this process could not produce the rate (it shares the cores with the system it measures)."""
-    end, middle = rows[-1], rows[len(rows) // 2 - 1] if len(rows) > 1 else rows[0]
+    """``sustained``: the lag (a sample's mean) ends under SUSTAINED_LAG seconds and has not grown by half
+    (and a second) since the first sample; ``behind`` otherwise; ``load-bound``: this process could not
+    produce the rate (it shares the cores with the system it measures)."""
     if sum(r["produced/s"] for r in rows) / len(rows) < 0.97 * rate:
         return "load-bound"
-    small = end["lag records"] <= rate * SUSTAINED_LAG and end["lag s"] <= SUSTAINED_LAG
-    return "sustained" if small and end["lag records"] <= middle["lag records"] + rate * 2 else "behind"
+    first, end = rows[0]["lag s"], rows[-1]["lag s"]
+    return "sustained" if end <= SUSTAINED_LAG and end <= 1.5 * first + 1 else "behind"
 
 
 def drain(system: System, load: Load, rate: float, timeout: float = 600) -> None:
     """No load until the system has caught up (the lag under a second of ``rate``)."""
     load.set(0)
-    deadline = time.time() + timeout
+    since, deadline = time.time(), time.time() + timeout
     while time.time() < deadline:
-        if system.lag()[0] <= rate:
+        when, records, _ = system.lag.latest
+        if when > since and records <= rate:
+            system.lag.take()
             system.topic.take()
             if system.table:
                 system.table.take()
             return
-        time.sleep(2)
-    raise SystemExit(f"{system.name}: still behind {system.lag()} after {timeout:.0f} s without load")
+        time.sleep(1)
+    raise SystemExit(
+        f"{system.name}: still behind {system.lag.latest[1]:,} records after {timeout:.0f} s without load"
+    )
 
 
 def soak(system: System, load: Load) -> dict:
@@ -506,6 +535,7 @@ def measure(name: str, tmp: Path, bootstrap: str, cluster, config) -> dict:
     for t in threads:
         t.start()
     system = System(name, pid, state, Lag(bootstrap, group, prefix + "products"), topic_seen, table)
+    system.lag.start()
     load = Load(bootstrap, prefix + "products")
     load.start()
     wrong: list[str] = []

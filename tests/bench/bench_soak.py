@@ -332,8 +332,9 @@ class System:
     bench_cpu: float = 0.0
 
     def rebase(self) -> None:
-        """CPU counted from now (not the idle drain before a level)."""
+        """CPU and lag counted from now (not the load or the idle drain before a level)."""
         self.cpu, self.bench_cpu = usage(self.pid)[0], sum(psutil.Process().cpu_times()[:2])
+        self.lag.take()
 
     def sample(self, level: str, rate: float, produced: int, seconds: float) -> dict:
         cpu, rss = usage(self.pid)

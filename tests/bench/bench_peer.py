@@ -100,16 +100,8 @@ BASELINE = os.environ.get("PEER_BASELINE", "84ac4cf")
 JFR = os.environ.get("PEER_JFR")  # a folder: the product's JVM records a flight recording there
 TIMEOUT = 900
 
-PIPELINE = """
-pipeline: peer_bench
-topics:
-  products: {partitions: 4}
-  merchants: {partitions: 4}
-  persons: {partitions: 4}
-  addresses: {partitions: 4}
-  products_avro: {partitions: 4, value: {format: avro, schema: product.avsc}}
-  merchants_avro: {partitions: 4, value: {format: avro, schema: merchant.avsc}}
-joins:
+# the fk join both benchmarks run (bench_soak too): the KIP-213 left join of products on merchants
+FK_JOIN = """\
   display_products:
     kind: fk
     left: products
@@ -123,6 +115,22 @@ joins:
       merchant_id: left.merchant_id
       merchant: right.name
       merchant_city: right.city
+"""
+
+PIPELINE = (
+    """
+pipeline: peer_bench
+topics:
+  products: {partitions: 4}
+  merchants: {partitions: 4}
+  persons: {partitions: 4}
+  addresses: {partitions: 4}
+  products_avro: {partitions: 4, value: {format: avro, schema: product.avsc}}
+  merchants_avro: {partitions: 4, value: {format: avro, schema: merchant.avsc}}
+joins:
+"""
+    + FK_JOIN
+    + """\
   display_products_avro:
     kind: fk
     left: products_avro
@@ -149,6 +157,7 @@ joins:
       city: right.city
     as: addresses
 """
+)
 
 
 def _text(ids: np.ndarray) -> pa.Array:

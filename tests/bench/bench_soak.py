@@ -54,7 +54,7 @@ from pathlib import Path
 
 import numpy as np
 import psutil
-from bench_peer import merchant_values, prefixed, product_values
+from bench_peer import FK_JOIN, MERCHANT, TITLE, merchant_values, prefixed, product_values
 from benchkit import committed_rows, embedded_broker
 
 from spark_jobs.config import load_config
@@ -80,29 +80,18 @@ SUSTAINED_LAG = 10.0  # seconds of records behind at a step's end: more is not k
 OUT = Path(os.environ.get("SOAK_OUT", "bench-results"))
 JOIN = "display_products"
 
-PIPELINE = """
+PIPELINE = (
+    """\
 pipeline: soak
 topics:
   products: {partitions: 4}
   merchants: {partitions: 4}
 joins:
-  display_products:
-    kind: fk
-    left: products
-    right: merchants
-    foreign_key: merchant_id
-    type: left
-    publish: true
-    select:
-      title: left.title
-      price: cast(left.price AS decimal(10,2))
-      merchant_id: left.merchant_id
-      merchant: right.name
-      merchant_city: right.city
 """
+    + FK_JOIN
+)
 
 UPDATE = re.compile(rb'"title":"s(\d+)-(\d+)"')
-TITLE, MERCHANT = re.compile(rb'"title":"([^"]*)"'), re.compile(rb'"merchant":"([^"]*)"')
 
 
 # --- the load: product updates at a steady rate ------------------------------------------------

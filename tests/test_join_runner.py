@@ -99,12 +99,16 @@ def test_run_once_resumes_where_it_stopped_and_status_and_audit_see_it(spark, se
         1,
     )
     read = row["offsets"]
+    # the last run's first micro-batch (its only one): its record, and how long the run took to it
+    first = row["first_batch"]
+    assert first["records"] == 1 and first["after_s"] >= first["after_spark_s"] >= 0, first
     produce(lake, cfg, "L", [("c", "c1", T0 + 2)])
     assert main(["status", *opts]) == 0
     # Kafka's lag: the record and its transaction's commit marker
     shown = (
         f"t_left (table): stopped; records behind: L 2, R 0; read L up to offsets {read['left']}, "
-        f"R up to offsets {read['right']}; last batch"
+        f"R up to offsets {read['right']}; first batch {first['after_s']:g} s after the last run's start "
+        f"({first['after_spark_s']:g} s after Spark was ready); last batch"
     )
     assert shown in capsys.readouterr().out
 
@@ -162,7 +166,13 @@ def test_a_stopped_run_restarts_mid_stream_exactly_once(spark, setup):
     assert run_join(spark, lake, cfg, "t_left", once=True, log=lines.append).batches == 1  # the snapshot
     # each batch's line says where its time went (spark_jobs.runtime.profile)
     phases = r"read\+state \d+, publish \d+, write \d+, metrics \d+"
-    assert re.fullmatch(rf"join t_left batch 0: in 1\+0, .* \((\d+) ms: {phases}\)", lines[-1]), lines
+    assert re.fullmatch(rf"join t_left batch 0: in 1\+0, .* \((\d+) ms: {phases}\)", lines[-2]), lines
+    # then how long the run took to its first micro-batch
+    assert re.fullmatch(
+        r"join t_left: first micro-batch \(1 record\(s\)\) done [\d.]+ s after the command started, [\d.]+ s "
+        r"after its Spark session was ready",
+        lines[-1],
+    ), lines
     # three more transactions per topic (9 records, 6 commit markers), a few offsets per micro-batch
     for i in range(1, 4):
         produce(lake, cfg, "L", [("a", f"a{i}", T0 + i), (f"x{i}", "x", T0 + i)])

@@ -225,6 +225,12 @@ def status_line(config, row: dict) -> str:
     if row.get("dropped"):
         since = "since it started" if row["running"] else "in its last run"
         parts.append(f"dropped {since} (in the quarantine): {dropped_text(row['dropped'])}")
+    if row.get("first_batch"):
+        first = row["first_batch"]
+        parts.append(
+            f"first batch {first['after_s']:g} s after {'its' if row['running'] else 'the last run'}'s start "
+            f"({first['after_spark_s']:g} s after Spark was ready)"
+        )
     if spec.publish and row["table_behind"]:
         parts.append(f"result table {row['table_behind']} row(s) behind its changelog topic")
     parts.append(

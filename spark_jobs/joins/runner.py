@@ -44,6 +44,7 @@ from spark_jobs.runtime.jobs import (
     join_job,
     last_batch,
     last_batch_path,
+    process_started,
     record_batch,
     registered,
     registry,
@@ -191,6 +192,7 @@ def run_join(
     reads. ``table_every`` > 0 (a keyed kind, continuous; default the join's ``table_every`` setting):
     the result table is written behind the changelog topic, at most every that many seconds
     (:mod:`spark_jobs.joins.behind`)."""
+    spark_ready = time.time()  # the command's Spark session is up: the first batch is timed from here too
     spec = config.join(name)
     check_table_every(spec, once, table_every)
     if table_every is None:
@@ -217,6 +219,7 @@ def run_join(
         if isinstance(job, StateStoreJob):
             job.table_every = table_every
         batches = _Batches(lake, config, spec, cluster, job, beat, stop)
+        batches.spark_ready, batches.log = spark_ready, log
         group = config.consumer_group(spec)
         batches.group = GroupPosition(cluster, group and cluster.group(group), checkpoint, log)
         batches.group.sync()  # a run killed before its last commit reached the group: mended here
@@ -303,6 +306,9 @@ class _Batches:
         self.ended = time.monotonic()  # when the last micro-batch ended
         self.group: GroupPosition | None = None  # the consumer group Kafka's tools read
         self.metrics: JoinMetrics | None = None  # a continuous run's Prometheus endpoint
+        self.spark_ready = time.time()
+        self.first: dict[str, Any] | None = None  # this run's first micro-batch: how long it took to come
+        self.log: Callable[[str], None] = lambda _: None
 
     def __call__(self, frame: DataFrame, batch_id: int) -> None:
         with self.guard:
@@ -317,6 +323,8 @@ class _Batches:
             self.done = batch_id
             self.summary.add(metrics)
             parked = _parked(self.job)
+            if self.first is None:
+                self.first = self._first(metrics)
             if self.metrics is not None:
                 self.metrics.batch(metrics, time.perf_counter() - began, parked)
             record_batch(
@@ -333,6 +341,7 @@ class _Batches:
                     "offsets": read,
                     "parked": parked,
                     "dropped": dict(self.summary.dropped),  # since the run started
+                    "first_batch": self.first,
                 },
             )
             self.beat(
@@ -343,9 +352,27 @@ class _Batches:
                     "parked": parked,
                     "waiting": None,
                     "dropped": dict(self.summary.dropped),
+                    "first_batch": self.first,
                 }
             )
             self.ended = time.monotonic()
+
+    def _first(self, metrics: BatchMetrics) -> dict[str, Any]:
+        """How long this run took to its first micro-batch's end: from the command's start (its
+        process) and from its Spark session being ready (what is left is the query's start, its
+        planning and the batch itself)."""
+        now = time.time()
+        first = {
+            "after_s": round(now - process_started(), 1),
+            "after_spark_s": round(now - self.spark_ready, 1),
+            "records": metrics.input_left + metrics.input_right,
+        }
+        self.log(
+            f"join {self.spec.name}: first micro-batch ({first['records']:,} record(s)) done "
+            f"{first['after_s']:g} s after the command started, {first['after_spark_s']:g} s after its "
+            f"Spark session was ready"
+        )
+        return first
 
     def keep_out(self) -> None:
         """Wait for the micro-batch in progress, then fail every new one."""
@@ -651,6 +678,8 @@ def status(lake: Lake, config: PipelineConfig) -> list[dict[str, Any]]:
         # the records its running (else its last) run did not use, by reason: the quarantine's rows
         # and the metrics' lake_join_dropped_records_total of that run
         row["dropped"] = (entry if row["running"] else last).get("dropped") or {}
+        # how long the running (else the last) run took to its first micro-batch
+        row["first_batch"] = (entry if row["running"] else last).get("first_batch")
         # result rows on the changelog but not yet in the table: a running job's latest count; a
         # stopped one folded them in at its stop (a killed one leaves them for its next run)
         row["table_behind"] = (

@@ -90,6 +90,21 @@ def registry(lake: Lake, job: Job) -> dict[str, Any]:
         return {}
 
 
+def process_started() -> float:
+    """When this process started (epoch seconds): its start in clock ticks after boot, from
+    ``/proc``; where there is no ``/proc``, now."""
+    try:
+        ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+        boot = next(
+            int(line.split()[1])
+            for line in Path("/proc/stat").read_text().splitlines()
+            if line.startswith("btime")
+        )
+        return boot + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return time.time()
+
+
 @contextmanager
 def registered(lake: Lake, job: Job, mode: str) -> Iterator[Callable[[dict], None]]:
     """Register a running job (refusing a second copy); yields ``beat(info)`` to record a heartbeat."""

@@ -23,7 +23,9 @@ records and in seconds (now - the timestamp of the next record it has not commit
 exporters compute it), and produce -> visible p50 / p99: on the output topic (the peer's, the
 product's changelog; read committed) and, for the product, in its Delta result table (each commit's
 change-data files read with pyarrow as it appears, no Spark in this process), which ``--table-every
-SOAK_TABLE_EVERY`` (default 5 s) writes behind the changelog.
+SOAK_TABLE_EVERY`` (default 5 s) writes behind the changelog, and in the pending rows each micro-batch
+appends for it (``<join>__parked``). Once loaded, the product's time from ``lake run`` to the end of its
+first micro-batch, as ``lake status`` says.
 
 A level's steady state leaves out its first sample (the change of rate); the top level's is its last
 two thirds (20 of 30 minutes). Memory rule: over the top level's steady window, the resident memory of
@@ -58,6 +60,7 @@ from bench_peer import FK_JOIN, MERCHANT, TITLE, merchant_values, prefixed, prod
 from benchkit import committed_rows, embedded_broker
 
 from spark_jobs.config import load_config
+from spark_jobs.layout import join_table
 from spark_jobs.seams.delta import Lake
 from spark_jobs.seams.kafka import connect, ensure_topics, produce
 
@@ -315,6 +318,7 @@ class System:
     lag: Lag
     topic: Latencies = field(default_factory=Latencies)
     table: Latencies | None = None
+    changes: Latencies | None = None  # the rows a batch appends to the table's pending rows (--table-every)
     rows: list[dict] = field(default_factory=list)
     started: float = field(default_factory=time.time)
     cpu: float = 0.0
@@ -330,6 +334,7 @@ class System:
         mine = sum(psutil.Process().cpu_times()[:2])  # the load, the followers, this sampler
         readings = self.lag.take()
         topic, table = self.topic.take(), self.table.take() if self.table else None
+        changes = self.changes.take() if self.changes else None
 
         def pct(values, q):
             return float(np.percentile(values, q)) / 1000 if values is not None and len(values) else None
@@ -344,6 +349,7 @@ class System:
             "lag max s": max(r[2] for r in readings),
             "topic p50 s": pct(topic, 50), "topic p99 s": pct(topic, 99),
             "table p50 s": pct(table, 50), "table p99 s": pct(table, 99),
+            "pending rows p50 s": pct(changes, 50), "pending rows p99 s": pct(changes, 99),
         }  # fmt: skip
         self.cpu, self.bench_cpu = cpu, mine
         self.rows.append(row)
@@ -360,7 +366,8 @@ def _line(row: dict) -> str:
         f"CPU {f(row['cpu s / 1000'], '.3f')} s/1000 ({row['cpu cores']:.2f} cores; bench {row['bench cores']:.2f}), RSS {row['rss MB']:,.0f} MB, "
         f"state {row['state MB']:,.0f} MB, lag {row['lag records']:,} rec {row['lag s']:.1f} s (max {row['lag max s']:.1f}), topic p50/p99 "
         f"{f(row['topic p50 s'], '.2f')}/{f(row['topic p99 s'], '.2f')} s, table p50/p99 "
-        f"{f(row['table p50 s'], '.2f')}/{f(row['table p99 s'], '.2f')} s"
+        f"{f(row['table p50 s'], '.2f')}/{f(row['table p99 s'], '.2f')} s, pending rows p50/p99 "
+        f"{f(row.get('pending rows p50 s'), '.2f')}/{f(row.get('pending rows p99 s'), '.2f')} s"
     )  # fmt: skip
 
 
@@ -398,8 +405,9 @@ def drain(system: System, load: Load, rate: float, timeout: float = 600) -> None
         if when > since and records <= rate:
             system.lag.take()
             system.topic.take()
-            if system.table:
-                system.table.take()
+            for seen in (system.table, system.changes):
+                if seen:
+                    seen.take()
             return
         time.sleep(1)
     raise SystemExit(
@@ -454,7 +462,14 @@ def start_peer(cluster, tmp: Path, prefix: str):
 def start_product(tmp: Path, prefix: str) -> subprocess.Popen:
     """``lake run display_products --continuous``, as a user starts it."""
     log = (tmp / "product.log").open("wb")
-    command = [
+    command = [*lake(tmp), "run", JOIN, "--continuous", "--trigger", TRIGGER, "--table-every", TABLE_EVERY]
+    env = {**os.environ, "LAKE_KAFKA_TOPIC_PREFIX": prefix}
+    return subprocess.Popen(command, stdout=log, stderr=log, start_new_session=True, env=env)  # fmt: skip
+
+
+def lake(tmp: Path) -> list[str]:
+    """The ``lake`` command on the benchmark's root and pipeline."""
+    return [
         sys.executable,
         "-m",
         "spark_jobs.cli",
@@ -463,9 +478,16 @@ def start_product(tmp: Path, prefix: str) -> subprocess.Popen:
         "--config",
         str(tmp / "soak.yaml"),
     ]
-    command += ["run", JOIN, "--continuous", "--trigger", TRIGGER, "--table-every", TABLE_EVERY]
+
+
+def first_batch(tmp: Path, prefix: str) -> dict | None:
+    """How long the running join took to its first micro-batch, as ``lake status --json`` says."""
     env = {**os.environ, "LAKE_KAFKA_TOPIC_PREFIX": prefix}
-    return subprocess.Popen(command, stdout=log, stderr=log, start_new_session=True, env=env)  # fmt: skip
+    done = subprocess.run(
+        [*lake(tmp), "status", "--json"], capture_output=True, text=True, env=env, timeout=120
+    )
+    rows = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    return next((r.get("first_batch") for r in rows if r.get("join") == JOIN), None)
 
 
 def load_topics(cluster, config, prefix: str) -> None:
@@ -514,17 +536,18 @@ def measure(name: str, tmp: Path, bootstrap: str, cluster, config) -> dict:
     if name == "peer":
         peer = start_peer(cluster, tmp, prefix)
         assert peer.proc is not None
-        pid, group, state, table = peer.proc.pid, peer.app_id, tmp / "peer" / "state", None
+        pid, group, state, table, changes = peer.proc.pid, peer.app_id, tmp / "peer" / "state", None, None
     else:
         job = start_product(tmp, prefix)
         group = prefix + (config.consumer_group(config.join(JOIN)) or "")  # what `lake status` names
         pid, state = job.pid, tmp / "lake" / "_checkpoints"
-        table = Latencies()
-        where = Path(Lake(tmp / "lake").path(JOIN))
-        threads.append(threading.Thread(target=follow_table, args=(where, table, stop)))
+        table, changes = Latencies(), Latencies()
+        for seen, name_of in ((table, JOIN), (changes, join_table(JOIN, "parked"))):
+            where = Path(Lake(tmp / "lake").path(name_of))
+            threads.append(threading.Thread(target=follow_table, args=(where, seen, stop)))
     for t in threads:
         t.start()
-    system = System(name, pid, state, Lag(bootstrap, group, prefix + "products"), topic_seen, table)
+    system = System(name, pid, state, Lag(bootstrap, group, prefix + "products"), topic_seen, table, changes)
     system.lag.start()
     load = Load(bootstrap, prefix + "products")
     load.start()
@@ -532,6 +555,14 @@ def measure(name: str, tmp: Path, bootstrap: str, cluster, config) -> dict:
     try:
         loaded = wait_loaded(final, started, f"{name}: initial load")
         print(f"{name}: started and loaded {PRODUCTS:,} results in {loaded:.1f} s", flush=True)
+        first = first_batch(tmp, prefix) if name == "product" else None
+        if first:
+            print(
+                f"{name}: its first micro-batch ({first['records']:,} records) ended {first['after_s']:g} s "
+                f"after `lake run` started, {first['after_spark_s']:g} s after its Spark session was ready "
+                "(lake status)",
+                flush=True,
+            )
         system.started = time.time()
         summary = soak(system, load)
         drain(system, load, 1)
@@ -556,7 +587,8 @@ def measure(name: str, tmp: Path, bootstrap: str, cluster, config) -> dict:
         wrong += check(
             {k: (r.get("title"), r.get("merchant")) for k, r in rows.items()}, expected, f"{name}: table"
         )
-    return {"loaded s": loaded, **summary, "rows": system.rows, "wrong": len(wrong)}
+    first_s = first["after_s"] if first else None
+    return {"loaded s": loaded, "first batch s": first_s, **summary, "rows": system.rows, "wrong": len(wrong)}
 
 
 # --- the report ----------------------------------------------------------------------------------
@@ -586,7 +618,7 @@ def figures(result: dict) -> dict[str, dict[str, float | None]]:
         out[level.split(" ")[0] if level.startswith("top") else level] = {
             k: (float(np.median([r[k] for r in rows if r[k] is not None])) if any(r[k] is not None for r in rows) else None)
             for k in ("produced/s", "cpu s / 1000", "cpu cores", "rss MB", "state MB", "lag s", "topic p50 s",
-                      "topic p99 s", "table p50 s", "table p99 s")
+                      "topic p99 s", "table p50 s", "table p99 s", "pending rows p50 s", "pending rows p99 s")
         } | {"rss growth %": growth(rows), "rate": rows[0]["rate"]}  # fmt: skip
     return out
 
@@ -595,13 +627,14 @@ def report(results: dict[str, dict]) -> None:
     by = {name: figures(r) for name, r in results.items()}
     for name, r in results.items():
         print(f"\n{name}: per sample\n| level | min | records/s | CPU s / 1,000 | cores | RSS MB | state MB | "
-              "lag, records | lag, s | topic p50 / p99, s | table p50 / p99, s |\n" + "|---" * 11 + "|")  # fmt: skip
+              "lag, records | lag, s | topic p50 / p99, s | table p50 / p99, s | pending rows p50 / p99, s |\n" + "|---" * 12 + "|")  # fmt: skip
         for row in r["rows"]:
             cells = [row["level"], f"{row['minute']:.1f}", f"{row['produced/s']:,.0f}", _f(row["cpu s / 1000"], ".3f"),
                      f"{row['cpu cores']:.2f}", f"{row['rss MB']:,.0f}", f"{row['state MB']:,.0f}",
                      f"{row['lag records']:,}", f"{row['lag s']:.1f}",
                      f"{_f(row['topic p50 s'], '.2f')} / {_f(row['topic p99 s'], '.2f')}",
-                     f"{_f(row['table p50 s'], '.2f')} / {_f(row['table p99 s'], '.2f')}"]  # fmt: skip
+                     f"{_f(row['table p50 s'], '.2f')} / {_f(row['table p99 s'], '.2f')}",
+                     f"{_f(row.get('pending rows p50 s'), '.2f')} / {_f(row.get('pending rows p99 s'), '.2f')}"]  # fmt: skip
             print("| " + " | ".join(cells) + " |")
     names = list(results)
     print("\n| steady state | " + " | ".join(names) + (" | product / peer |" if len(names) == 2 else " |"))
@@ -616,9 +649,12 @@ def report(results: dict[str, dict]) -> None:
     ]
     rows += [(f"... over the top level's {TOP_MINUTES:g} min", {n: results[n]["top run"] for n in names})]
     rows += [("initial load of all results, s", {n: results[n]["loaded s"] for n in names})]
+    rows += [
+        ("start to the end of the first micro-batch, s", {n: results[n].get("first batch s") for n in names})
+    ]
     for level in dict.fromkeys(lv for f in by.values() for lv in f):
         for key in ("cpu s / 1000", "cpu cores", "rss MB", "rss growth %", "state MB", "topic p50 s", "topic p99 s",
-                    "table p50 s", "table p99 s", "lag s"):  # fmt: skip
+                    "table p50 s", "table p99 s", "pending rows p50 s", "pending rows p99 s", "lag s"):  # fmt: skip
             values = {n: by[n].get(level, {}).get(key) for n in names}
             if any(v is not None for v in values.values()):
                 rate = {n: by[n].get(level, {}).get("rate") for n in names}

@@ -18,6 +18,7 @@ from conftest import S3_BUCKET, bucket_files
 from test_stories import ACCOUNTS, CONSENTS, account, consent, ends, produce, referenced_once
 
 from spark_jobs.cli import main
+from spark_jobs.layout import JOIN_METRICS
 from spark_jobs.seams.delta import Lake
 
 
@@ -158,3 +159,58 @@ def test_the_list_pipeline_on_s3_runs_gated_and_audited_with_nothing_of_it_on_lo
     work = tmp_path / "work"
     local = sorted(p.relative_to(work).as_posix() for p in work.rglob("*") if p.is_file())
     assert all(p.startswith(("_locks/", "_logs/", "_jobs/")) for p in local), local
+
+
+APPENDER = """
+import sys
+
+import pyarrow as pa
+
+from spark_jobs.layout import JOIN_METRICS
+from spark_jobs.layout import JOIN_METRICS
+from spark_jobs.seams.delta import Lake
+from spark_jobs.system_tables import JOIN_METRICS_SCHEMA, ensure_join_metrics
+
+root, join, batches = sys.argv[1], sys.argv[2], int(sys.argv[3])
+lake = Lake(root)
+ensure_join_metrics(lake)
+for batch in range(batches):
+    row = {**{f.name: None for f in JOIN_METRICS_SCHEMA}, "join": join, "batch_id": batch}
+    lake.append(JOIN_METRICS, pa.Table.from_pylist([row], JOIN_METRICS_SCHEMA))
+"""
+
+
+def test_two_machines_appending_to_one_system_table_on_s3_lose_no_commit(s3, tmp_path):
+    """Every join appends its metrics to the one join_metrics table (and its rejects to the one
+    quarantine). On s3a, Delta's single-driver log store keeps one JVM's commits apart, not two
+    processes': two writers (two work folders, as on two machines) appending at once both wrote a
+    version's log entry, the later replacing the earlier's commit. Each commit to a system table takes
+    the table's lease: every row of both writers is there, each once, in one commit each."""
+    import os
+    import subprocess
+    import sys
+
+    root = f"s3a://{S3_BUCKET}/writers/{uuid.uuid4().hex[:12]}"
+    script = tmp_path / "appender.py"
+    script.write_text(APPENDER)
+    batches = 60
+    writers = [
+        subprocess.Popen(
+            [sys.executable, str(script), root, join, str(batches)],
+            env={**os.environ, "LAKE_WORK": str(tmp_path / join)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for join in ("a", "b")
+    ]
+    for writer in writers:
+        out, _ = writer.communicate(timeout=600)
+        assert writer.returncode == 0, out[-3000:]
+    lake = Lake(root)
+    rows = lake.read_arrow(JOIN_METRICS, columns=["join", "batch_id"]).to_pylist()
+    assert sorted((r["join"], r["batch_id"]) for r in rows) == [
+        (j, b) for j in ("a", "b") for b in range(batches)
+    ]
+    # the create, then one commit per append (a lost commit leaves a version whose rows are gone)
+    assert lake.version(JOIN_METRICS) == 2 * batches

@@ -481,13 +481,19 @@ def lake(tmp: Path) -> list[str]:
 
 
 def first_batch(tmp: Path, prefix: str) -> dict | None:
-    """How long the running join took to its first micro-batch, as ``lake status --json`` says."""
+    """How long the running join took to its first micro-batch, as ``lake status --json`` says (its
+    results are on the changelog a moment before the batch's record: asked again for up to 30 s)."""
     env = {**os.environ, "LAKE_KAFKA_TOPIC_PREFIX": prefix}
-    done = subprocess.run(
-        [*lake(tmp), "status", "--json"], capture_output=True, text=True, env=env, timeout=120
-    )
-    rows = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-    return next((r.get("first_batch") for r in rows if r.get("join") == JOIN), None)
+    for _ in range(10):
+        done = subprocess.run(
+            [*lake(tmp), "status", "--json"], capture_output=True, text=True, env=env, timeout=120
+        )
+        rows = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+        first = next((r.get("first_batch") for r in rows if r.get("join") == JOIN), None)
+        if first:
+            return first
+        time.sleep(3)
+    return None
 
 
 def load_topics(cluster, config, prefix: str) -> None:

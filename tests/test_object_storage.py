@@ -167,7 +167,6 @@ import sys
 import pyarrow as pa
 
 from spark_jobs.layout import JOIN_METRICS
-from spark_jobs.layout import JOIN_METRICS
 from spark_jobs.seams.delta import Lake
 from spark_jobs.system_tables import JOIN_METRICS_SCHEMA, ensure_join_metrics
 

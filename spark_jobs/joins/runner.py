@@ -218,8 +218,7 @@ def run_join(
         )
         if isinstance(job, StateStoreJob):
             job.table_every = table_every
-        batches = _Batches(lake, config, spec, cluster, job, beat, stop)
-        batches.spark_ready, batches.log = spark_ready, log
+        batches = _Batches(lake, config, spec, cluster, job, beat, stop, spark_ready, log)
         group = config.consumer_group(spec)
         batches.group = GroupPosition(cluster, group and cluster.group(group), checkpoint, log)
         batches.group.sync()  # a run killed before its last commit reached the group: mended here
@@ -295,9 +294,12 @@ class _Batches:
         job: Any,
         beat: Callable[[dict[str, Any]], None],
         stop: threading.Event,
+        spark_ready: float,
+        log: Callable[[str], None],
     ):
         self.lake, self.config, self.spec, self.cluster = lake, config, spec, cluster
         self.job, self.beat, self.stop = job, beat, stop
+        self.spark_ready, self.log = spark_ready, log  # when the run's Spark session was up; its log
         self.checkpoint = checkpoint_dir(lake, spec)
         self.summary = RunSummary(spec.name)
         self.guard = threading.Lock()  # one micro-batch or one piece of upkeep at a time
@@ -306,9 +308,7 @@ class _Batches:
         self.ended = time.monotonic()  # when the last micro-batch ended
         self.group: GroupPosition | None = None  # the consumer group Kafka's tools read
         self.metrics: JoinMetrics | None = None  # a continuous run's Prometheus endpoint
-        self.spark_ready = time.time()
         self.first: dict[str, Any] | None = None  # this run's first micro-batch: how long it took to come
-        self.log: Callable[[str], None] = lambda _: None
 
     def __call__(self, frame: DataFrame, batch_id: int) -> None:
         with self.guard:

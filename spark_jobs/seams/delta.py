@@ -312,12 +312,13 @@ class Lake:
     def add_missing_columns(self, name: str, schema: pa.Schema) -> list[str]:
         """Add the (nullable) columns of ``schema`` that the table lacks; returns their names."""
         have = set(self.schema(name).names)
-        missing = [f.with_nullable(True) for f in schema if f.name not in have]
-        if missing:
-            columns = spark_ddl(pa.schema(missing))
-            with self._one_writer(name):
-                if set(self.schema(name).names) >= {f.name for f in missing}:  # added meanwhile
-                    return []
+        if all(f.name in have for f in schema):
+            return []
+        with self._one_writer(name):
+            have = set(self.schema(name).names)  # another writer may have added some meanwhile
+            missing = [f.with_nullable(True) for f in schema if f.name not in have]
+            if missing:
+                columns = spark_ddl(pa.schema(missing))
                 self.spark.sql(f"ALTER TABLE delta.`{self.uri(name)}` ADD COLUMNS ({columns})")
         return [f.name for f in missing]
 

@@ -318,7 +318,7 @@ class System:
     lag: Lag
     topic: Latencies = field(default_factory=Latencies)
     table: Latencies | None = None
-    changes: Latencies | None = None  # the rows a batch appends to the table's pending rows (--table-every)
+    pending: Latencies | None = None  # the rows a batch appends to the table's pending rows (--table-every)
     rows: list[dict] = field(default_factory=list)
     started: float = field(default_factory=time.time)
     cpu: float = 0.0
@@ -334,7 +334,7 @@ class System:
         mine = sum(psutil.Process().cpu_times()[:2])  # the load, the followers, this sampler
         readings = self.lag.take()
         topic, table = self.topic.take(), self.table.take() if self.table else None
-        changes = self.changes.take() if self.changes else None
+        pending = self.pending.take() if self.pending else None
 
         def pct(values, q):
             return float(np.percentile(values, q)) / 1000 if values is not None and len(values) else None
@@ -349,7 +349,7 @@ class System:
             "lag max s": max(r[2] for r in readings),
             "topic p50 s": pct(topic, 50), "topic p99 s": pct(topic, 99),
             "table p50 s": pct(table, 50), "table p99 s": pct(table, 99),
-            "pending rows p50 s": pct(changes, 50), "pending rows p99 s": pct(changes, 99),
+            "pending rows p50 s": pct(pending, 50), "pending rows p99 s": pct(pending, 99),
         }  # fmt: skip
         self.cpu, self.bench_cpu = cpu, mine
         self.rows.append(row)
@@ -367,7 +367,7 @@ def _line(row: dict) -> str:
         f"state {row['state MB']:,.0f} MB, lag {row['lag records']:,} rec {row['lag s']:.1f} s (max {row['lag max s']:.1f}), topic p50/p99 "
         f"{f(row['topic p50 s'], '.2f')}/{f(row['topic p99 s'], '.2f')} s, table p50/p99 "
         f"{f(row['table p50 s'], '.2f')}/{f(row['table p99 s'], '.2f')} s, pending rows p50/p99 "
-        f"{f(row.get('pending rows p50 s'), '.2f')}/{f(row.get('pending rows p99 s'), '.2f')} s"
+        f"{f(row['pending rows p50 s'], '.2f')}/{f(row['pending rows p99 s'], '.2f')} s"
     )  # fmt: skip
 
 
@@ -405,7 +405,7 @@ def drain(system: System, load: Load, rate: float, timeout: float = 600) -> None
         if when > since and records <= rate:
             system.lag.take()
             system.topic.take()
-            for seen in (system.table, system.changes):
+            for seen in (system.table, system.pending):
                 if seen:
                     seen.take()
             return
@@ -542,18 +542,17 @@ def measure(name: str, tmp: Path, bootstrap: str, cluster, config) -> dict:
     if name == "peer":
         peer = start_peer(cluster, tmp, prefix)
         assert peer.proc is not None
-        pid, group, state, table, changes = peer.proc.pid, peer.app_id, tmp / "peer" / "state", None, None
+        pid, group, state, table, pending = peer.proc.pid, peer.app_id, tmp / "peer" / "state", None, None
     else:
         job = start_product(tmp, prefix)
         group = prefix + (config.consumer_group(config.join(JOIN)) or "")  # what `lake status` names
         pid, state = job.pid, tmp / "lake" / "_checkpoints"
-        table, changes = Latencies(), Latencies()
-        for seen, name_of in ((table, JOIN), (changes, join_table(JOIN, "parked"))):
-            where = Path(Lake(tmp / "lake").path(name_of))
-            threads.append(threading.Thread(target=follow_table, args=(where, seen, stop)))
+        table, pending, lake = Latencies(), Latencies(), Lake(tmp / "lake")
+        for seen, name_of in ((table, JOIN), (pending, join_table(JOIN, "parked"))):
+            threads.append(threading.Thread(target=follow_table, args=(Path(lake.path(name_of)), seen, stop)))
     for t in threads:
         t.start()
-    system = System(name, pid, state, Lag(bootstrap, group, prefix + "products"), topic_seen, table, changes)
+    system = System(name, pid, state, Lag(bootstrap, group, prefix + "products"), topic_seen, table, pending)
     system.lag.start()
     load = Load(bootstrap, prefix + "products")
     load.start()
@@ -640,7 +639,7 @@ def report(results: dict[str, dict]) -> None:
                      f"{row['lag records']:,}", f"{row['lag s']:.1f}",
                      f"{_f(row['topic p50 s'], '.2f')} / {_f(row['topic p99 s'], '.2f')}",
                      f"{_f(row['table p50 s'], '.2f')} / {_f(row['table p99 s'], '.2f')}",
-                     f"{_f(row.get('pending rows p50 s'), '.2f')} / {_f(row.get('pending rows p99 s'), '.2f')}"]  # fmt: skip
+                     f"{_f(row['pending rows p50 s'], '.2f')} / {_f(row['pending rows p99 s'], '.2f')}"]  # fmt: skip
             print("| " + " | ".join(cells) + " |")
     names = list(results)
     print("\n| steady state | " + " | ".join(names) + (" | product / peer |" if len(names) == 2 else " |"))

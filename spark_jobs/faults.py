@@ -8,9 +8,9 @@ nothing of the batch is done), ``publish-open`` (an executor's changelog transac
 the broker, not committed), ``publish-part`` (partition 0's changelog transaction is committed, the
 others' still open: their tasks wait before committing), ``publish`` (every partition's changelog
 transaction is committed), ``park`` (its result rows are parked for the table, ``--table-every``),
-``write`` (its result commit is in), and ``fold`` (a catch-up's MERGE is in, the parked rows not yet
-cleared). The two ``publish-`` points are the executors' (``lake.kafka.ChangelogWriter``): they end
-the Spark process.
+``write`` (its result commit is in), and ``fold`` (a catch-up's MERGE is in, the rows of the catch-up
+before it not yet deleted from the parked ones). The two ``publish-`` points are the executors'
+(``lake.kafka.ChangelogWriter``): they end the Spark process.
 
 The points of a backfill (``lake backfill``), in order: ``backfill-read`` (the dump is read and
 counted), ``backfill-diff`` (compared with the topic, nothing produced), ``produce`` (every record

@@ -42,6 +42,7 @@ from joinkit import (
 from spark_jobs.cli import main
 from spark_jobs.errors import UserError
 from spark_jobs.joins import dropped
+from spark_jobs.joins.behind import TableBehind, current_view, pending
 from spark_jobs.joins.runner import _batch_offsets, run_join, status
 from spark_jobs.seams.delta import Lake
 from spark_jobs.seams.kafka import connect, delete_topics, watermarks
@@ -770,20 +771,25 @@ def test_table_every_publishes_first_writes_the_table_behind_and_loses_nothing_o
         assert _wait(
             lambda: next(r for r in status(lake, cfg) if r["join"] == "t_left")["table_behind"] == 2, 30
         )
+        # a reader of the current view sees the parked rows before the table has them
+        query = "SELECT key, lv, rv FROM lake.t_left__current ORDER BY key"
+        shown = subprocess.run([LAKE, "sql", query, *opts], capture_output=True, text=True, timeout=300)
+        assert shown.returncode == 0, shown.stderr
+        assert shown.stdout.splitlines() == ["key\tlv\trv", "a\ta1\tr1", "b\tb1\t"]
         _, err = _terminate(proc)
     finally:
         if proc.poll() is None:
             proc.kill()
     assert "join t_left: result table caught up with 2 pending row(s)" in err
     assert result_rows(lake, "t_left") == [("a", "a1", "r1"), ("b", "b1", None)]
-    assert lake.read_arrow("t_left__parked").num_rows == 0
+    assert pending(lake, "t_left").count() == 0  # kept for the current view's readers until the next fold
     assert next(r for r in status(lake, cfg) if r["join"] == "t_left")["table_behind"] == 0
 
     proc = _start(opts, "--table-every", "600")
     try:
         produce(lake, cfg, "L", [("a", None, T0 + 2)])  # a deleted: parked, then the job is killed
         assert _wait(lambda: _published(lake, cfg).get("a", "?") is None, 120, proc)
-        assert _wait(lambda: lake.read_arrow("t_left__parked").num_rows == 1, 30, proc)
+        assert _wait(lambda: pending(lake, "t_left").count() == 1, 30, proc)
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
     finally:
@@ -847,7 +853,70 @@ def test_table_every_tombstones_a_key_whose_row_is_only_parked(spark, tmp_path):
     ]
     f.job.fold()
     assert result_rows(lake, "t_inner") == [("d", "d1", "r1")]
-    assert lake.read_arrow("t_inner__parked").num_rows == 0
+    assert pending(lake, "t_inner").count() == 0
+
+
+def _current(spark, lake, join: str, result_version: int | None = None) -> list[tuple]:
+    """The join's current view as its SQL reads it over the lake's tables (the result as of
+    ``result_version``: a reader whose snapshot of it is that old)."""
+    at = "" if result_version is None else f" VERSION AS OF {result_version}"
+    sql = current_view(
+        f"delta.`{lake.uri(join)}`{at}", f"delta.`{lake.uri(join + '__parked')}`", lake.schema(join).names
+    )
+    rows = spark.sql(sql).collect()
+    return sorted(((r["key"].decode(), r["lv"], r["rv"]) for r in rows), key=lambda t: (t[0], t[2] or ""))
+
+
+def test_the_current_view_shows_parked_rows_before_their_fold_and_after_it_at_any_snapshot(spark, tmp_path):
+    """With --table-every, a micro-batch's rows are in the current view (result + newest pending rows)
+    before the result table has them; a fold keeps the rows it folded until the next fold, so a reader
+    whose snapshot of the result predates the fold still sees them, also when the job died between
+    the fold's MERGE and its cleanup; a run that writes the result itself empties the pending rows."""
+    cfg = write_config(tmp_path)
+    lake = Lake(tmp_path / "lake")
+    f = Feeder(spark, lake, cfg, "t_left")
+    f.job.table_every = 600.0  # every catch-up is by hand below
+    produce(lake, cfg, "L", [("a", "a1", T0), ("b", "b1", T0)])
+    f.feed()  # the first load: straight into the empty table
+    produce(lake, cfg, "R", [("a", "r1", T0 + 1)])
+    produce(lake, cfg, "L", [("b", None, T0 + 1), ("c", "c1", T0 + 1)])
+    f.feed()  # parked: a updated, b deleted, c new
+    first = [("a", "a1", None), ("b", "b1", None)]
+    second = [("a", "a1", "r1"), ("c", "c1", None)]
+    assert result_rows(lake, "t_left") == first
+    assert _current(spark, lake, "t_left") == second
+    assert pending(lake, "t_left").count() == 3
+    before_fold = lake.version("t_left")
+    f.job.fold()
+    assert result_rows(lake, "t_left") == second == _current(spark, lake, "t_left")
+    # the fold kept its rows: a reader with the result as it was before the fold still sees them
+    assert _current(spark, lake, "t_left", before_fold) == second
+    assert pending(lake, "t_left").count() == 0 and f.job.behind.parked == 0
+    assert lake.read_arrow("t_left__parked").num_rows == 3
+
+    produce(lake, cfg, "L", [("d", "d1", T0 + 2)])
+    f.feed()  # parked; then a fold whose cleanup never ran (the job died after its MERGE)
+    before_fold = lake.version("t_left")
+    f.job.behind._merge(f.job.query_id, lake.txn_version("t_left", f.job.query_id), False)
+    third = [*second, ("d", "d1", None)]
+    assert result_rows(lake, "t_left") == third
+    assert _current(spark, lake, "t_left") == third == _current(spark, lake, "t_left", before_fold)
+    # the next run's view of the pending rows: nothing waiting, the died fold's rows held
+    f.job.behind = TableBehind(lake, "t_left", f.job.result_schema, f.job.log)
+    assert (f.job.behind.parked, f.job.behind.waiting, f.job.behind.held) == (0, False, True)
+    produce(lake, cfg, "R", [("c", "r2", T0 + 3)])
+    f.feed()
+    f.job.fold()  # deletes the rows of the fold before it (the died one), keeps its own
+    fourth = [("a", "a1", "r1"), ("c", "c1", "r2"), ("d", "d1", None)]
+    assert result_rows(lake, "t_left") == fourth == _current(spark, lake, "t_left")
+    assert [r["key"] for r in lake.read_arrow("t_left__parked").to_pylist()] == [b"c"]
+
+    # a run without --table-every writes the result itself: nothing stays pending to shadow it
+    produce(lake, cfg, "L", [("c", "c2", T0 + 4)])
+    run_join(spark, lake, cfg, "t_left", once=True)
+    fifth = [("a", "a1", "r1"), ("c", "c2", "r2"), ("d", "d1", None)]
+    assert result_rows(lake, "t_left") == fifth == _current(spark, lake, "t_left")
+    assert lake.read_arrow("t_left__parked").num_rows == 0
 
 
 def test_records_gone_from_kafka_before_the_join_read_them_stop_it_in_one_line(spark, setup, capsys):

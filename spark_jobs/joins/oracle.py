@@ -24,6 +24,7 @@ from pyspark.sql import functions as F
 from spark_jobs.config import JoinSpec, PipelineConfig
 from spark_jobs.errors import UserError
 from spark_jobs.formats import Formats
+from spark_jobs.joins.behind import pending
 from spark_jobs.joins.engine import SideCodecs, adopt_former_names, prepare, side_records
 from spark_jobs.joins.keyed import LeftKeys
 from spark_jobs.joins.poison import guarded_frame
@@ -269,6 +270,8 @@ def audit(
     )
     report.unordered_columns = arrival
     # what the join holds back: a stream-table's waiting events, a keyed join's parked result rows
-    held = [join_table(spec.name, part) for part in ("waiting", "parked")]
-    report.pending = sum(lake.read_arrow(t).num_rows for t in held if lake.exists(t))
+    waiting, parked = join_table(spec.name, "waiting"), pending(lake, spec.name)
+    report.pending = (lake.read_arrow(waiting).num_rows if lake.exists(waiting) else 0) + (
+        parked.count() if parked is not None else 0
+    )
     return report

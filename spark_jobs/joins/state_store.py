@@ -108,8 +108,8 @@ class StateStoreJob(JoinJob):
         return None
 
     def _step(self, frame: DataFrame, txn: tuple[str, int], at: datetime, m: BatchMetrics) -> None:
-        if self.behind.waiting and not self.table_every:  # rows a run with --table-every left behind
-            self.fold()
+        if self.behind.held and not self.table_every:  # rows a run with --table-every left behind
+            self.fold(keep=False)  # this run writes the result itself: nothing may stay pending
         rows = frame.persist()  # read by several jobs below, and the state operator runs once
         try:
             self._keys(rows, txn, at, m)
@@ -183,10 +183,12 @@ class StateStoreJob(JoinJob):
             with m.phases("write"):
                 self.fold(m)
 
-    def fold(self, m: BatchMetrics | None = None) -> None:
+    def fold(self, m: BatchMetrics | None = None, keep: bool = True) -> None:
         """Bring the result table up to date with the pending rows (``--table-every``); the commit's
-        counts go into ``m`` (the batch that folded) when given."""
-        version = self.behind.fold(self.query_id, self._result_empty)
+        counts go into ``m`` (the batch that folded) when given. ``keep``: the pending table keeps
+        this fold's rows for the current view's readers (false: before the result is written
+        directly, which a pending row must not shadow)."""
+        version = self.behind.fold(self.query_id, self._result_empty, keep)
         if version is not None:
             self._result_empty = False
             if m is not None:
@@ -223,8 +225,8 @@ class StateStoreJob(JoinJob):
     ) -> int | None:
         """Evaluate ``select`` with the failing records bisected out (quarantined), diff the rest
         against the result, publish, and write the changes: the failing keys' results stay as they were."""
-        if self.behind.waiting:  # the diff below is against the result: bring it up to date first
-            self.fold()
+        if self.behind.held:  # the diff below is against the result: bring it up to date first
+            self.fold(keep=False)
         parts = -(-affected // CHUNK_KEYS)
         changes, answered, left_deleted, times = [], [], [], []
         for part in range(parts):

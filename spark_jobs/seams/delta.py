@@ -420,6 +420,16 @@ class Lake:
         found = log.update(False, none, none).transactions().get(app_id)
         return int(found.get()) if found.isDefined() else None
 
+    def last_txn(self, name: str) -> int | None:
+        """The highest batch id any application has committed to the table (None: none)."""
+        self._known(name)
+        jvm: Any = self.spark._jvm
+        log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(self.spark._jsparkSession, self.uri(name))
+        none = jvm.scala.Option.empty()
+        versions = log.update(False, none, none).transactions().values().toList()
+        found = [int(versions.apply(i)) for i in range(versions.size())]
+        return max(found) if found else None
+
     def committed(self, name: str, txn: Txn | None) -> bool:
         """True when ``txn``'s batch (or a later one) of that application is already in the table."""
         if txn is None:
@@ -457,6 +467,17 @@ class Lake:
     def overwrite(self, name: str, data: Any, *, txn: Txn | None = None) -> int | None:
         """Replace all rows in one commit; returns the new version (None when skipped)."""
         return self._write(name, data, "overwrite", txn)
+
+    def delete(self, name: str, condition: str) -> int | None:
+        """Delete the rows matching the SQL ``condition`` in one commit; returns the new version (None:
+        no row matched, nothing committed)."""
+        self._known(name)
+        statement = f"DELETE FROM delta.`{self.uri(name)}` WHERE {condition}"
+
+        def attempt() -> None:
+            self.spark.sql(statement).collect()
+
+        return self._commit_with_retries(name, None, attempt)
 
     def frame(self, data: Any) -> DataFrame:
         """``data`` as a Spark DataFrame: a DataFrame as it is, an Arrow table (or anything exporting

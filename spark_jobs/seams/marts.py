@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from spark_jobs.errors import UserError
+from spark_jobs.joins.behind import current_views
 from spark_jobs.seams.delta import Lake
 from spark_jobs.system_tables import ensure_quality_runs, ensure_quarantine
 
@@ -39,17 +40,24 @@ def project_dir() -> Path:
 def register_lake_tables(spark, lake: Lake) -> list[str]:
     """Every Delta table under the lake root as the external table ``lake.<table>`` of the session's
     catalog (created once; a table gone from the lake, e.g. after ``--reset``, is dropped from the
-    catalog, never its data)."""
+    catalog, never its data), and the current view ``lake.<join>__current`` of each join whose result
+    table is written behind its changelog (``spark_jobs.joins.behind``)."""
     if not spark.catalog.databaseExists(LAKE_SCHEMA):  # (Hive logs an ERROR for IF NOT EXISTS hits)
         spark.sql(f"CREATE SCHEMA {LAKE_SCHEMA} COMMENT 'the Delta tables under the lake root'")
     names = lake.tables()
-    known = {t.name for t in spark.catalog.listTables(LAKE_SCHEMA)}
+    views = current_views(lake, LAKE_SCHEMA)
+    listed = [t for t in spark.catalog.listTables(LAKE_SCHEMA) if not t.isTemporary]
+    known = {t.name for t in listed if t.tableType != "VIEW"}
+    for name in sorted({t.name for t in listed if t.tableType == "VIEW"} - set(views)):
+        spark.sql(f"DROP VIEW {LAKE_SCHEMA}.`{name}`")
     for name in sorted(known - set(names)):
         spark.sql(f"DROP TABLE {LAKE_SCHEMA}.`{name}`")  # external: the data stays where it was
     for name in names:
         if name not in known:
             location = lake.uri(name).replace("'", "\\'")
             spark.sql(f"CREATE TABLE {LAKE_SCHEMA}.`{name}` USING delta LOCATION '{location}'")
+    for name, sql in views.items():  # anew each time: the result's columns may have changed
+        spark.sql(f"CREATE OR REPLACE VIEW {LAKE_SCHEMA}.`{name}` AS {sql}")
     return names
 
 

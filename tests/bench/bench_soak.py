@@ -23,8 +23,9 @@ records and in seconds (now - the timestamp of the next record it has not commit
 exporters compute it), and produce -> visible p50 / p99: on the output topic (the peer's, the
 product's changelog; read committed) and, for the product, in its Delta result table (each commit's
 change-data files read with pyarrow as it appears, no Spark in this process), which ``--table-every
-SOAK_TABLE_EVERY`` (default 5 s) writes behind the changelog, and in the pending rows each micro-batch
-appends for it (``<join>__parked``). Once loaded, the product's time from ``lake run`` to the end of its
+SOAK_TABLE_EVERY`` (default 5 s) writes behind the changelog, and in its current view
+(``lake.<join>__current``: the table with the pending rows each micro-batch appends, ``<join>__parked``,
+over it), where an update is visible from the first commit of either table that holds it. Once loaded, the product's time from ``lake run`` to the end of its
 first micro-batch, as ``lake status`` says.
 
 A level's steady state leaves out its first sample (the change of rate); the top level's is its last
@@ -203,14 +204,38 @@ def follow_topic(bootstrap: str, topic: str, seen: Latencies, final: dict, stop:
         consumer.close()
 
 
-def follow_table(table: Path, seen: Latencies, stop: threading.Event) -> None:
-    """Each commit of the Delta result table as it appears: its updates' latencies."""
+class FirstSeen:
+    """The current view's latencies: each update as it first appears in either table the view reads
+    (the result, the rows pending for it)."""
+
+    def __init__(self, seen: Latencies) -> None:
+        self.seen, self.once, self.lock = seen, set[str](), threading.Lock()
+
+    def add(self, now: int, titles: list[str]) -> None:
+        fresh = []
+        with self.lock:
+            for title in titles:
+                if title in self.once:  # its second table: forgotten, it is seen in both
+                    self.once.discard(title)
+                else:
+                    self.once.add(title)
+                    fresh.append(now - int(title.rsplit("-", 1)[1]))
+        self.seen.add(fresh)
+
+
+def follow_table(table: Path, seen: Latencies | None, view: FirstSeen, stop: threading.Event) -> None:
+    """Each commit of a Delta table as it appears: its updates' latencies (into ``seen``, and into
+    ``view`` when first seen there)."""
     version = 0
     while not stop.is_set():
         while (table / "_delta_log" / f"{version:020d}.json").exists():
             now = int(time.time() * 1000)
-            titles = committed_rows(table, version, ["title"])["title"]
-            seen.add([now - int(t.rsplit("-", 1)[1]) for t in titles if t and t.startswith("s")])
+            titles = [
+                t for t in committed_rows(table, version, ["title"])["title"] if t and t.startswith("s")
+            ]
+            if seen is not None:
+                seen.add([now - int(t.rsplit("-", 1)[1]) for t in titles])
+            view.add(now, titles)
             version += 1
         time.sleep(0.05)
 
@@ -318,7 +343,7 @@ class System:
     lag: Lag
     topic: Latencies = field(default_factory=Latencies)
     table: Latencies | None = None
-    pending: Latencies | None = None  # the rows a batch appends to the table's pending rows (--table-every)
+    view: Latencies | None = None  # the current view: the table and the rows pending for it (--table-every)
     rows: list[dict] = field(default_factory=list)
     started: float = field(default_factory=time.time)
     cpu: float = 0.0
@@ -334,7 +359,7 @@ class System:
         mine = sum(psutil.Process().cpu_times()[:2])  # the load, the followers, this sampler
         readings = self.lag.take()
         topic, table = self.topic.take(), self.table.take() if self.table else None
-        pending = self.pending.take() if self.pending else None
+        view = self.view.take() if self.view else None
 
         def pct(values, q):
             return float(np.percentile(values, q)) / 1000 if values is not None and len(values) else None
@@ -349,7 +374,7 @@ class System:
             "lag max s": max(r[2] for r in readings),
             "topic p50 s": pct(topic, 50), "topic p99 s": pct(topic, 99),
             "table p50 s": pct(table, 50), "table p99 s": pct(table, 99),
-            "pending rows p50 s": pct(pending, 50), "pending rows p99 s": pct(pending, 99),
+            "view p50 s": pct(view, 50), "view p99 s": pct(view, 99),
         }  # fmt: skip
         self.cpu, self.bench_cpu = cpu, mine
         self.rows.append(row)
@@ -366,8 +391,8 @@ def _line(row: dict) -> str:
         f"CPU {f(row['cpu s / 1000'], '.3f')} s/1000 ({row['cpu cores']:.2f} cores; bench {row['bench cores']:.2f}), RSS {row['rss MB']:,.0f} MB, "
         f"state {row['state MB']:,.0f} MB, lag {row['lag records']:,} rec {row['lag s']:.1f} s (max {row['lag max s']:.1f}), topic p50/p99 "
         f"{f(row['topic p50 s'], '.2f')}/{f(row['topic p99 s'], '.2f')} s, table p50/p99 "
-        f"{f(row['table p50 s'], '.2f')}/{f(row['table p99 s'], '.2f')} s, pending rows p50/p99 "
-        f"{f(row['pending rows p50 s'], '.2f')}/{f(row['pending rows p99 s'], '.2f')} s"
+        f"{f(row['table p50 s'], '.2f')}/{f(row['table p99 s'], '.2f')} s, current view p50/p99 "
+        f"{f(row['view p50 s'], '.2f')}/{f(row['view p99 s'], '.2f')} s"
     )  # fmt: skip
 
 
@@ -405,7 +430,7 @@ def drain(system: System, load: Load, rate: float, timeout: float = 600) -> None
         if when > since and records <= rate:
             system.lag.take()
             system.topic.take()
-            for seen in (system.table, system.pending):
+            for seen in (system.table, system.view):
                 if seen:
                     seen.take()
             return
@@ -542,17 +567,19 @@ def measure(name: str, tmp: Path, bootstrap: str, cluster, config) -> dict:
     if name == "peer":
         peer = start_peer(cluster, tmp, prefix)
         assert peer.proc is not None
-        pid, group, state, table, pending = peer.proc.pid, peer.app_id, tmp / "peer" / "state", None, None
+        pid, group, state, table, view = peer.proc.pid, peer.app_id, tmp / "peer" / "state", None, None
     else:
         job = start_product(tmp, prefix)
         group = prefix + (config.consumer_group(config.join(JOIN)) or "")  # what `lake status` names
         pid, state = job.pid, tmp / "lake" / "_checkpoints"
-        table, pending, lake = Latencies(), Latencies(), Lake(tmp / "lake")
-        for seen, name_of in ((table, JOIN), (pending, join_table(JOIN, "parked"))):
-            threads.append(threading.Thread(target=follow_table, args=(Path(lake.path(name_of)), seen, stop)))
+        table, view, lake = Latencies(), Latencies(), Lake(tmp / "lake")
+        first = FirstSeen(view)
+        for seen, name_of in ((table, JOIN), (None, join_table(JOIN, "parked"))):
+            path = Path(lake.path(name_of))
+            threads.append(threading.Thread(target=follow_table, args=(path, seen, first, stop)))
     for t in threads:
         t.start()
-    system = System(name, pid, state, Lag(bootstrap, group, prefix + "products"), topic_seen, table, pending)
+    system = System(name, pid, state, Lag(bootstrap, group, prefix + "products"), topic_seen, table, view)
     system.lag.start()
     load = Load(bootstrap, prefix + "products")
     load.start()
@@ -623,7 +650,7 @@ def figures(result: dict) -> dict[str, dict[str, float | None]]:
         out[level.split(" ")[0] if level.startswith("top") else level] = {
             k: (float(np.median([r[k] for r in rows if r[k] is not None])) if any(r[k] is not None for r in rows) else None)
             for k in ("produced/s", "cpu s / 1000", "cpu cores", "rss MB", "state MB", "lag s", "topic p50 s",
-                      "topic p99 s", "table p50 s", "table p99 s", "pending rows p50 s", "pending rows p99 s")
+                      "topic p99 s", "table p50 s", "table p99 s", "view p50 s", "view p99 s")
         } | {"rss growth %": growth(rows), "rate": rows[0]["rate"]}  # fmt: skip
     return out
 
@@ -632,14 +659,14 @@ def report(results: dict[str, dict]) -> None:
     by = {name: figures(r) for name, r in results.items()}
     for name, r in results.items():
         print(f"\n{name}: per sample\n| level | min | records/s | CPU s / 1,000 | cores | RSS MB | state MB | "
-              "lag, records | lag, s | topic p50 / p99, s | table p50 / p99, s | pending rows p50 / p99, s |\n" + "|---" * 12 + "|")  # fmt: skip
+              "lag, records | lag, s | topic p50 / p99, s | table p50 / p99, s | current view p50 / p99, s |\n" + "|---" * 12 + "|")  # fmt: skip
         for row in r["rows"]:
             cells = [row["level"], f"{row['minute']:.1f}", f"{row['produced/s']:,.0f}", _f(row["cpu s / 1000"], ".3f"),
                      f"{row['cpu cores']:.2f}", f"{row['rss MB']:,.0f}", f"{row['state MB']:,.0f}",
                      f"{row['lag records']:,}", f"{row['lag s']:.1f}",
                      f"{_f(row['topic p50 s'], '.2f')} / {_f(row['topic p99 s'], '.2f')}",
                      f"{_f(row['table p50 s'], '.2f')} / {_f(row['table p99 s'], '.2f')}",
-                     f"{_f(row['pending rows p50 s'], '.2f')} / {_f(row['pending rows p99 s'], '.2f')}"]  # fmt: skip
+                     f"{_f(row['view p50 s'], '.2f')} / {_f(row['view p99 s'], '.2f')}"]  # fmt: skip
             print("| " + " | ".join(cells) + " |")
     names = list(results)
     print("\n| steady state | " + " | ".join(names) + (" | product / peer |" if len(names) == 2 else " |"))
@@ -659,7 +686,7 @@ def report(results: dict[str, dict]) -> None:
     ]
     for level in dict.fromkeys(lv for f in by.values() for lv in f):
         for key in ("cpu s / 1000", "cpu cores", "rss MB", "rss growth %", "state MB", "topic p50 s", "topic p99 s",
-                    "table p50 s", "table p99 s", "pending rows p50 s", "pending rows p99 s", "lag s"):  # fmt: skip
+                    "table p50 s", "table p99 s", "view p50 s", "view p99 s", "lag s"):  # fmt: skip
             values = {n: by[n].get(level, {}).get(key) for n in names}
             if any(v is not None for v in values.values()):
                 rate = {n: by[n].get(level, {}).get("rate") for n in names}

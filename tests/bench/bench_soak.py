@@ -241,6 +241,57 @@ def follow_table(table: Path, seen: Latencies | None, view: FirstSeen, stop: thr
 
 
 # --- what a system costs, and how far behind it is --------------------------------------------------
+NMT = os.environ.get("SOAK_NMT") == "1"  # the product's JVM with Native Memory Tracking, read per sample
+NMT_TOTAL = re.compile(r"Total: reserved=\d+KB, committed=(\d+)KB")
+NMT_HEAP = re.compile(r"Java Heap \(reserved=\d+KB, committed=(\d+)KB")
+
+
+class JvmMemory:
+    """The product's memory beside its resident size: its state store's (the join's Prometheus
+    gauge ``lake_spark_state_bytes``, the state operators' ``memoryUsedBytes``: RocksDB's memtables
+    and block cache) and, with SOAK_NMT=1, the JVM's own accounts (``jcmd VM.native_memory``): the
+    heap, the JVM's other memory, and what the process holds beyond them (native allocations the JVM
+    does not see: RocksDB's, the codecs')."""
+
+    def __init__(self, pid: int, lake: Lake):
+        self.pid, self.lake, self.url = pid, lake, None
+
+    def split(self) -> dict:
+        out: dict = {"state memory MB": self._state_mb()}
+        if not NMT:
+            return out
+        java = next((p for p in processes(self.pid) if p.name() == "java"), None)
+        if java is None:
+            return out
+        done = subprocess.run(
+            ["jcmd", str(java.pid), "VM.native_memory", "summary"], capture_output=True, text=True, timeout=60
+        )
+        total, heap = NMT_TOTAL.search(done.stdout), NMT_HEAP.search(done.stdout)
+        if total and heap:
+            tracked, heap_mb = int(total[1]) / 1024, int(heap[1]) / 1024
+            out |= {"heap MB": heap_mb, "jvm other MB": tracked - heap_mb,
+                    "untracked MB": java.memory_info().rss / 2**20 - tracked}  # fmt: skip
+        return out
+
+    def _state_mb(self) -> float | None:
+        import urllib.request
+
+        try:
+            if self.url is None:
+                self.url = json.loads(self.lake.layout.job_entry(JOIN).read_text()).get("metrics_url")
+            with urllib.request.urlopen(self.url, timeout=10) as answer:
+                text = answer.read().decode()
+        except (OSError, ValueError, TypeError):
+            self.url = None  # not up yet, or restarted: its entry is read again next time
+            return None
+        found = [
+            float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines()
+            if line.startswith("lake_spark_state_bytes")
+        ]
+        return sum(found) / 2**20 if found else None
+
+
 def processes(pid: int) -> list[psutil.Process]:
     try:
         top = psutil.Process(pid)
@@ -344,6 +395,7 @@ class System:
     topic: Latencies = field(default_factory=Latencies)
     table: Latencies | None = None
     view: Latencies | None = None  # the current view: the table and the rows pending for it (--table-every)
+    memory: JvmMemory | None = None  # the product's JVM memory, split
     rows: list[dict] = field(default_factory=list)
     started: float = field(default_factory=time.time)
     cpu: float = 0.0
@@ -375,7 +427,7 @@ class System:
             "topic p50 s": pct(topic, 50), "topic p99 s": pct(topic, 99),
             "table p50 s": pct(table, 50), "table p99 s": pct(table, 99),
             "view p50 s": pct(view, 50), "view p99 s": pct(view, 99),
-        }  # fmt: skip
+        } | (self.memory.split() if self.memory else {})  # fmt: skip
         self.cpu, self.bench_cpu = cpu, mine
         self.rows.append(row)
         print(_line(row), flush=True)
@@ -393,7 +445,11 @@ def _line(row: dict) -> str:
         f"{f(row['topic p50 s'], '.2f')}/{f(row['topic p99 s'], '.2f')} s, table p50/p99 "
         f"{f(row['table p50 s'], '.2f')}/{f(row['table p99 s'], '.2f')} s, current view p50/p99 "
         f"{f(row['view p50 s'], '.2f')}/{f(row['view p99 s'], '.2f')} s"
+        + "".join(f", {k} {f(row[k], ',.0f')}" for k in MEMORY if k in row)
     )  # fmt: skip
+
+
+MEMORY = ("state memory MB", "heap MB", "jvm other MB", "untracked MB")  # the product's, split (MiB)
 
 
 def run_level(system: System, load: Load, level: str, rate: float, seconds: float) -> list[dict]:
@@ -489,6 +545,9 @@ def start_product(tmp: Path, prefix: str) -> subprocess.Popen:
     log = (tmp / "product.log").open("wb")
     command = [*lake(tmp), "run", JOIN, "--continuous", "--trigger", TRIGGER, "--table-every", TABLE_EVERY]
     env = {**os.environ, "LAKE_KAFKA_TOPIC_PREFIX": prefix}
+    if NMT:
+        jvm = env.get("LAKE_JVM_OPTS", "-XX:+UseParallelGC")  # the product's default, kept
+        env["LAKE_JVM_OPTS"] = f"{jvm} -XX:NativeMemoryTracking=summary"
     return subprocess.Popen(command, stdout=log, stderr=log, start_new_session=True, env=env)  # fmt: skip
 
 
@@ -545,6 +604,16 @@ def check(results: dict, expected: dict[str, tuple[str, str]], where: str) -> li
     return wrong
 
 
+def view_final(tmp: Path) -> dict[str, tuple[str, str]]:
+    """Product key -> (title, merchant) in the join's current view, as ``lake sql`` reads it."""
+    query = f"SELECT key, title, merchant FROM lake.{JOIN}__current"
+    done = subprocess.run([*lake(tmp), "sql", "--json", query], capture_output=True, text=True, timeout=600)
+    if done.returncode:
+        raise SystemExit(f"lake sql on the current view failed: {done.stderr.strip()[-500:]}")
+    rows = (json.loads(line) for line in done.stdout.splitlines())
+    return {r["key"]: (r["title"], r["merchant"]) for r in rows}
+
+
 def topic_final(final: dict) -> dict[str, tuple[str, str]]:
     out = {}
     for key, value in final.items():
@@ -573,13 +642,15 @@ def measure(name: str, tmp: Path, bootstrap: str, cluster, config) -> dict:
         group = prefix + (config.consumer_group(config.join(JOIN)) or "")  # what `lake status` names
         pid, state = job.pid, tmp / "lake" / "_checkpoints"
         table, view, lake = Latencies(), Latencies(), Lake(tmp / "lake")
-        first = FirstSeen(view)
+        in_view = FirstSeen(view)
         for seen, name_of in ((table, JOIN), (None, join_table(JOIN, "parked"))):
             path = Path(lake.path(name_of))
-            threads.append(threading.Thread(target=follow_table, args=(path, seen, first, stop)))
+            threads.append(threading.Thread(target=follow_table, args=(path, seen, in_view, stop)))
     for t in threads:
         t.start()
     system = System(name, pid, state, Lag(bootstrap, group, prefix + "products"), topic_seen, table, view)
+    if name == "product":
+        system.memory = JvmMemory(pid, lake)
     system.lag.start()
     load = Load(bootstrap, prefix + "products")
     load.start()
@@ -601,6 +672,8 @@ def measure(name: str, tmp: Path, bootstrap: str, cluster, config) -> dict:
         expected = load.expected()
         time.sleep(2)
         wrong = check(topic_final(final), expected, f"{name}: {out}")
+        if name == "product":  # what a reader of the lake sees while the join runs
+            wrong += check(view_final(tmp), expected, f"{name}: lake.{JOIN}__current (lake sql, running)")
     finally:
         load.stop()
         stop.set()

@@ -105,7 +105,8 @@ class TableBehind:
     def add(self, rows: DataFrame, txn: tuple[str, int]) -> None:
         """Append a micro-batch's result rows (the result's columns and ``__delete``)."""
         self.lake.create(self.table, pending_schema(self.result), change_feed=False, description=(
-            f"result rows of join {self.join} not yet in its table (lake run --table-every)"
+            f"result rows of join {self.join} waiting for its table, and those of its last catch-up "
+            "(lake run --table-every; the view lake.<join>__current reads them)"
         ))  # fmt: skip
         # the batch id as data (a one-row broadcast), not a literal: Spark writes a literal into the
         # stage's generated code, and a new literal every batch would compile that code anew each time

@@ -66,7 +66,7 @@ def current_views(lake: Lake, schema: str) -> dict[str, str]:
     joins = [t.removesuffix(parked) for t in lake.tables() if t.endswith(parked)]
     return {
         f"{join}{OWNED}current": current_view(
-            f"{schema}.`{join}`", f"{schema}.`{join}{parked}`", lake.schema(join).names
+            f"{schema}.`{join}`", f"{schema}.`{join_table(join, 'parked')}`", lake.schema(join).names
         )
         for join in joins
         if lake.exists(join)

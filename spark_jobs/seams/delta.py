@@ -413,22 +413,23 @@ class Lake:
     # --- writes ---------------------------------------------------------------------------------
     def txn_version(self, name: str, app_id: str) -> int | None:
         """The last batch id of application ``app_id`` committed to the table (None: none yet)."""
-        self._known(name)
-        jvm: Any = self.spark._jvm
-        log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(self.spark._jsparkSession, self.uri(name))
-        none = jvm.scala.Option.empty()
-        found = log.update(False, none, none).transactions().get(app_id)
+        found = self._transactions(name).get(app_id)
         return int(found.get()) if found.isDefined() else None
 
     def last_txn(self, name: str) -> int | None:
         """The highest batch id any application has committed to the table (None: none)."""
+        versions = self._transactions(name).values().toList()
+        found = [int(versions.apply(i)) for i in range(versions.size())]
+        return max(found) if found else None
+
+    def _transactions(self, name: str) -> Any:
+        """The table's application transactions as Delta's log holds them now (a Scala map of
+        application id -> last batch id)."""
         self._known(name)
         jvm: Any = self.spark._jvm
         log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(self.spark._jsparkSession, self.uri(name))
         none = jvm.scala.Option.empty()
-        versions = log.update(False, none, none).transactions().values().toList()
-        found = [int(versions.apply(i)) for i in range(versions.size())]
-        return max(found) if found else None
+        return log.update(False, none, none).transactions()
 
     def committed(self, name: str, txn: Txn | None) -> bool:
         """True when ``txn``'s batch (or a later one) of that application is already in the table."""

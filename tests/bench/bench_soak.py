@@ -204,6 +204,11 @@ def follow_topic(bootstrap: str, topic: str, seen: Latencies, final: dict, stop:
         consumer.close()
 
 
+def latency(now: int, title: str) -> int:
+    """Milliseconds from an update's produce (its title ``s<seq>-<ms>``) to ``now``."""
+    return now - int(title.rsplit("-", 1)[1])
+
+
 class FirstSeen:
     """The current view's latencies: each update as it first appears in either table the view reads
     (the result, the rows pending for it)."""
@@ -219,7 +224,7 @@ class FirstSeen:
                     self.once.discard(title)
                 else:
                     self.once.add(title)
-                    fresh.append(now - int(title.rsplit("-", 1)[1]))
+                    fresh.append(latency(now, title))
         self.seen.add(fresh)
 
 
@@ -234,7 +239,7 @@ def follow_table(table: Path, seen: Latencies | None, view: FirstSeen, stop: thr
                 t for t in committed_rows(table, version, ["title"])["title"] if t and t.startswith("s")
             ]
             if seen is not None:
-                seen.add([now - int(t.rsplit("-", 1)[1]) for t in titles])
+                seen.add([latency(now, t) for t in titles])
             view.add(now, titles)
             version += 1
         time.sleep(0.05)

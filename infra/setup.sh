@@ -112,26 +112,47 @@ say "ready: $ROOT/.venv ($(.venv/bin/python -c 'import pyspark; print("pyspark",
 }
 python_env
 
-# --- promtool (checks and unit-tests infra/monitoring/alerts.yml; nothing at run time needs it) ---
-# Prometheus' own rule checker, from Debian's prometheus package (a static Go binary), pinned and checked;
-# after the Python environment, whose bootstrap of uv makes .tools/ anew.
-PROMETHEUS_DEB_VERSION=2.42.0+ds-5+deb12u1
-PROMETHEUS_DEB_SHA256=81d59a24fce84f7fbe97a45a4f2914b6a5881b5cd1db2a6a0e129e515e1a5f55
-if [ "$(cat .tools/promtool.version 2>/dev/null)" != "$PROMETHEUS_DEB_VERSION" ] || ! [ -x .tools/bin/promtool ]; then
-  say "fetching promtool (Debian's prometheus $PROMETHEUS_DEB_VERSION)"
-  rm -rf .tools/promtool.tmp && mkdir -p .tools/promtool.tmp .tools/bin
-  fetch_deb() { (cd .tools/promtool.tmp && apt-get download -qq "prometheus=$PROMETHEUS_DEB_VERSION" 2>/dev/null); }
-  if ! fetch_deb && [ "$(id -u)" = 0 ]; then apt-get update -qq >/dev/null 2>&1; fetch_deb; fi
-  deb=$(ls .tools/promtool.tmp/prometheus_*.deb 2>/dev/null | head -n1)
+# --- Files from pinned Debian packages (version and checksum here; nothing else of the package is kept) ---
+# deb_file PACKAGE VERSION SHA256 PATH DEST WHY: copy PATH (inside the package) to DEST, downloading the
+# package with apt-get (no root needed; as root, the package lists are refreshed when it is not found),
+# again only when VERSION changes. A package that cannot be downloaded is a warning naming what misses it.
+deb_file() {
+  local package=$1 version=$2 sha=$3 path=$4 dest=$5 why=$6 tmp deb
+  if [ "$(cat "$dest.version" 2>/dev/null)" = "$version" ] && [ -f "$dest" ]; then
+    return 0
+  fi
+  say "fetching $dest (Debian's $package $version)"
+  tmp=$(dirname "$dest")/$package.tmp
+  rm -rf "$tmp" && mkdir -p "$tmp"
+  fetch() { (cd "$tmp" && apt-get download -qq "$package=$version" 2>/dev/null); }
+  if ! fetch && [ "$(id -u)" = 0 ]; then apt-get update -qq >/dev/null 2>&1; fetch; fi
+  deb=$(ls "$tmp"/"${package}"_*.deb 2>/dev/null | head -n1)
   if [ -z "$deb" ]; then
-    say "warning: could not download Debian's prometheus $PROMETHEUS_DEB_VERSION (promtool); the alert rules' test will fail until it is in .tools/bin (a newer Debian release: update PROMETHEUS_DEB_VERSION and its checksum here)"
-  elif [ "$(sha256sum "$deb" | cut -d' ' -f1)" != "$PROMETHEUS_DEB_SHA256" ]; then
+    say "warning: could not download Debian's $package $version: $why (a newer Debian release: update its version and checksum in infra/setup.sh)"
+  elif [ "$(sha256sum "$deb" | cut -d' ' -f1)" != "$sha" ]; then
     die "$deb does not match its checksum in infra/setup.sh; nothing was installed"
   else
-    dpkg-deb -x "$deb" .tools/promtool.tmp/x && cp .tools/promtool.tmp/x/usr/bin/promtool .tools/bin/promtool
-    echo "$PROMETHEUS_DEB_VERSION" > .tools/promtool.version
+    dpkg-deb -x "$deb" "$tmp/x" && cp "$tmp/x/$path" "$dest"
+    echo "$version" > "$dest.version"
   fi
-  rm -rf .tools/promtool.tmp
+  rm -rf "$tmp"
+}
+
+# promtool checks and unit-tests infra/monitoring/alerts.yml (nothing at run time needs it): Prometheus'
+# own rule checker, a static Go binary; after the Python environment, whose bootstrap of uv makes .tools/ anew.
+mkdir -p .tools/bin
+deb_file prometheus 2.42.0+ds-5+deb12u1 81d59a24fce84f7fbe97a45a4f2914b6a5881b5cd1db2a6a0e129e515e1a5f55 \
+  usr/bin/promtool .tools/bin/promtool "the alert rules' test will fail until promtool is in .tools/bin"
+# jemalloc, the C allocator every Spark driver JVM the product starts preloads (spark_jobs/seams/jvm.py,
+# ALLOCATOR): under RocksDB's churn glibc's allocator fragments, and the join's process held 0.5 GB more
+# for the same work (docs/benchmarks.md, "Steady state"). Debian's amd64 build.
+if [ "$(dpkg --print-architecture 2>/dev/null)" = amd64 ]; then
+  mkdir -p build/native
+  deb_file libjemalloc2 5.3.0-1 a4117c23c5c8acf6c9678a6cb086f000b79476369da7efe8a78a70826956ad3d \
+    usr/lib/x86_64-linux-gnu/libjemalloc.so.2 build/native/libjemalloc.so.2 \
+    "Spark's JVMs will run on glibc's allocator and hold more memory"
+else
+  say "warning: no pinned jemalloc for $(dpkg --print-architecture 2>/dev/null || uname -m); Spark's JVMs run on the C library's allocator"
 fi
 
 # --- Java built here with javac: the join operators and the Kafka Streams peer ---------------------

@@ -33,6 +33,10 @@ launch() {  # name, class, args...
   local run=("$SPARK_HOME/bin/spark-class" "$@") dirs=()
   if [[ $name == worker* ]]; then
     dirs=(SPARK_LOCAL_DIRS="$DIR/$name/local" TMPDIR="$DIR/$name/tmp")
+    # the executors a worker starts (its children) hold the joins' RocksDB state: on jemalloc, as the
+    # product's own driver JVMs are (spark_jobs/seams/jvm.py, ALLOCATOR); on a cluster of your own, the
+    # same line in each worker's conf/spark-env.sh
+    if [[ -f build/native/libjemalloc.so.2 ]]; then dirs+=(LD_PRELOAD="$PWD/build/native/libjemalloc.so.2"); fi
     if [[ -n "${SPARK_CLUSTER_HIDE:-}" ]]; then
       # its own mount namespace (in a user namespace of its own, so no privilege is needed), where
       # each hidden folder is an empty file system; unshare and sh exec, so the pid stays the JVM's

@@ -10,7 +10,8 @@ UI off unless ``LAKE_SPARK_UI=1``. Every session loads exactly the locked jars (
 integration, Spark's Kafka connector: :mod:`spark_jobs.seams.jvm`) and the joins' state operators, with
 Delta's SQL extension and catalog, and Spark's RocksDB state store,
 so ``format("delta")``, ``format("kafka")``, Delta SQL (MERGE, time travel, change data feed) work in
-every session and every ``spark-submit``.
+every session and every ``spark-submit``. The JVM a session launches runs on jemalloc
+(:func:`spark_jobs.seams.jvm.allocator_env`).
 
 What the JVM itself prints (log4j's warnings, a thread pool's Java stack trace while the session
 shuts down, the JVM's notices) is not the command's output: the ``lake`` command sends it to
@@ -30,12 +31,14 @@ import os
 import re
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from spark_jobs.errors import UserError
 from spark_jobs.layout import Layout
-from spark_jobs.seams.jvm import class_archive_options, locked_jars, product_jars
+from spark_jobs.seams.jvm import allocator_env, class_archive_options, locked_jars, product_jars
 from spark_jobs.seams.storage import Root, hadoop_conf
 
 DEFAULT_MASTER = "local[2]"
@@ -95,6 +98,22 @@ def _launch_jvm(conf: dict[str, str]) -> None:
         raise UserError(f"Spark's JVM did not start: {_last_line(_jvm_output)} (see {_jvm_output})") from None
     finally:
         out.close()  # the JVM has its own descriptor
+
+
+@contextmanager
+def _allocator_preloaded() -> Iterator[None]:
+    """This process's environment, which PySpark hands to the JVM it launches, with jemalloc preloaded
+    (:func:`spark_jobs.seams.jvm.allocator_env`) while the JVM starts; as it was afterwards, so no
+    other child of this process inherits the preload."""
+    before = os.environ.get("LD_PRELOAD")
+    os.environ.update(allocator_env(os.environ))
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("LD_PRELOAD", None)
+        else:
+            os.environ["LD_PRELOAD"] = before
 
 
 def _last_line(path: Path) -> str:
@@ -257,11 +276,12 @@ def get_spark(
         return active
     if submitted():
         conf = {k: v for k, v in conf.items() if k not in DEPLOY_KEYS}
-    _launch_jvm(conf)
     builder = SparkSession.builder
     for key, value in conf.items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    with _allocator_preloaded():
+        _launch_jvm(conf)
+        spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return spark
 

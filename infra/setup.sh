@@ -144,8 +144,8 @@ mkdir -p .tools/bin
 deb_file prometheus 2.42.0+ds-5+deb12u1 81d59a24fce84f7fbe97a45a4f2914b6a5881b5cd1db2a6a0e129e515e1a5f55 \
   usr/bin/promtool .tools/bin/promtool "the alert rules' test will fail until promtool is in .tools/bin"
 # jemalloc, the C allocator every Spark driver JVM the product starts preloads (spark_jobs/seams/jvm.py,
-# ALLOCATOR): under RocksDB's churn glibc's allocator fragments, and the join's process held 0.5 GB more
-# for the same work (docs/benchmarks.md, "Steady state"). Debian's amd64 build.
+# ALLOCATOR): under RocksDB's churn glibc's allocator fragments, and the join's process grew 40 MB a
+# minute on it, flat on jemalloc (docs/benchmarks.md, "Steady state"). Debian's amd64 build.
 if [ "$(dpkg --print-architecture 2>/dev/null)" = amd64 ]; then
   mkdir -p build/native
   deb_file libjemalloc2 5.3.0-1 a4117c23c5c8acf6c9678a6cb086f000b79476369da7efe8a78a70826956ad3d \

@@ -26,9 +26,9 @@ silently, when anything differs (then a start only takes as long as without it).
 Every Spark driver JVM the product starts runs on jemalloc (:data:`ALLOCATOR`, Debian's
 ``libjemalloc2`` that setup fetches, pinned and checked, into ``build/native/``), preloaded
 (:func:`allocator_env`): the state store's RocksDB allocates and frees native memory at a high rate, and
-glibc's allocator fragments under it. At 14,000 updates/s the fk join's process held 0.5 GB less with
-jemalloc (the memory outside the JVM's own accounts halved) for the same CPU (docs/benchmarks.md,
-"Steady state"). ``LAKE_MALLOC=glibc`` runs a JVM on the C library's allocator instead (to compare).
+glibc's allocator fragments under it. At 14,000 updates/s for 30 minutes the fk join's process grew
+from 4.8 to 5.9 GB on glibc's allocator (+40 MB a minute outside the JVM's own accounts) and held a
+flat 3.6 GB on jemalloc, for the same CPU (docs/benchmarks.md, "Steady state"). ``LAKE_MALLOC=glibc`` runs a JVM on the C library's allocator instead (to compare).
 """
 
 from __future__ import annotations

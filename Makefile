@@ -84,7 +84,7 @@ bench-peer: setup ## the product's fk and list joins against the Kafka Streams p
 	@mkdir -p bench-results
 	@$(BIN)/python tests/bench/bench_peer.py $(PEER_SCENARIOS) | tee bench-results/peer.txt
 
-bench-soak: setup ## steady state: the fk join and the Kafka Streams peer under product updates at 1,000/s, 5,000/s and the highest rate each sustains (30 min), CPU per 1,000 records, memory, lag, produce -> topic and -> Delta table per minute, a plot (about 2 h at full size; SOAK_MINUTES, SOAK_PRODUCTS, SOAK_RATES, SOAK_SYSTEMS)
+bench-soak: setup ## steady state: the fk join and the Kafka Streams peer under product updates at 1,000/s, 5,000/s and the highest rate each sustains (30 min), then 1,000/s again on warm JVMs, CPU per 1,000 records, memory, lag, produce -> topic and -> Delta table per minute, a plot (about 2.5 h at full size; SOAK_MINUTES, SOAK_PRODUCTS, SOAK_RATES, SOAK_SYSTEMS)
 	@mkdir -p bench-results
 	@$(BIN)/python tests/bench/bench_soak.py | tee bench-results/soak.txt; exit $${PIPESTATUS[0]}
 

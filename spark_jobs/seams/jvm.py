@@ -23,12 +23,15 @@ from the jars: a ``lake sql`` on a small lake took 14.7 s and 18 CPU-seconds wit
 The JVM checks the archive against its own build and every jar's size and time, and ignores it,
 silently, when anything differs (then a start only takes as long as without it).
 
-Every Spark driver JVM the product starts runs on jemalloc (:data:`ALLOCATOR`, Debian's
+Every Spark JVM a ``lake`` command launches runs on jemalloc (:data:`ALLOCATOR`, Debian's
 ``libjemalloc2`` that setup fetches, pinned and checked, into ``build/native/``), preloaded
-(:func:`allocator_env`): the state store's RocksDB allocates and frees native memory at a high rate, and
-glibc's allocator fragments under it. At 14,000 updates/s for 30 minutes the fk join's process grew
-from 4.8 to 5.9 GB on glibc's allocator (+40 MB a minute outside the JVM's own accounts) and held a
-flat 3.6 GB on jemalloc, for the same CPU (docs/benchmarks.md, "Steady state"). ``LAKE_MALLOC=glibc`` runs a JVM on the C library's allocator instead (to compare).
+(:func:`allocator_env`): the joins and the ingest, whether run by hand, by ``lake start`` or by the
+pipeline DAG (the DAG's short ``spark-submit`` tasks run on the Airflow worker's allocator). The
+joins' state store's RocksDB allocates and frees native memory at a high rate, and glibc's allocator
+fragments under it. At 14,000 updates/s for 30 minutes the fk join's process grew from 4.8 to 5.9 GB
+on glibc's allocator (+40 MB a minute outside the JVM's own accounts) and held a flat 3.6 GB on
+jemalloc, for the same CPU (docs/benchmarks.md, "Steady state"). ``LAKE_MALLOC=glibc`` runs a JVM on
+the C library's allocator instead (to compare).
 """
 
 from __future__ import annotations

@@ -9,7 +9,10 @@ Per system (the peer first, then the product, each on its own copy of the topics
 result is visible, product updates go out at each rate of SOAK_RATES (default 1,000 and 5,000 a
 second) for SOAK_LEVEL_MINUTES each (default SOAK_MINUTES / 3), then a ramp finds the highest rate the
 system sustains (steps of SOAK_RAMP_SECONDS, x1.5 until the lag grows, then one step between), and
-that rate runs for SOAK_MINUTES (default 30; 0: the levels only). A rate is sustained when the
+that rate runs for SOAK_MINUTES (default 30; 0: the levels only), then the first rate again for
+SOAK_WARM_MINUTES (default SOAK_LEVEL_MINUTES; none when the top level does not run): its CPU per record
+on JVMs that have compiled their hot code, where the first level's includes the JIT compilers' warm-up
+(a fifth of the product's CPU in its first minutes at 1,000/s). A rate is sustained when the
 producer kept it and the lag at the step's end is under SUSTAINED_LAG seconds of records and not
 growing, up to SOAK_MAX_RATE (default 50,000/s: past it this process, which produces the load and
 reads every result in one interpreter, measures itself).
@@ -70,6 +73,7 @@ MERCHANTS = max(PRODUCTS // 10, 1)
 RATES = [int(r) for r in os.environ.get("SOAK_RATES", "1000,5000").split(",")]
 TOP_MINUTES = float(os.environ.get("SOAK_MINUTES", "30"))
 LEVEL_MINUTES = float(os.environ.get("SOAK_LEVEL_MINUTES", str(max(TOP_MINUTES / 3, 1.0))))
+WARM_MINUTES = float(os.environ.get("SOAK_WARM_MINUTES", str(LEVEL_MINUTES if TOP_MINUTES else 0)))
 RAMP_SECONDS = float(os.environ.get("SOAK_RAMP_SECONDS", "90"))
 SAMPLE = float(os.environ.get("SOAK_SAMPLE_SECONDS", "60"))
 MAX_GROWTH = float(os.environ.get("SOAK_MAX_GROWTH", "5"))
@@ -502,7 +506,8 @@ def drain(system: System, load: Load, rate: float, timeout: float = 600) -> None
 
 
 def soak(system: System, load: Load) -> dict:
-    """The levels, the ramp to the highest sustained rate, and that rate for TOP_MINUTES."""
+    """The levels, the ramp to the highest sustained rate, that rate for TOP_MINUTES, and the first
+    level again for WARM_MINUTES."""
     good, bad, why = None, None, "behind"
     for rate in RATES:
         why = verdict(run_level(system, load, f"{rate:,}/s", rate, LEVEL_MINUTES * 60), rate)
@@ -532,6 +537,9 @@ def soak(system: System, load: Load) -> dict:
     top = good or max(int(round(RATES[0] / 2, -2)), 100)
     drain(system, load, top)
     held = verdict(run_level(system, load, f"top {top:,}/s", top, TOP_MINUTES * 60), top)
+    if WARM_MINUTES:  # the first rate again, after the JVMs' warm-up
+        drain(system, load, RATES[0])
+        run_level(system, load, f"{RATES[0]:,}/s warm", RATES[0], WARM_MINUTES * 60)
     print(f"{system.name}: highest sustained rate {top:,}/s ({f'{bad:,}/s fell behind' if why == 'behind' else why}); over {TOP_MINUTES:g} min: {held}", flush=True)  # fmt: skip
     return {"highest sustained": top, "above it": why, "top run": held}
 

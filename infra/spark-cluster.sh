@@ -35,8 +35,11 @@ launch() {  # name, class, args...
     dirs=(SPARK_LOCAL_DIRS="$DIR/$name/local" TMPDIR="$DIR/$name/tmp")
     # the executors a worker starts (its children) hold the joins' RocksDB state: on jemalloc, as the
     # product's own driver JVMs are (spark_jobs/seams/jvm.py, ALLOCATOR); on a cluster of your own, the
-    # same line in each worker's conf/spark-env.sh
-    if [[ -f build/native/libjemalloc.so.2 ]]; then dirs+=(LD_PRELOAD="$PWD/build/native/libjemalloc.so.2"); fi
+    # same line in each worker's conf/spark-env.sh. As allocator_env does: not with LAKE_MALLOC=glibc,
+    # and a preload of the caller's own kept after it
+    if [[ ${LAKE_MALLOC:-} != glibc && -f build/native/libjemalloc.so.2 ]]; then
+      dirs+=(LD_PRELOAD="$PWD/build/native/libjemalloc.so.2${LD_PRELOAD:+ $LD_PRELOAD}")
+    fi
     if [[ -n "${SPARK_CLUSTER_HIDE:-}" ]]; then
       # its own mount namespace (in a user namespace of its own, so no privilege is needed), where
       # each hidden folder is an empty file system; unshare and sh exec, so the pid stays the JVM's

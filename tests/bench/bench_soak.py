@@ -12,8 +12,8 @@ system sustains (steps of SOAK_RAMP_SECONDS, x1.5 until the lag grows, then one 
 that rate runs for SOAK_MINUTES (default 30; 0: the levels only), then the first rate again for
 SOAK_WARM_MINUTES (default SOAK_LEVEL_MINUTES; none when the top level does not run): its CPU per record
 on JVMs that have compiled their hot code, where the first level's includes the JIT compilers' warm-up
-(at 1,000/s the product's first level took 1.18 s per 1,000 records, its warm level 1.02). A rate is sustained when the
-producer kept it and the lag at the step's end is under SUSTAINED_LAG seconds of records and not
+(at 1,000/s the product's first level took 1.18 s per 1,000 records, its warm level 1.02). A rate is
+sustained when the producer kept it and the lag at the step's end is under SUSTAINED_LAG seconds of records and not
 growing, up to SOAK_MAX_RATE (default 50,000/s: past it this process, which produces the load and
 reads every result in one interpreter, measures itself).
 

@@ -20,7 +20,10 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from spark_jobs.seams.delta import Lake
+from spark_jobs.errors import UserError
+from spark_jobs.joins.behind import current_frame
+from spark_jobs.layout import OWNED, join_table
+from spark_jobs.seams.delta import Lake, arrow_rows
 
 CHANGE_COLUMNS = ["_change_type", "_commit_version", "_commit_timestamp"]
 
@@ -42,6 +45,16 @@ def shown(value: Any) -> Any:
 
 
 def table_rows(lake: Lake, name: str, changes: bool = False) -> tuple[list[str], list[dict]]:
+    """A table's rows, or its change feed; a join's current view (``<join>__current``) reads as a
+    table does, but has no change feed of its own."""
+    view = current_frame(lake, name)
+    if view is not None and changes:
+        join = name.removesuffix(f"{OWNED}current")
+        parked = join_table(join, "parked")
+        raise UserError(
+            f"'{name}' is a view (the join's result with its pending rows): it has no change feed; "
+            f"its tables have one: lake show {join} --changes, lake show {parked} --changes"
+        )
     if changes:
         table = lake.changes_arrow(name)
         # within a commit and key, an update's pre-image comes before its post-image
@@ -52,7 +65,7 @@ def table_rows(lake: Lake, name: str, changes: bool = False) -> tuple[list[str],
         sort += [("_rank", "ascending")]
         columns = CHANGE_COLUMNS + [c for c in table.column_names if c not in CHANGE_COLUMNS + ["_rank"]]
     else:
-        table = lake.read_arrow(name)
+        table = arrow_rows(view) if view is not None else lake.read_arrow(name)
         # by key, then the other columns (event tables hold several rows per key)
         keys = sorted(table.column_names, key=lambda c: c != "key")
         sort = [(k, "ascending") for k in keys if _sortable(table.schema.field(k).type)]

@@ -746,7 +746,9 @@ def _published(lake, cfg) -> dict:
 
 
 @pytest.mark.slow
-def test_table_every_publishes_first_writes_the_table_behind_and_loses_nothing_on_a_kill(spark, setup):
+def test_table_every_publishes_first_writes_the_table_behind_and_loses_nothing_on_a_kill(
+    spark, setup, capsys
+):
     """--table-every: each micro-batch publishes and parks its rows in t_left__parked; the result table
     catches up at most every SECONDS and when the job stops. A job killed with rows parked leaves them
     for the next run, which folds them in before its own writes."""
@@ -776,6 +778,16 @@ def test_table_every_publishes_first_writes_the_table_behind_and_loses_nothing_o
         shown = subprocess.run([LAKE, "sql", query, *opts], capture_output=True, text=True, timeout=300)
         assert shown.returncode == 0, shown.stderr
         assert shown.stdout.splitlines() == ["key\tlv\trv", "a\ta1\tr1", "b\tb1\t"]
+        # and so does a reader of lake show, without the catalog; the view has no change feed
+        capsys.readouterr()
+        assert main(["show", "t_left__current", "--json", *opts]) == 0
+        rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+        assert [(r["key"], r["lv"], r["rv"]) for r in rows] == [("a", "a1", "r1"), ("b", "b1", None)]
+        assert main(["show", "t_left__current", "--changes", *opts]) == 2
+        assert capsys.readouterr().err.strip() == (
+            "lake: error: 't_left__current' is a view (the join's result with its pending rows): it has no "
+            "change feed; its tables have one: lake show t_left --changes, lake show t_left__parked --changes"
+        )
         _, err = _terminate(proc)
     finally:
         if proc.poll() is None:

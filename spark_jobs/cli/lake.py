@@ -13,7 +13,8 @@ def register(sub, common) -> None:
     sh = sub.add_parser(
         "show",
         parents=[common],
-        help="print a table's current rows sorted by key, or with --changes its change feed",
+        help="print a table's current rows sorted by key (a join's current view <join>__current too), "
+        "or with --changes its change feed",
     )
     sh.add_argument("table")
     sh.add_argument("--changes", action="store_true", help="the change feed in commit order")

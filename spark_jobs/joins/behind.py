@@ -73,6 +73,18 @@ def current_views(lake: Lake, schema: str) -> dict[str, str]:
     }
 
 
+def current_frame(lake: Lake, name: str) -> DataFrame | None:
+    """The rows of the current view ``name`` (``<join>__current``, the SQL of :func:`current_view`) read
+    straight from the join's tables, for readers without the catalog (``lake show``); None when
+    ``name`` is no join's current view."""
+    join = name.removesuffix(f"{OWNED}current")
+    parked = join_table(join, "parked")
+    if join == name or lake.exists(name) or not (lake.exists(join) and lake.exists(parked)):
+        return None
+    sql = current_view("{result}", "{parked}", lake.schema(join).names)
+    return lake.spark.sql(sql, result=lake.read(join), parked=lake.read(parked))
+
+
 def current_view(result: str, parked: str, columns: list[str]) -> str:
     """The SQL of a join's current view over its tables ``result`` and ``parked`` (references as a
     query names them): each key's newest pending row (a delete removes the key), the result's row for

@@ -21,8 +21,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from spark_jobs.errors import UserError
-from spark_jobs.joins.behind import current_frame
-from spark_jobs.layout import OWNED, join_table
+from spark_jobs.joins.behind import current_frame, viewed_join
+from spark_jobs.layout import join_table
 from spark_jobs.seams.delta import Lake, arrow_rows
 
 CHANGE_COLUMNS = ["_change_type", "_commit_version", "_commit_timestamp"]
@@ -48,8 +48,8 @@ def table_rows(lake: Lake, name: str, changes: bool = False) -> tuple[list[str],
     """A table's rows, or its change feed; a join's current view (``<join>__current``) reads as a
     table does, but has no change feed of its own."""
     view = current_frame(lake, name)
-    if view is not None and changes:
-        join = name.removesuffix(f"{OWNED}current")
+    join = viewed_join(name)
+    if view is not None and join is not None and changes:
         parked = join_table(join, "parked")
         raise UserError(
             f"'{name}' is a view (the join's result with its pending rows): it has no change feed; "

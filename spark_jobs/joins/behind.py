@@ -38,6 +38,7 @@ from spark_jobs.layout import OWNED, join_table
 from spark_jobs.seams.delta import Lake
 
 BATCH, DELETE = "__batch", "__delete"
+CURRENT = f"{OWNED}current"  # a join's current view is <join>__current
 
 
 def pending_schema(result: pa.Schema) -> pa.Schema:
@@ -65,7 +66,7 @@ def current_views(lake: Lake, schema: str) -> dict[str, str]:
     parked = join_table("", "parked")
     joins = [t.removesuffix(parked) for t in lake.tables() if t.endswith(parked)]
     return {
-        f"{join}{OWNED}current": current_view(
+        f"{join}{CURRENT}": current_view(
             f"{schema}.`{join}`", f"{schema}.`{join_table(join, 'parked')}`", lake.schema(join).names
         )
         for join in joins
@@ -73,13 +74,21 @@ def current_views(lake: Lake, schema: str) -> dict[str, str]:
     }
 
 
+def viewed_join(name: str) -> str | None:
+    """The join whose current view ``name`` would be (None: not a current view's name)."""
+    join = name.removesuffix(CURRENT)
+    return join if join != name else None
+
+
 def current_frame(lake: Lake, name: str) -> DataFrame | None:
     """The rows of the current view ``name`` (``<join>__current``, the SQL of :func:`current_view`) read
     straight from the join's tables, for readers without the catalog (``lake show``); None when
     ``name`` is no join's current view."""
-    join = name.removesuffix(f"{OWNED}current")
+    join = viewed_join(name)
+    if join is None or lake.exists(name):
+        return None
     parked = join_table(join, "parked")
-    if join == name or lake.exists(name) or not (lake.exists(join) and lake.exists(parked)):
+    if not (lake.exists(join) and lake.exists(parked)):
         return None
     sql = current_view("{result}", "{parked}", lake.schema(join).names)
     return lake.spark.sql(sql, result=lake.read(join), parked=lake.read(parked))

@@ -53,7 +53,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         with _jvm_output(args):
             return run(args)
     except UserError as err:
-        print(f"lake: error: {err}", file=sys.stderr)
+        print(f"lake: error: {_told(args, err)}", file=sys.stderr)
         return err.exit_code
     except BrokenPipeError:  # the reader left (lake show … | head)
         return 0
@@ -93,6 +93,25 @@ def _jvm_output(args: argparse.Namespace) -> Iterator[None]:
         yield
     finally:
         session.send_jvm_output_to(None)
+
+
+def _told(args: argparse.Namespace | None, err: UserError) -> UserError:
+    """The error as the user reads it: a registry subject that is missing while the topic holds
+    records framed with ids the registry does not know is a registry that lost its schemas, whatever
+    command met it (:mod:`spark_jobs.topics.lost_schemas`)."""
+    from spark_jobs.formats.registered import MissingSubject
+
+    if not isinstance(err, MissingSubject) or args is None:
+        return err
+    from spark_jobs.cli.common import context
+    from spark_jobs.seams.kafka import connect
+    from spark_jobs.topics.lost_schemas import explained
+
+    try:
+        config, lake = context(args)
+        return explained(config, connect(config, lake.root), err)
+    except UserError:
+        return err
 
 
 def _root(args: argparse.Namespace | None) -> str:

@@ -38,12 +38,15 @@ def context(args):
     return load_config(args.config), Lake(args.root)
 
 
-def registry_first(config, lake, topics=None) -> None:
+def registry_first(config, lake, topics=None, reading: bool = True) -> None:
     """Ask the pipeline's Schema Registry once when ``topics`` (default: any of the pipeline's) are
-    in a registry format: one line naming it before Spark starts or Kafka is read."""
+    in a registry format: one line naming it before Spark starts or Kafka is read. ``reading``: the
+    command reads the topics, so their subjects' schemas are fetched now too (a subject the registry
+    lacks is the same one line, before Spark); a command that may register the first schema says
+    False."""
     from spark_jobs.formats import Formats
 
-    Formats(config, lake.root).check(topics)
+    Formats(config, lake.root).check(topics, reading)
 
 
 class Progress:

@@ -57,7 +57,7 @@ def cmd_backfill(args) -> int:
 
         args.source = dump_source(args.source)
 
-    registry_first(config, lake, [lookup.topic])
+    registry_first(config, lake, [lookup.topic], reading=False)  # its first schema may come from the dump's
     stderr("starting Spark ...")
     spark = get_spark(app_name=f"backfill-{args.lookup}", root=lake.root)
     with SparkProgress(spark):

@@ -87,11 +87,19 @@ class Formats:
         names = self.config.topics if topics is None else topics
         return any(self.config.topic(name).registered for name in names)
 
-    def check(self, topics: Iterable[str] | None = None) -> None:
+    def check(self, topics: Iterable[str] | None = None, reading: bool = False) -> None:
         """Reach the registry now when one of ``topics`` (default: any of the pipeline's) needs
-        it: a one-line error before any work starts (before Spark, before Kafka is read)."""
-        if self.needs_registry(topics):
-            _ = self.registry
+        it: a one-line error before any work starts (before Spark, before Kafka is read).
+        ``reading``: the command reads the topics, so each registry part's subject must have a schema
+        now too (a writer may register the first one)."""
+        names = list(self.config.topics if topics is None else topics)
+        if not self.needs_registry(names):
+            return
+        _ = self.registry
+        for name in names if reading else ():
+            for part in ("key", "value"):
+                if codec_class(self.config.topic(name).format_of(part)).registered:
+                    self.codec(name, part)
 
     def writing(self, topic: str, part: str, schema: Path | None) -> Codec:
         """The codec of ``topic``'s ``key`` or ``value`` for writing records: with ``schema`` (a

@@ -18,6 +18,28 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
 
+class MissingSubject(UserError):
+    """A registry format's subject has no version in the registry. Whether the registry lost it (the
+    topic holds records framed with ids it does not know) takes Kafka to tell:
+    :func:`spark_jobs.topics.lost_schemas.explained`."""
+
+    def __init__(self, where: str, registry: Registry, subject: str):
+        self.where, self.registry, self.subject = where, registry, subject
+        part = where.rsplit(".", 1)[-1]
+        super().__init__(
+            f"{where}: subject {subject} has no schema in the Schema Registry at {registry.url}; "
+            f"register one, e.g. lake produce TOPIC FILE --{part}-schema SCHEMA_FILE"
+        )
+
+    @property
+    def topic_part(self) -> tuple[str, str] | None:
+        """The declared topic and its part (``key``, ``value``) whose subject is missing."""
+        if not self.where.startswith("topics."):
+            return None
+        topic, part = self.where.removeprefix("topics.").rsplit(".", 1)
+        return topic, part
+
+
 class RegisteredCodec(Codec):
     """A registry format of one subject. ``reader``: what records are decoded into, the subject's
     latest version when this codec was made (or the schema a writing command writes with, see
@@ -34,10 +56,7 @@ class RegisteredCodec(Codec):
         self.registry, self.subject = registry, subject
         reader = registry.latest(subject)
         if reader is None:
-            raise UserError(
-                f"{where}: subject {subject} has no schema in the Schema Registry at {registry.url}; "
-                f"register one, e.g. lake produce TOPIC FILE --{where.rsplit('.', 1)[-1]}-schema SCHEMA_FILE"
-            )
+            raise MissingSubject(where, registry, subject)
         if reader.schema_type != self.schema_type:
             raise UserError(
                 f"{where}: subject {subject} holds a {_named(reader.schema_type)} schema "

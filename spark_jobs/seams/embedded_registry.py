@@ -7,8 +7,9 @@ real Kafka: Apicurio Registry's prebuilt application (from its locked archive,
 under ``/apis/ccompat/v7`` (what every registry client of the product speaks). Its files live under
 ``<root>/_registry/``:
 
-- ``data/``: its storage, an H2 database file, so the schemas outlive a restart (the records on the
-  topics keep their schema ids);
+- ``data/``: its storage, an H2 database file, so the schemas outlive a restart, a ``kill -9`` and
+  ``lake down`` (the records on the topics keep their schema ids): each registration is written to the
+  file before the registry answers it (see ``H2_SETTINGS``);
 - ``registry.log``: its own log;
 - ``registry.json``: pid, port and ``url`` while it runs (what other commands read).
 
@@ -35,6 +36,16 @@ START_TIMEOUT_S = 90
 STOP_TIMEOUT_S = 30
 HEAP = os.environ.get("LAKE_REGISTRY_HEAP", "384m")
 COMPATIBILITY = "BACKWARD"
+# The registry's H2 database (2.3.230, the one Apicurio 2.6.13 ships) with its file compaction off and
+# every commit written at once. H2 2.3.230 compacts the file when it closes (and in the background
+# when the file is fragmented), and its compaction frees a moved chunk's old place before the move is
+# recorded (fixed upstream in 2.3.232, "do not free file space prematurely"): after a few registrations
+# minutes apart, a clean stop left a file whose newest readable chunk was the one written at start, and
+# every subject, version and id registered since was gone (the demo's schemas, a second `make demo`).
+# Without compaction the file keeps the space of old chunks it has not reused (a registry's few
+# kilobytes of schemas); WRITE_DELAY=0 writes each commit to the file before the registry answers, so
+# a kill -9 loses no schema it had acknowledged (H2's default writes them within half a second).
+H2_SETTINGS = ";WRITE_DELAY=0;MAX_COMPACT_TIME=0;AUTO_COMPACT_FILL_RATE=0"
 
 
 class Registry(Service):
@@ -68,7 +79,7 @@ class Registry(Service):
             "-XX:TieredStopAtLevel=1",  # a small service: C1 starts it faster and keeps it small
             f"-Dquarkus.http.host={HOST}",
             f"-Dquarkus.http.port={port}",
-            f"-Dquarkus.datasource.jdbc.url=jdbc:h2:file:{data / 'registry'}",
+            f"-Dquarkus.datasource.jdbc.url=jdbc:h2:file:{data / 'registry'}{H2_SETTINGS}",
             "-Dquarkus.log.level=WARN",
             "-jar",
             str(app),

@@ -658,7 +658,9 @@ def test_make_demo_a_second_time_after_a_registry_restart_tells_the_stories_agai
     root, (_, first, _), (_, first_stories, _), prefix, port = demo_lake
     monkeypatch.setenv("LAKE_KAFKA_TOPIC_PREFIX", prefix)  # the demo's topics
     assert main(["--root", str(root), "registry", "stop"]) == 0
+    port = str(_free_port())  # the stopped one's may be taken by now: it is in the ephemeral range
     assert main(["--root", str(root), "registry", "start", "--port", port]) == 0
+    monkeypatch.setenv("LAKE_SCHEMA_REGISTRY_URL", f"http://127.0.0.1:{port}/apis/ccompat/v7")
     code, out, err = _tell_the_demo(root)
     assert code == 0, err
     assert "customer_consents: already has records, left as it is" in out

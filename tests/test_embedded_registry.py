@@ -34,13 +34,19 @@ def _free_port() -> int:
 
 @pytest.fixture
 def own_registry(monkeypatch, tmp_path):
-    """A fresh lake root whose commands use the root's own embedded registry (not the run's), on a
-    port of its own; stopped with the root's services at the end."""
+    """A fresh lake root whose commands use the root's own embedded registry (not the run's: they
+    find it through the root's state file); stopped at the end."""
     monkeypatch.delenv("LAKE_SCHEMA_REGISTRY_URL", raising=False)
-    monkeypatch.setenv("LAKE_REGISTRY_PORT", str(_free_port()))
     root = tmp_path / "lake"
     yield root
     main(["--root", str(root), "registry", "stop"])
+
+
+def start(capsys, *where: str) -> None:
+    """``lake registry start`` on a free port, a new one each time: a port freed by a stop or a kill
+    is in the range the system hands out to other processes' connections, and may be taken again."""
+    code, _, err = lake(capsys, *where, "registry", "start", "--port", str(_free_port()))
+    assert code == 0, err
 
 
 def lake(capsys, *args: str) -> tuple[int, str, str]:
@@ -86,7 +92,7 @@ def test_the_registry_keeps_every_schema_across_stop_start_lake_down_and_kill_9(
         f"  t{n}: {{partitions: 1, key: string, value: {{format: avro}}}}" for n in range(1, 5)
     )))  # fmt: skip
     where = ["--root", str(own_registry), "--config", str(config)]
-    assert lake(capsys, *where, "registry", "start")[0] == 0
+    start(capsys, *where)
     expected = [(f"k{n}", str(n), {"n": n}) for n in range(1, 5)]
 
     for n in (1, 2, 3):  # a schema each, minutes apart, as a day's producers register them
@@ -95,7 +101,7 @@ def test_the_registry_keeps_every_schema_across_stop_start_lake_down_and_kill_9(
             time.sleep(GAP_S)
     code, out, err = lake(capsys, *where, "registry", "stop")
     assert code == 0 and "embedded Schema Registry: stopped" in out, err
-    assert lake(capsys, *where, "registry", "start")[0] == 0
+    start(capsys, *where)
     assert _read_back(capsys, where, range(1, 4)) == expected[:3]
 
     _produce(capsys, tmp_path, where, 4)  # registered, then the registry is killed at once
@@ -104,13 +110,12 @@ def test_the_registry_keeps_every_schema_across_stop_start_lake_down_and_kill_9(
     deadline = time.monotonic() + 30
     while alive(pid) and time.monotonic() < deadline:
         time.sleep(0.1)
-    code, out, err = lake(capsys, *where, "registry", "start")
-    assert code == 0, err
+    start(capsys, *where)
     assert _read_back(capsys, where, range(1, 5)) == expected
 
     code, out, err = lake(capsys, *where, "down")
     assert code == 0 and "embedded Schema Registry: stopped" in out, err
-    assert lake(capsys, *where, "registry", "start")[0] == 0
+    start(capsys, *where)
     assert _read_back(capsys, where, range(1, 5)) == expected
 
 
@@ -121,13 +126,13 @@ def test_a_registry_that_lost_the_topics_schemas_is_named_by_check_and_at_a_join
     registry replaced): ``lake check`` and ``lake run`` name the subject, the ids the records name
     and the registry, not 'register one'."""
     root = ["--root", str(own_registry)]
-    assert lake(capsys, *root, "registry", "start")[0] == 0
+    start(capsys, *root)
     code, _, err = lake(capsys, *root, "demo", "--topics-only")
     assert code == 0, err
     assert lake(capsys, *root, "registry", "stop")[0] == 0
     for f in (own_registry / "_registry" / "data").iterdir():
         f.unlink()  # its storage gone, the records on the topics still naming their schema ids
-    assert lake(capsys, *root, "registry", "start")[0] == 0
+    start(capsys, *root)
     url = read_state(own_registry / "_registry" / "registry.json")["url"]
     prefix = os.environ["LAKE_KAFKA_TOPIC_PREFIX"]
     lost = (
@@ -148,7 +153,7 @@ def test_a_subject_nobody_registered_on_an_empty_topic_still_asks_for_one(own_re
     config = tmp_path / "p.yaml"
     config.write_text(PIPELINE.format(topics="  t1: {partitions: 1, key: string, value: {format: avro}}"))
     where = ["--root", str(own_registry), "--config", str(config)]
-    assert lake(capsys, *where, "registry", "start")[0] == 0
+    start(capsys, *where)
     code, out, err = lake(capsys, *where, "consume", "t1")
     url = read_state(own_registry / "_registry" / "registry.json")["url"]
     prefix = os.environ["LAKE_KAFKA_TOPIC_PREFIX"]

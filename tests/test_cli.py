@@ -17,6 +17,7 @@ import pytest
 import spark_jobs.demo as demo_pipelines
 from spark_jobs.cli import main
 from spark_jobs.demo.data import demo_dump_path
+from spark_jobs.seams.processes import free_port
 
 # Java-client (murmur2) placement of the demo keys over 4 partitions. Independent of this repo's code
 # only through the partitioner vectors in test_partitioners.py, which pin murmur2 to Kafka's.
@@ -216,7 +217,7 @@ def demo_lake(spark, tmp_path_factory):
     Spark session (a process of its own took a minute longer, most of it a cold JVM's compiling); the
     commands above and below run ``lake`` as processes."""
     root = tmp_path_factory.mktemp("demo") / "lake"
-    port = str(_free_port())
+    port = str(free_port())
     assert main(["--root", str(root), "registry", "start", "--port", port]) == 0
     env = pytest.MonkeyPatch()
     env.setenv("LAKE_SCHEMA_REGISTRY_URL", f"http://127.0.0.1:{port}/apis/ccompat/v7")
@@ -228,19 +229,10 @@ def demo_lake(spark, tmp_path_factory):
             (code, consents, err),
             (code, "== the marketplace pipeline (marketplace.yaml)" + stories, err),
             os.environ.get("LAKE_KAFKA_TOPIC_PREFIX", ""),  # the demo's topics' names on Kafka begin with it
-            port,
         )
     finally:
         env.undo()
         main(["--root", str(root), "registry", "stop"])
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.mark.slow
@@ -655,10 +647,10 @@ def test_make_demo_a_second_time_after_a_registry_restart_tells_the_stories_agai
     then `make demo` does): every Avro and Protobuf record still decodes by its schema id, the gate
     passes at once (the lookups were backfilled), the backfills find nothing to write, the joins
     show the same results and every audit is clean."""
-    root, (_, first, _), (_, first_stories, _), prefix, port = demo_lake
+    root, (_, first, _), (_, first_stories, _), prefix = demo_lake
     monkeypatch.setenv("LAKE_KAFKA_TOPIC_PREFIX", prefix)  # the demo's topics
     assert main(["--root", str(root), "registry", "stop"]) == 0
-    port = str(_free_port())  # the stopped one's may be taken by now: it is in the ephemeral range
+    port = str(free_port())  # the stopped one's may be taken by now: it is in the ephemeral range
     assert main(["--root", str(root), "registry", "start", "--port", port]) == 0
     monkeypatch.setenv("LAKE_SCHEMA_REGISTRY_URL", f"http://127.0.0.1:{port}/apis/ccompat/v7")
     code, out, err = _tell_the_demo(root)

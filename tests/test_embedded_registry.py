@@ -8,13 +8,12 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import time
 
 import pytest
 
 from spark_jobs.cli import main
-from spark_jobs.seams.processes import alive, read_state
+from spark_jobs.seams.processes import alive, free_port, read_state
 
 PIPELINE = """\
 pipeline: kept
@@ -24,12 +23,6 @@ topics:
 # H2's compaction lost the schemas only when chunks older than its retention time (45 s) were moved:
 # registrations about 40 s apart, then a clean stop, lost every one with the registry's old settings
 GAP_S = 40
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture
@@ -45,7 +38,7 @@ def own_registry(monkeypatch, tmp_path):
 def start(capsys, *where: str) -> None:
     """``lake registry start`` on a free port, a new one each time: a port freed by a stop or a kill
     is in the range the system hands out to other processes' connections, and may be taken again."""
-    code, _, err = lake(capsys, *where, "registry", "start", "--port", str(_free_port()))
+    code, _, err = lake(capsys, *where, "registry", "start", "--port", str(free_port()))
     assert code == 0, err
 
 

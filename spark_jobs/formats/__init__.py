@@ -96,7 +96,9 @@ class Formats:
         if not self.needs_registry(names):
             return
         _ = self.registry
-        for name in names if reading else ():
+        if not reading:
+            return
+        for name in names:
             for part in ("key", "value"):
                 if codec_class(self.config.topic(name).format_of(part)).registered:
                     self.codec(name, part)

@@ -5,12 +5,13 @@ one"). When the topic already holds records framed with schema ids the registry 
 advice is wrong: the records were written with schemas the registry had, and registering a schema
 now gives it a new id, which no record names. :func:`explained` reads the tail of the topic (the
 last :data:`TAIL` records of each partition) for the ids its records name and, when the registry
-knows none of them, says so in one line: the subject, the ids with where each was first seen, the
+lacks some of them, says so in one line: the subject, the ids with where each was first seen, the
 registry's URL.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import cast
 
 from spark_jobs.config import PipelineConfig
@@ -32,7 +33,8 @@ def explained(config: PipelineConfig, cluster: Cluster, missing: MissingSubject)
     topic, part = where
     spec = config.topic(topic)
     first: dict[int, tuple[int, int]] = {}  # schema id -> (partition, offset) where first seen
-    counted = framed = 0
+    framed: Counter[int] = Counter()  # schema id -> records framed with it
+    counted = 0
     try:
         for batch in read(cluster, spec, start=lambda low, high: high - TAIL):
             for message in batch:
@@ -42,7 +44,7 @@ def explained(config: PipelineConfig, cluster: Cluster, missing: MissingSubject)
                     schema_id, _ = framing.split(raw or b"")
                 except framing.NotFramed:
                     continue
-                framed += 1
+                framed[schema_id] += 1
                 first.setdefault(schema_id, (cast(int, message.partition()), cast(int, message.offset())))
         unknown = [i for i in sorted(first) if missing.registry.schema(i) is None]
     except UserError:
@@ -51,9 +53,10 @@ def explained(config: PipelineConfig, cluster: Cluster, missing: MissingSubject)
         return missing
     ids = ", ".join(f"{i} (first at partition {first[i][0]} offset {first[i][1]})" for i in unknown)
     plural = "s" if len(unknown) > 1 else ""
+    lost = sum(framed[i] for i in unknown)  # records that name an id the registry lacks
     return UserError(
         f"{missing.where}: the Schema Registry at {missing.registry.url} has lost this topic's schemas: "
-        f"{framed} of the last {counted} records of Kafka topic {cluster.topic(topic)} are framed with "
+        f"{lost} of the last {counted} records of Kafka topic {cluster.topic(topic)} are framed with "
         f"schema id{plural} {ids}, but the registry has no subject {missing.subject} and no schema with "
         f"{'those ids' if plural else 'that id'}; point kafka.schema_registry at the registry that holds "
         "them, or restore this registry's storage (a schema registered again gets a new id, which no "

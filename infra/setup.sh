@@ -8,8 +8,8 @@
 #   - a pinned uv (in .tools/) to install the locked dependency set quickly,
 #   - .venv/ at the repo root with exactly requirements.lock plus this repo (editable),
 #   - the joins' Java state operators, compiled against that pyspark into build/jvm/lake-joins.jar,
-#     the record formats' decoders into build/jvm/formats/lake-formats.jar and the changelog's writer
-#     into build/jvm/kafka/lake-kafka.jar.
+#     the record formats' decoders into build/jvm/formats/lake-formats.jar and the seams' classes (the
+#     changelog's writer, the Delta log store of s3a:// roots) into build/jvm/seams/lake-seams.jar.
 # Re-running is fast: stamps of the locks, pyproject and this script skip the work when nothing changed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -187,9 +187,10 @@ build_jar "join operators" spark_jobs/joins/java build/jvm/lake-joins.jar "$spar
 # records decoded on the executors, against pyspark's jars and the locked protobuf-java.
 build_jar "record format decoders" spark_jobs/formats/java build/jvm/formats/lake-formats.jar \
   "$spark_jars/*:.jvm/spark/*" "$(.venv/bin/python -c 'import pyspark; print(pyspark.__version__)') $(cat .jvm/.stamp)"
-# The changelog's writer on the executors (spark_jobs/seams/java), which the Kafka seam drives: against
-# pyspark's jars and the locked Kafka client.
-build_jar "changelog writer" spark_jobs/seams/java build/jvm/kafka/lake-kafka.jar \
+# The seams' classes (spark_jobs/seams/java): the changelog's writer on the executors, which the Kafka
+# seam drives, and the Delta log store of s3a:// roots; against pyspark's jars, the locked Kafka
+# client, Delta's storage API and Hadoop's S3A.
+build_jar "seams' classes" spark_jobs/seams/java build/jvm/seams/lake-seams.jar \
   "$spark_jars/*:.jvm/spark/*" "$(.venv/bin/python -c 'import pyspark; print(pyspark.__version__)') $(cat .jvm/.stamp)"
 # The Kafka Streams peer (tests/bench/peer): the benchmarks' peer (docs/benchmarks.md, "Against Kafka Streams") and
 # the test that its outputs equal the product's, built against the locked .jvm/streams jars.
@@ -198,7 +199,7 @@ build_jar "Kafka Streams peer" tests/bench/peer/src/main/java build/peer/lake-pe
 # The Spark driver's class-data archive (spark_jobs/seams/jvm.py, write_class_archive): the classes a Spark start
 # loads, parsed and verified once, so each later start maps them (a CLI command starts about twice as
 # fast). Written again when what it was taken from changes: the JDK, the Python set, the jars.
-cds_stamp=$( (java -version 2>&1; cat .venv/.setup-stamp .jvm/.stamp build/jvm/.stamp build/jvm/formats/.stamp build/jvm/kafka/.stamp spark_jobs/seams/jvm.py) | sha256sum | cut -d' ' -f1)
+cds_stamp=$( (java -version 2>&1; cat .venv/.setup-stamp .jvm/.stamp build/jvm/.stamp build/jvm/formats/.stamp build/jvm/seams/.stamp spark_jobs/seams/jvm.py) | sha256sum | cut -d' ' -f1)
 if ! [ -f build/cds/spark-driver.jsa ] || [ "$(cat build/cds/.stamp 2>/dev/null)" != "$cds_stamp" ]; then
   say "writing the Spark driver's class-data archive (a Spark start with a small Delta workload, about a minute)"
   .venv/bin/python -c 'from spark_jobs.seams.jvm import write_class_archive; write_class_archive()' \

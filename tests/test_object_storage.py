@@ -181,10 +181,10 @@ for batch in range(batches):
 
 def test_two_machines_appending_to_one_system_table_on_s3_lose_no_commit(s3, tmp_path):
     """Every join appends its metrics to the one join_metrics table (and its rejects to the one
-    quarantine). On s3a, Delta's single-driver log store keeps one JVM's commits apart, not two
-    processes': two writers (two work folders, as on two machines) appending at once both wrote a
-    version's log entry, the later replacing the earlier's commit. Each commit to a system table takes
-    the table's lease: every row of both writers is there, each once, in one commit each."""
+    quarantine), with no lease. On s3a with Delta's single-driver log store two writers (two work
+    folders, as on two machines) appending at once both wrote a version's log entry, the later
+    replacing the earlier's commit; the put-if-absent log store refuses the second, and Delta retries
+    it at the next version: every row of both writers is there, each once, in one commit each."""
     import os
     import subprocess
     import sys
@@ -213,3 +213,74 @@ def test_two_machines_appending_to_one_system_table_on_s3_lose_no_commit(s3, tmp
     ]
     # the create, then one commit per append (a lost commit leaves a version whose rows are gone)
     assert lake.version(JOIN_METRICS) == 2 * batches
+
+
+OUTSIDE_WRITER = """
+import sys
+
+from spark_jobs.seams.session import get_spark
+from spark_jobs.seams.storage import resolve_root
+
+root, writer, batches = sys.argv[1], sys.argv[2], int(sys.argv[3])
+spark = get_spark(app_name=f"writer-{writer}", root=resolve_root(root))
+print("ready", flush=True)
+sys.stdin.readline()  # both sessions up: append at once
+for batch in range(batches):
+    rows = spark.createDataFrame([(writer, batch)], "writer string, batch int")
+    rows.write.format("delta").mode("append").save(f"{root}/tables/shared")
+"""
+
+
+def test_two_spark_sessions_appending_to_one_table_on_s3_without_leases_lose_no_commit(spark, s3, tmp_path):
+    """Delta's log on s3a goes through the product's put-if-absent log store, whatever the leases do:
+    two drivers (two processes, outside the product's tables and leases) append to one table at the
+    same moments. Each commit file is created only if absent, so when both commit a version one of
+    them is refused and Delta retries it at the next; with Delta's S3SingleDriverLogStore both wrote
+    the version and the later replaced the earlier (rows gone, versions short)."""
+    import os
+    import subprocess
+    import sys
+
+    from spark_jobs.seams.session import use_root
+    from spark_jobs.seams.storage import resolve_root
+
+    root = f"s3a://{S3_BUCKET}/outside/{uuid.uuid4().hex[:12]}"
+    use_root(spark, resolve_root(root))
+    spark.createDataFrame([], "writer string, batch int").write.format("delta").save(f"{root}/tables/shared")
+    script = tmp_path / "writer.py"
+    script.write_text(OUTSIDE_WRITER)
+    batches = 30
+    writers = [
+        subprocess.Popen(
+            [sys.executable, str(script), root, writer, str(batches)],
+            env={**os.environ, "LAKE_WORK": str(tmp_path / writer)},
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for writer in ("a", "b")
+    ]
+    for writer in writers:  # both sessions started before either appends
+        assert writer.stdout is not None and writer.stdin is not None
+        said = [writer.stdout.readline()]
+        while said[-1] and said[-1].strip() != "ready":
+            said.append(writer.stdout.readline())
+        assert said[-1], "".join(said)[-3000:]  # the writer ended before its session was up
+    for writer in writers:
+        writer.stdin.write("go\n")
+        writer.stdin.flush()
+    for writer in writers:
+        out, _ = writer.communicate(timeout=600)
+        assert writer.returncode == 0, out[-3000:]
+    lake = Lake(root)
+    rows = lake.read_arrow("shared", columns=["writer", "batch"]).to_pylist()
+    assert sorted((r["writer"], r["batch"]) for r in rows) == [
+        (w, b) for w in ("a", "b") for b in range(batches)
+    ]
+    assert lake.version("shared") == 2 * batches  # the create, then one commit per append
+    # and the two did meet: commits made after another writer took the version they had read for
+    history = spark.sql(f"DESCRIBE HISTORY delta.`{root}/tables/shared`").collect()
+    retried = [h.version for h in history if h.readVersion is not None and h.readVersion < h.version - 1]
+    print(f"{len(retried)} of {2 * batches} appends committed after a conflict")
+    assert retried

@@ -2,8 +2,9 @@
 store (``<root>/_leases/<name>.json``).
 
 A lock file (``Lake.lock``, the job registry) orders the processes of one machine only. On a shared
-root a second machine could run the same join, or refresh a lookup table a backfill refreshes, and a
-Delta table on S3 is safe from one writing driver at a time. A lease is an object created only if
+root a second machine could run the same join, or refresh a lookup table a backfill refreshes (Delta's
+log store keeps each commit, ``lake.delta.PutIfAbsentLogStore``, but not the work from running twice
+or a streaming checkpoint from two writers). A lease is an object created only if
 it is not there (``If-None-Match: *``) and renewed only if nobody replaced it (``If-Match``), so of
 two machines exactly one gets it. Its holder renews it every ``TTL / 3`` seconds from a thread; a
 holder that stops renewing (killed, or cut off from the store) loses it ``TTL`` seconds after its

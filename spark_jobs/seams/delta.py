@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from spark_jobs.errors import UserError
-from spark_jobs.layout import SYSTEM_TABLES, Layout
+from spark_jobs.layout import Layout
 from spark_jobs.seams.storage import check_root, move_tree, remove_tree, resolve_root
 
 if TYPE_CHECKING:
@@ -234,19 +234,6 @@ class Lake:
             finally:
                 fcntl.flock(handle, fcntl.LOCK_UN)
 
-    @contextmanager
-    def _one_writer(self, name: str) -> Iterator[None]:
-        """A commit to a table that several processes write (the system tables: every join appends
-        its metrics and quarantined records to the same ones) takes the table's lock on a root on an
-        object store: Delta's single-driver log store keeps the commits of one JVM apart, and two
-        processes could otherwise both write a version's log entry, the later one replacing the
-        earlier's commit. On a local root Delta's log store creates an entry only if absent."""
-        if name not in SYSTEM_TABLES or not self.root.on_object_storage:
-            yield
-            return
-        with self.lock(f"table-{name}"):
-            yield
-
     def drop(self, name: str) -> bool:
         """Delete a table with its files (True: it existed)."""
         if not self.exists(name):
@@ -299,8 +286,7 @@ class Lake:
         if change_feed:
             statement += " TBLPROPERTIES (" + ", ".join(f"'{k}' = '{v}'" for k, v in CDF.items()) + ")"
         try:
-            with self._one_writer(name):
-                self.spark.sql(statement)
+            self.spark.sql(statement)
         except Exception:
             if not self.exists(name):  # else: created concurrently by another process
                 raise
@@ -314,12 +300,13 @@ class Lake:
         have = set(self.schema(name).names)
         if all(f.name in have for f in schema):
             return []
-        with self._one_writer(name):
-            have = set(self.schema(name).names)  # another writer may have added some meanwhile
-            missing = [f.with_nullable(True) for f in schema if f.name not in have]
-            if missing:
-                columns = spark_ddl(pa.schema(missing))
-                self.spark.sql(f"ALTER TABLE delta.`{self.uri(name)}` ADD COLUMNS ({columns})")
+        missing = [f.with_nullable(True) for f in schema if f.name not in have]
+        columns = spark_ddl(pa.schema(missing))
+        try:
+            self.spark.sql(f"ALTER TABLE delta.`{self.uri(name)}` ADD COLUMNS ({columns})")
+        except Exception:
+            if not set(schema.names) <= set(self.schema(name).names):
+                raise  # else: another process added them at the same moment (its commit won)
         return [f.name for f in missing]
 
     def version(self, name: str) -> int:
@@ -587,10 +574,6 @@ class Lake:
         """Run ``attempt``, again on an optimistic-concurrency conflict (Delta's
         ``Concurrent...Exception`` family, through py4j). Delta itself skips a write whose ``txn`` is
         committed already; which version (if any) the write made is read from the log's new commits."""
-        with self._one_writer(name):
-            return self._retried(name, txn, attempt)
-
-    def _retried(self, name: str, txn: Txn | None, attempt: Callable[[], None]) -> int | None:
         for n in range(CONFLICT_RETRIES + 1):
             before = self.version(name)
             try:

@@ -8,10 +8,11 @@ and checked against ``infra/jvm/jars.sha256``. Sets never mixed on one classpath
 - ``registry``: the embedded Schema Registry's archive, unpacked by setup (:func:`registry_app`).
 
 The joins' state operators (``spark_jobs/joins/java``), the record formats' decoders
-(``spark_jobs/formats/java``) and the changelog's writer that the Kafka seam drives on the executors
-(``spark_jobs/seams/java``) are the product's own JVM code: ``infra/setup.sh`` compiles each against
-the installed pyspark's jars into a jar of its own under ``build/jvm/`` (:func:`product_jars`), which
-go on every session's ``spark.jars`` with the ``spark`` set.
+(``spark_jobs/formats/java``) and the seams' own classes (``spark_jobs/seams/java``: the changelog's
+writer that the Kafka seam drives on the executors, the Delta log store of ``s3a://`` roots) are the
+product's own JVM code: ``infra/setup.sh`` compiles each against the installed pyspark's jars into a
+jar of its own under ``build/jvm/`` (:func:`product_jars`), which go on every session's ``spark.jars``
+with the ``spark`` set.
 
 Which jars belong to a set is read from the checksum list, so a stray jar in ``.jvm/`` is never loaded.
 
@@ -48,8 +49,8 @@ OPERATORS_SOURCE = REPO / "spark_jobs" / "joins" / "java"
 OPERATORS_JAR = REPO / "build" / "jvm" / "lake-joins.jar"
 FORMATS_SOURCE = REPO / "spark_jobs" / "formats" / "java"
 FORMATS_JAR = REPO / "build" / "jvm" / "formats" / "lake-formats.jar"
-KAFKA_SOURCE = REPO / "spark_jobs" / "seams" / "java"
-KAFKA_JAR = REPO / "build" / "jvm" / "kafka" / "lake-kafka.jar"
+SEAMS_SOURCE = REPO / "spark_jobs" / "seams" / "java"
+SEAMS_JAR = REPO / "build" / "jvm" / "seams" / "lake-seams.jar"
 CLASS_ARCHIVE = REPO / "build" / "cds" / "spark-driver.jsa"
 ALLOCATOR = REPO / "build" / "native" / "libjemalloc.so.2"
 # the JVM's own notices about the archive (one it cannot use is ignored: nothing to tell a user)
@@ -88,12 +89,12 @@ def registry_app() -> Path:
 
 def product_jars() -> list[Path]:
     """The product's own JVM code, built by setup: the joins' state operators, the record formats'
-    decoders and the Kafka seam's changelog writer; a clear error when setup has not built a jar, or
-    built it from older sources."""
+    decoders, the Kafka seam's changelog writer and the log store of Delta on ``s3a://``; a clear
+    error when setup has not built a jar, or built it from older sources."""
     return [
         _built(OPERATORS_JAR, OPERATORS_SOURCE, "the join operators"),
         _built(FORMATS_JAR, FORMATS_SOURCE, "the record format decoders"),
-        _built(KAFKA_JAR, KAFKA_SOURCE, "the changelog writer"),
+        _built(SEAMS_JAR, SEAMS_SOURCE, "the changelog writer and the Delta log store"),
     ]
 
 

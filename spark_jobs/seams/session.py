@@ -294,6 +294,9 @@ def use_root(spark: Any, root: Root) -> None:
     jsc = getattr(getattr(spark, "sparkContext", None), "_jsc", None) if settings else None
     if jsc is None:
         return
-    hadoop = jsc.hadoopConfiguration()
+    hadoop, conf = jsc.hadoopConfiguration(), jsc.sc().conf()  # (Delta reads its log store from the latter)
     for key, value in settings.items():
-        hadoop.set(key.removeprefix("spark.hadoop."), value)
+        if key.startswith("spark.hadoop."):
+            hadoop.set(key.removeprefix("spark.hadoop."), value)
+        else:
+            conf.set(key, value)

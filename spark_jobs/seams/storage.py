@@ -42,6 +42,7 @@ from spark_jobs.errors import UserError
 
 DEFAULT_ROOT = "lakehouse"
 OBJECT_SCHEMES = ("s3a",)
+PUT_IF_ABSENT_LOG_STORE = "lake.delta.PutIfAbsentLogStore"  # (spark_jobs/seams/java/lake/delta)
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://(.*)$")
 
 
@@ -219,6 +220,10 @@ def hadoop_conf(root: Root) -> dict[str, str]:
         return {}
     s3 = root.s3
     conf = {
+        # Delta's log on S3 through a store that creates each commit file only if it is absent
+        # (spark_jobs/seams/java/lake/delta): two drivers committing one version get one success and
+        # one conflict, which Delta retries or refuses, instead of the later commit replacing the first
+        "spark.delta.logStore.s3a.impl": PUT_IF_ABSENT_LOG_STORE,
         "spark.hadoop.fs.s3a.endpoint.region": s3.region,
         # a file copied up (RocksDB's state checkpoints) goes through the S3 client every other write
         # uses: the "optimized" copy takes the SDK's asynchronous client, whose Netty transport the

@@ -19,6 +19,7 @@ from spark_jobs.seams.kafka import (
     offset_ranges,
     partition_counts,
     produce,
+    producer_id,
     read,
     topic_ids,
     watermarks,
@@ -61,6 +62,23 @@ def test_the_cluster_comes_from_the_pipeline_then_the_environment_then_the_embed
         UserError, match=r"^no Kafka cluster: p\.yaml names no kafka\.bootstrap_servers.*'lake kafka start'$"
     ):
         connect(Config(KafkaSpec()), tmp_path)
+
+
+def test_a_shared_roots_transactional_ids_are_the_same_on_every_machine_a_local_roots_name_the_host(
+    tmp_path, monkeypatch
+):
+    """The machine that takes a join over on an s3a root opens its changelog producers with the ids
+    the old holder used, which fences the old holder's (its open transaction aborted, the next one
+    refused); two hosts' local lakes at one path keep ids of their own."""
+    ids = {}
+    for host in ("machine-a", "machine-b"):
+        monkeypatch.setattr("socket.gethostname", lambda host=host: host)
+        ids[host] = (producer_id("s3a://lake/prod", "join", "j"), producer_id(tmp_path, "join", "j"))
+    shared, local = zip(*ids.values(), strict=True)
+    assert shared[0] == shared[1] and shared[0].startswith("lake-") and shared[0].endswith("-join-j")
+    assert "machine" not in shared[0]
+    assert local[0].startswith("lake-machine-a-") and local[1] == local[0].replace("machine-a", "machine-b")
+    assert producer_id("s3a://lake/other", "join", "j") != shared[0]
 
 
 def test_spark_gets_java_client_options_with_the_short_fetch_wait():

@@ -726,12 +726,17 @@ def forget_publishers(spark: Any, transactional_id: str) -> None:
 
 
 def producer_id(root: Any, *names: str) -> str:
-    """A transactional id that is the same every time one writer of a lake root on this host runs
-    (e.g. ``("join", "consents_enriched")``, or a topic and a producer slot), and differs between
-    hosts and lake roots that share a cluster."""
+    """A transactional id that is the same every time one writer of a lake root runs (e.g.
+    ``("join", "consents_enriched")``, or a topic and a producer slot), and differs between lake
+    roots that share a cluster. A root on an object store is one lake whichever machine writes it:
+    its ids are the same on every machine, so the producers of a job's new holder (another machine,
+    after the lease lapsed) fence those of the old one, whose open transaction is aborted and whose
+    next one is refused. A local folder is one machine's: its ids name the host too, so that two
+    hosts' lakes at the same path do not fence each other."""
     text = str(root)
-    where = hashlib.sha1((text if "://" in text else str(Path(text).resolve())).encode()).hexdigest()[:10]
-    return "-".join(["lake", socket.gethostname(), where, *names])
+    shared = "://" in text
+    where = hashlib.sha1((text if shared else str(Path(text).resolve())).encode()).hexdigest()[:10]
+    return "-".join(["lake", *([] if shared else [socket.gethostname()]), where, *names])
 
 
 def _await_visible(cluster: Cluster, spec: TopicSpec, last: list[int]) -> None:

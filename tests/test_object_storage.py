@@ -9,6 +9,7 @@ reach it the way they reach a session given to a lake."""
 
 from __future__ import annotations
 
+import time
 import uuid
 from pathlib import Path
 
@@ -284,3 +285,121 @@ def test_two_spark_sessions_appending_to_one_table_on_s3_without_leases_lose_no_
     retried = [h.version for h in history if h.readVersion is not None and h.readVersion < h.version - 1]
     print(f"{len(retried)} of {2 * batches} appends committed after a conflict")
     assert retried
+
+
+LAPSED_HOLDER = """
+import sys
+import time
+
+import pyarrow as pa
+
+from spark_jobs.errors import UserError
+from spark_jobs.runtime import leases
+from spark_jobs.seams.delta import Lake
+from spark_jobs.seams.session import get_spark
+from spark_jobs.seams.storage import resolve_root
+
+leases.TTL, leases.MARGIN = 6.0, 2.0
+root = resolve_root(sys.argv[1])
+spark = get_spark(app_name="machine-a", root=root)
+lake = Lake(root)
+rows = pa.schema([("machine", pa.string()), ("n", pa.int64())])
+lease = leases.acquire(root, "job-shared", "join shared", on_lost=lambda m: print("told:", m, flush=True))
+lake.append("shared", pa.Table.from_pylist([{"machine": "a", "n": 0}], rows))
+print("appended a0", flush=True)
+lease._stop.set()  # cut off from the store: no renewal gets through
+lease._thread.join()
+
+
+def attempts(n: int) -> None:
+    try:
+        lake.append("shared", pa.Table.from_pylist([{"machine": "a", "n": n}], rows))
+        print(f"appended a{n}", flush=True)
+    except UserError as e:
+        print(f"refused a{n}: {e}", flush=True)
+    try:  # a write that is not the product's: Spark's own, to the same table
+        frame = spark.createDataFrame([("a", n + 100)], "machine string, n long")
+        frame.write.format("delta").mode("append").save(lake.uri("shared"))
+        print(f"spark appended a{n + 100}", flush=True)
+    except Exception as e:
+        print(f"spark refused a{n + 100}: {'lake-lease-lapsed' in str(e)}", flush=True)
+
+
+while lease.valid():
+    time.sleep(0.1)
+attempts(1)
+print("waiting", flush=True)
+sys.stdin.readline()  # the other machine took the lease over and wrote
+attempts(2)
+"""
+
+
+def test_a_holder_whose_lease_may_have_lapsed_commits_nothing_more_under_the_root(
+    spark, tmp_path, monkeypatch
+):
+    """Machine A holds a lease and writes; cut off from the store (its renewals stop), it refuses its
+    own commits MARGIN before the lease can lapse on the store's clock: the product's writes in one
+    line, Spark's own writes to the same table at the log store. Machine B takes the lease once it
+    lapsed and writes; nothing A tries afterwards lands. The table holds A's one commit and B's."""
+    import os
+    import subprocess
+    import sys
+
+    import pyarrow as pa
+
+    from spark_jobs.runtime import leases
+    from spark_jobs.seams.session import use_root
+    from spark_jobs.seams.storage import resolve_root
+
+    monkeypatch.setattr(leases, "TTL", 6.0)  # as machine A's
+    monkeypatch.setattr(leases, "MARGIN", 2.0)
+    root = resolve_root(f"s3a://{S3_BUCKET}/fenced/{uuid.uuid4().hex[:12]}")
+    use_root(spark, root)
+    lake = Lake(root, spark=spark)
+    lake.create("shared", pa.schema([("machine", pa.string()), ("n", pa.int64())]), change_feed=False)
+    script = tmp_path / "machine_a.py"
+    script.write_text(LAPSED_HOLDER)
+    a = subprocess.Popen(
+        [sys.executable, str(script), str(root)],
+        env={**os.environ, "LAKE_WORK": str(tmp_path / "machine-a")},
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert a.stdout is not None and a.stdin is not None
+    said = [a.stdout.readline()]
+    while said[-1] and said[-1].strip() != "waiting":
+        said.append(a.stdout.readline())
+    assert said[-1], "".join(said)[-3000:]
+    told = [line.strip() for line in said if line.startswith(("appended", "refused", "spark"))]
+    assert told == [
+        "appended a0",
+        f"refused a1: table shared: lake-lease-lapsed: commit to {root}/tables/shared/_delta_log/"
+        f"00000000000000000002.json refused: this process's lease job-shared on {root} was not renewed "
+        "in time, and another machine may hold it now",
+        "spark refused a101: True",
+    ]
+    # machine B (this process, its own work folder): the lease lapses on the store's clock, B takes it
+    deadline = time.monotonic() + 30
+    while leases.holder(root, "job-shared") is not None:
+        assert time.monotonic() < deadline
+        time.sleep(0.5)
+    monkeypatch.setenv("LAKE_WORK", str(tmp_path / "machine-b"))
+    taken = leases.acquire(root, "job-shared", "join shared", on_lost=print)
+    assert isinstance(taken, leases.Lease)
+    lake.append("shared", pa.Table.from_pylist([{"machine": "b", "n": 0}], lake.schema("shared")))
+    a.stdin.write("go\n")
+    a.stdin.flush()
+    out, _ = a.communicate(timeout=120)
+    assert a.returncode == 0, out[-3000:]
+    assert [line for line in out.splitlines() if line.startswith(("appended", "refused", "spark"))] == [
+        f"refused a2: table shared: lake-lease-lapsed: commit to {root}/tables/shared/_delta_log/"
+        f"00000000000000000003.json refused: this process's lease job-shared on {root} was not renewed "
+        "in time, and another machine may hold it now",
+        "spark refused a102: True",
+    ]
+    taken.release()
+    rows = lake.read_arrow("shared", columns=["machine", "n"]).to_pylist()
+    assert sorted((r["machine"], r["n"]) for r in rows) == [("a", 0), ("b", 0)]
+    assert lake.version("shared") == 2

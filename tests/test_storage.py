@@ -172,26 +172,35 @@ def test_a_lease_has_one_holder_among_machines_and_a_lapsed_one_is_taken_over(mo
     assert leases.holder(root, "job-orders") is None
     assert read_tagged(root.s3, leases.lease_path(root, "job-orders")) is None  # released: deleted
 
-    # a holder cut off from the store: its lease lapses, the next taker replaces it (If-Match)
-    monkeypatch.setattr(leases, "TTL", 0.6)
+    # a holder cut off from the store: its lease lapses (on the store's clock, to the second), the
+    # next taker replaces it (If-Match); the holder's own deadline passed MARGIN before
+    monkeypatch.setattr(leases, "TTL", 3.0)
+    monkeypatch.setattr(leases, "MARGIN", 1.0)
     lost: list[str] = []
     cut_off = leases.acquire(root, "lock-quality", "quality", on_lost=lost.append)
     assert isinstance(cut_off, leases.Lease)
     path = leases.lease_path(root, "lock-quality")
-    lapsed = json.loads(read_tagged(root.s3, path)[0])
+    lapsed = read_tagged(root.s3, path)
     cut_off._stop.set()  # it stops renewing
     cut_off._thread.join()
-    time.sleep(0.7)
+    assert cut_off.valid()
+    time.sleep(2.1)
+    assert not cut_off.valid()  # TTL - MARGIN after it sent its last renewal
+    assert isinstance(leases.acquire(root, "lock-quality", "quality", on_lost=print), leases.Holder)
+    time.sleep(3.0)  # the store's clock: older than TTL now
     taker = leases.acquire(root, "lock-quality", "quality", on_lost=print)
     assert isinstance(taker, leases.Lease)
-    assert json.loads(read_tagged(root.s3, path)[0])["until"] > lapsed["until"]
-    # the cut-off holder's next renewal finds the lease replaced: it is told, and does not overwrite
-    assert put_if(root.s3, path, b"{}", cut_off.etag) is None
+    assert read_tagged(root.s3, path).etag != lapsed.etag
+    # the cut-off holder does not renew a lease whose deadline passed: it is told, and writes nothing
     cut_off._stop.clear()
     cut_off._thread = threading.Thread(target=cut_off._renewing)
     cut_off._thread.start()
     cut_off._thread.join(timeout=5)
-    assert lost == [f"lost the lease {path} (quality): not renewed within 1 s, taken over"]
+    assert lost == [
+        f"lost the lease {path} (quality): the store did not answer its renewals for 2 s, and another "
+        "machine may take it 1 s later; this process's commits under the root are refused"
+    ]
+    assert put_if(root.s3, path, b"{}", cut_off.etag) is None  # and could not have overwritten it
     taker.release()
 
 

@@ -51,6 +51,7 @@ from spark_jobs.joins.dead_letters import DeadLetters, KafkaDeadLetters
 from spark_jobs.joins.poison import Guarded, fails, guarded
 from spark_jobs.layout import former_pending_table, join_table
 from spark_jobs.runtime.profile import Phases
+from spark_jobs.seams import fences
 from spark_jobs.seams.delta import Lake, conform
 from spark_jobs.seams.kafka import (
     Cluster,
@@ -629,6 +630,7 @@ class KafkaChangelog(Changelog):
             ensure_topics(self.cluster, [topic])
             name = self.cluster.topic(topic.name)
             self._topic_id = topic_ids(self.cluster, [name]).get(name, "")
+        fences.check(str(self.job.lake.root))  # a lease that may have lapsed: no transaction starts
         tid = self.transactional_id
         return publish_frame(
             self.cluster, topic, records, tid, tag, may_be_sent, self._topic_id, order

@@ -35,6 +35,7 @@ import pyarrow as pa
 
 from spark_jobs.errors import UserError
 from spark_jobs.layout import Layout
+from spark_jobs.seams import fences
 from spark_jobs.seams.storage import check_root, move_tree, remove_tree, resolve_root
 
 if TYPE_CHECKING:
@@ -579,6 +580,9 @@ class Lake:
             try:
                 attempt()
             except Exception as exc:
+                fenced = fences.refusal(str(exc))
+                if fenced:  # a lease of this process may have lapsed: this write, and all after it
+                    raise UserError(f"table {name}: {fenced}") from None
                 conflict = "Concurrent" in type(exc).__name__ + str(exc)[:300]
                 if not conflict or n == CONFLICT_RETRIES:
                     raise

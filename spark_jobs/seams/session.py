@@ -38,6 +38,7 @@ from typing import Any
 
 from spark_jobs.errors import UserError
 from spark_jobs.layout import Layout
+from spark_jobs.seams import fences
 from spark_jobs.seams.jvm import allocator_env, class_archive_options, locked_jars, product_jars
 from spark_jobs.seams.storage import Root, hadoop_conf
 
@@ -283,6 +284,7 @@ def get_spark(
         _launch_jvm(conf)
         spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
+    fences.apply(spark)  # the leases this process took before its session started
     return spark
 
 

@@ -36,7 +36,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, NamedTuple
 
 from spark_jobs.errors import UserError
 
@@ -451,7 +451,21 @@ def copy_tree(source: Any, target: Any) -> int:
 
 # --- conditional writes: what leases are made of ----------------------------------------------------
 # pyarrow's S3 client cannot send If-None-Match or If-Match, so these few calls go through boto3 (the
-# same endpoint, region and credentials, and the same standard chains when no key is given).
+# same endpoint, region and credentials, and the same standard chains when no key is given). Each call
+# is bounded: 2 s to connect, 4 s for an answer, 2 attempts (at most about 13 s), so that a lease's
+# renewal fits in a third of its life whatever the network does.
+CALL_CONNECT_S, CALL_READ_S, CALL_ATTEMPTS = 2, 4, 2
+
+
+class Tagged(NamedTuple):
+    """An object's bytes, its ETag, and its age on the store's own clock (seconds since it was last
+    written, from the answer's ``Date`` and the object's ``Last-Modified``: both to the second)."""
+
+    data: bytes
+    etag: str
+    age: float
+
+
 @cache
 def _s3_client(settings: S3Settings) -> Any:
     import boto3
@@ -465,9 +479,9 @@ def _s3_client(settings: S3Settings) -> Any:
         aws_secret_access_key=settings.secret_key,
         config=Config(
             s3={"addressing_style": "path"} if settings.endpoint else {},
-            connect_timeout=5,
-            read_timeout=30,
-            retries={"max_attempts": 3, "mode": "standard"},
+            connect_timeout=CALL_CONNECT_S,
+            read_timeout=CALL_READ_S,
+            retries={"max_attempts": CALL_ATTEMPTS, "mode": "standard"},
         ),
     )
 
@@ -499,10 +513,15 @@ def put_if(settings: S3Settings, path: ObjectPath, data: bytes, match: str | Non
     return answer["ETag"] if answer else None
 
 
-def read_tagged(settings: S3Settings, path: ObjectPath) -> tuple[bytes, str] | None:
-    """The object's bytes and ETag (None: not there)."""
+def read_tagged(settings: S3Settings, path: ObjectPath) -> Tagged | None:
+    """The object's bytes, ETag and age on the store's clock (None: not there)."""
+    from email.utils import parsedate_to_datetime
+
     answer = _call(settings, path, "get_object")
-    return (answer["Body"].read(), answer["ETag"]) if answer else None
+    if not answer:
+        return None
+    now = parsedate_to_datetime(answer["ResponseMetadata"]["HTTPHeaders"]["date"])
+    return Tagged(answer["Body"].read(), answer["ETag"], (now - answer["LastModified"]).total_seconds())
 
 
 def delete_if(settings: S3Settings, path: ObjectPath, match: str) -> bool:

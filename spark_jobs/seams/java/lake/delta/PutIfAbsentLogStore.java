@@ -5,7 +5,9 @@ import java.io.IOException;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.FileAlreadyExistsException;
 import java.util.Iterator;
+import java.util.Map;
 import java.util.UUID;
+import java.util.concurrent.ConcurrentHashMap;
 
 import io.delta.storage.HadoopFileSystemLogStore;
 import org.apache.hadoop.conf.Configuration;
@@ -32,8 +34,16 @@ import org.apache.hadoop.fs.s3a.RemoteFileChangedException;
  *
  * <p>Writes with {@code overwrite} ({@code _last_checkpoint}) replace the object as before. Listing
  * is the file system's: S3 lists what it has written, strongly consistent since 2020.
+ *
+ * <p>Fences: a process that holds a lease on a lake root (the product's leases, renewed from Python)
+ * keeps a fence here per lease, a deadline on this JVM's monotonic clock renewed with the lease. Once
+ * a deadline has passed (the lease was not renewed in time: the holder may have lost it to another
+ * machine) every commit of this JVM under that root is refused, before its PUT.
  */
 public class PutIfAbsentLogStore extends HadoopFileSystemLogStore {
+
+  /** (root + NUL + lease name) -> the System.nanoTime() from which commits under the root stop. */
+  private static final Map<String, Long> FENCES = new ConcurrentHashMap<>();
 
   /** S3A's create option: the check for an existing object made by the store, at the PUT. */
   static final String CONDITIONAL_CREATE = "fs.option.create.conditional.overwrite";
@@ -49,6 +59,7 @@ public class PutIfAbsentLogStore extends HadoopFileSystemLogStore {
   @Override
   public void write(Path path, Iterator<String> actions, Boolean overwrite, Configuration hadoopConf)
       throws IOException {
+    refuseWhenFenced(path);
     FileSystem fs = path.getFileSystem(hadoopConf);
     byte[] body = join(actions);
     if (overwrite) {
@@ -68,6 +79,37 @@ public class PutIfAbsentLogStore extends HadoopFileSystemLogStore {
         FileAlreadyExistsException exists = new FileAlreadyExistsException(path.toString());
         exists.initCause(refused);
         throw exists;
+      }
+    }
+  }
+
+  /**
+   * Commits under {@code root} (a lake root, {@code s3a://bucket/prefix}) stop {@code millis} from
+   * now, unless this is called again for {@code lease} before then.
+   */
+  public static void fence(String root, String lease, long millis) {
+    FENCES.put(root + '\0' + lease, System.nanoTime() + millis * 1_000_000L);
+  }
+
+  /** The lease was released: its fence goes. */
+  public static void lift(String root, String lease) {
+    FENCES.remove(root + '\0' + lease);
+  }
+
+  private static void refuseWhenFenced(Path path) throws IOException {
+    String where = path.toUri().toString();
+    long now = System.nanoTime();
+    for (Map.Entry<String, Long> fence : FENCES.entrySet()) {
+      String[] rootAndLease = fence.getKey().split("\0", 2);
+      if (where.startsWith(rootAndLease[0] + "/") && now - fence.getValue() >= 0) {
+        throw new IOException(
+            "lake-lease-lapsed: commit to "
+                + where
+                + " refused: this process's lease "
+                + rootAndLease[1]
+                + " on "
+                + rootAndLease[0]
+                + " was not renewed in time, and another machine may hold it now");
       }
     }
   }

@@ -181,6 +181,7 @@ LONGEST_FIRST = (
     "test_backfill_crashes.py",
     "test_registry_stories.py",
     "test_registry_faults.py",
+    "test_object_storage.py",  # two-machine stories on the embedded S3 store: about 6 minutes
     "test_embedded_registry.py",  # mostly waiting (schemas registered 40 s apart): beside the others
     "test_fk.py",
     "test_formats.py",

@@ -9,6 +9,9 @@ reach it the way they reach a session given to a lake."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -33,6 +36,31 @@ def lake(spark, capsys, tmp_path, monkeypatch):
         return code, out, err
 
     return run
+
+
+def machine(tmp_path: Path, name: str, script: str, *args: str) -> subprocess.Popen:
+    """``script`` (Python) run as another machine would: its own process and work folder (locks,
+    logs), the same store; its output in ``stdout``, a line on ``stdin`` when it waits for one."""
+    path = tmp_path / f"{name}.py"
+    path.write_text(script)
+    return subprocess.Popen(
+        [sys.executable, str(path), *args],
+        env={**os.environ, "LAKE_WORK": str(tmp_path / name)},
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def said_until(proc: subprocess.Popen, last: str) -> list[str]:
+    """The lines ``proc`` prints up to ``last`` (its whole output if it ends before saying it)."""
+    assert proc.stdout is not None
+    said = [proc.stdout.readline()]
+    while said[-1] and said[-1].strip() != last:
+        said.append(proc.stdout.readline())
+    assert said[-1], "".join(said)[-3000:]
+    return [line.rstrip("\n") for line in said]
 
 
 def test_the_consents_story_on_s3_keeps_every_table_checkpoint_and_report_in_the_bucket(lake, s3, tmp_path):
@@ -105,16 +133,13 @@ def test_a_join_running_on_one_machine_is_refused_on_another_that_shares_the_roo
     """Two machines on one s3a root (two work folders: two job registries): the join runs on the
     first; starting it on the second is refused in one line naming who runs it, and once the first
     stopped it, the second runs it, on from the first one's checkpoint in the bucket."""
-    import os
     import socket
-    import subprocess
-    import sys
 
     root = f"s3a://{S3_BUCKET}/machines/{uuid.uuid4().hex[:12]}"
     cli = str(Path(sys.executable).with_name("lake"))
 
-    def on(machine: str, *args: str) -> subprocess.CompletedProcess:
-        env = {**os.environ, "LAKE_WORK": str(tmp_path / machine)}
+    def on(name: str, *args: str) -> subprocess.CompletedProcess:
+        env = {**os.environ, "LAKE_WORK": str(tmp_path / name)}
         return subprocess.run(
             [cli, "--root", root, *args], env=env, capture_output=True, text=True, timeout=600
         )
@@ -186,24 +211,9 @@ def test_two_machines_appending_to_one_system_table_on_s3_lose_no_commit(s3, tmp
     folders, as on two machines) appending at once both wrote a version's log entry, the later
     replacing the earlier's commit; the put-if-absent log store refuses the second, and Delta retries
     it at the next version: every row of both writers is there, each once, in one commit each."""
-    import os
-    import subprocess
-    import sys
-
     root = f"s3a://{S3_BUCKET}/writers/{uuid.uuid4().hex[:12]}"
-    script = tmp_path / "appender.py"
-    script.write_text(APPENDER)
     batches = 60
-    writers = [
-        subprocess.Popen(
-            [sys.executable, str(script), root, join, str(batches)],
-            env={**os.environ, "LAKE_WORK": str(tmp_path / join)},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for join in ("a", "b")
-    ]
+    writers = [machine(tmp_path, join, APPENDER, root, join, str(batches)) for join in ("a", "b")]
     for writer in writers:
         out, _ = writer.communicate(timeout=600)
         assert writer.returncode == 0, out[-3000:]
@@ -238,37 +248,18 @@ def test_two_spark_sessions_appending_to_one_table_on_s3_without_leases_lose_no_
     same moments. Each commit file is created only if absent, so when both commit a version one of
     them is refused and Delta retries it at the next; with Delta's S3SingleDriverLogStore both wrote
     the version and the later replaced the earlier (rows gone, versions short)."""
-    import os
-    import subprocess
-    import sys
-
     from spark_jobs.seams.session import use_root
     from spark_jobs.seams.storage import resolve_root
 
     root = f"s3a://{S3_BUCKET}/outside/{uuid.uuid4().hex[:12]}"
     use_root(spark, resolve_root(root))
     spark.createDataFrame([], "writer string, batch int").write.format("delta").save(f"{root}/tables/shared")
-    script = tmp_path / "writer.py"
-    script.write_text(OUTSIDE_WRITER)
     batches = 30
-    writers = [
-        subprocess.Popen(
-            [sys.executable, str(script), root, writer, str(batches)],
-            env={**os.environ, "LAKE_WORK": str(tmp_path / writer)},
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for writer in ("a", "b")
-    ]
+    writers = [machine(tmp_path, w, OUTSIDE_WRITER, root, w, str(batches)) for w in ("a", "b")]
     for writer in writers:  # both sessions started before either appends
-        assert writer.stdout is not None and writer.stdin is not None
-        said = [writer.stdout.readline()]
-        while said[-1] and said[-1].strip() != "ready":
-            said.append(writer.stdout.readline())
-        assert said[-1], "".join(said)[-3000:]  # the writer ended before its session was up
+        said_until(writer, "ready")
     for writer in writers:
+        assert writer.stdin is not None
         writer.stdin.write("go\n")
         writer.stdin.flush()
     for writer in writers:
@@ -341,10 +332,6 @@ def test_a_holder_whose_lease_may_have_lapsed_commits_nothing_more_under_the_roo
     own commits MARGIN before the lease can lapse on the store's clock: the product's writes in one
     line, Spark's own writes to the same table at the log store. Machine B takes the lease once it
     lapsed and writes; nothing A tries afterwards lands. The table holds A's one commit and B's."""
-    import os
-    import subprocess
-    import sys
-
     import pyarrow as pa
 
     from spark_jobs.runtime import leases
@@ -357,22 +344,8 @@ def test_a_holder_whose_lease_may_have_lapsed_commits_nothing_more_under_the_roo
     use_root(spark, root)
     lake = Lake(root, spark=spark)
     lake.create("shared", pa.schema([("machine", pa.string()), ("n", pa.int64())]), change_feed=False)
-    script = tmp_path / "machine_a.py"
-    script.write_text(LAPSED_HOLDER)
-    a = subprocess.Popen(
-        [sys.executable, str(script), str(root)],
-        env={**os.environ, "LAKE_WORK": str(tmp_path / "machine-a")},
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    assert a.stdout is not None and a.stdin is not None
-    said = [a.stdout.readline()]
-    while said[-1] and said[-1].strip() != "waiting":
-        said.append(a.stdout.readline())
-    assert said[-1], "".join(said)[-3000:]
-    told = [line.strip() for line in said if line.startswith(("appended", "refused", "spark"))]
+    a = machine(tmp_path, "machine-a", LAPSED_HOLDER, str(root))
+    told = [line for line in said_until(a, "waiting") if line.startswith(("appended", "refused", "spark"))]
     assert told == [
         "appended a0",
         f"refused a1: table shared: lake-lease-lapsed: commit to {root}/tables/shared/_delta_log/"
@@ -389,6 +362,7 @@ def test_a_holder_whose_lease_may_have_lapsed_commits_nothing_more_under_the_roo
     taken = leases.acquire(root, "job-shared", "join shared", on_lost=print)
     assert isinstance(taken, leases.Lease)
     lake.append("shared", pa.Table.from_pylist([{"machine": "b", "n": 0}], lake.schema("shared")))
+    assert a.stdin is not None
     a.stdin.write("go\n")
     a.stdin.flush()
     out, _ = a.communicate(timeout=120)

@@ -289,8 +289,13 @@ class Lake:
         try:
             self.spark.sql(statement)
         except Exception:
-            if not self.exists(name):  # else: created concurrently by another process
-                raise
+            # another process creating it at the same moment: its files are there (Delta refuses a
+            # non-empty location) a little before its first commit is; wait for that commit
+            deadline = time.monotonic() + 15
+            while not self.exists(name):
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
 
     def schema(self, name: str) -> pa.Schema:
         """The table's columns as an Arrow schema."""
